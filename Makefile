@@ -1,0 +1,64 @@
+# Developer / CI entry points. Works from a fresh clone with only python3 + pip available.
+#   make venv       create .venv and install the package (editable) with the [dev] extra, pinned
+#   make test       lint (ruff format --check, ruff check) + pytest
+#   make train      train on CartPole-v1 (extra flags: make train TRAIN_ARGS="--num_workers=2")
+#   make format     auto-format and auto-fix lint
+#   make docs       regenerate docs/config-reference.md
+#   make benchmark  run the throughput benchmark (extra flags: make benchmark ARGS="...")
+#   make clean      remove .venv, build artifacts and train_dir
+
+PY ?= python3
+VENV ?= .venv
+VENV_PY := $(VENV)/bin/python
+RUFF := $(VENV)/bin/ruff
+STAMP := $(VENV)/.installed
+
+# Top-level scripts (setup.py, train.py, enjoy.py); $(wildcard) avoids a literal '*.py' when none exist.
+LINT_PATHS := sample_factory tests $(wildcard *.py)
+PIP_FLAGS := --no-input $(if $(CI),--progress-bar off,)
+TRAIN_ARGS ?=
+ARGS ?=
+
+.PHONY: venv test lint train format docs benchmark clean
+
+venv: $(STAMP)
+
+# Create the virtualenv only if it does not exist yet.
+$(VENV_PY):
+	$(PY) -m venv $(VENV)
+
+# (Re)install whenever setup.py or constraints.txt change. The stamp is written only after a
+# successful install, so an interrupted install is retried on the next run.
+$(STAMP): $(VENV_PY) setup.py constraints.txt
+	$(VENV_PY) -m pip install $(PIP_FLAGS) --upgrade pip -c constraints.txt
+	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev]'
+	touch $@
+
+lint: venv
+	$(RUFF) format --check $(LINT_PATHS)
+	$(RUFF) check $(LINT_PATHS)
+
+# Each recipe line runs in its own shell and make stops at the first non-zero exit,
+# so a ruff or pytest failure fails `make test` (and therefore CI).
+test: lint
+	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=600
+
+train: venv
+	$(VENV_PY) train.py --env=CartPole-v1 --experiment=cartpole --train_dir=./train_dir $(TRAIN_ARGS)
+
+format: venv
+	$(RUFF) format $(LINT_PATHS)
+	$(RUFF) check --fix $(LINT_PATHS)
+
+# Write to a temp file first so a failing generator does not leave a truncated reference behind.
+docs: venv
+	mkdir -p docs
+	$(VENV_PY) -m sample_factory.cfg --markdown > docs/config-reference.md.tmp
+	mv docs/config-reference.md.tmp docs/config-reference.md
+
+benchmark: venv
+	$(VENV_PY) -m sample_factory.benchmark $(ARGS)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info train_dir .pytest_cache .ruff_cache
+	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

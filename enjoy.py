@@ -1,0 +1,8 @@
+"""Launcher: python enjoy.py --env=CartPole-v1 --experiment=NAME [--train_dir=DIR] ..."""
+
+import sys
+
+from sample_factory.enjoy import main
+
+if __name__ == "__main__":
+    sys.exit(main())

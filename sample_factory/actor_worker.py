@@ -1,0 +1,198 @@
+"""Actor worker: steps `num_envs_per_worker` envs split into `worker_num_splits` groups (double buffering: while
+the policy workers compute actions for one split, this process steps another).
+
+One env step of split s, in this file:
+  ACTIONS_READY(s) arrives -> actions are read from buffers.actions[slot, t] -> EnvGroup.step ->
+  rewards/dones/truncated written at [slot, t], next observations at obs[slot, t + 1] ->
+  REQUEST(slot, t + 1) to the policy workers.
+At t + 1 == T the request asks for the bootstrap position of the rollout; when it is served the slot goes to the
+learner (ROLLOUT) and the split continues in a fresh slot from this worker's pool, or waits for FREE_SLOTS.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import psutil
+
+from sample_factory.component import Component
+from sample_factory.envs.env_utils import EnvGroup, make_env
+from sample_factory.messages import ACTIONS_READY, FREE_SLOTS, REQUEST, ROLLOUT, Channels
+from sample_factory.shared_buffers import SlotPool, TrajectoryBuffers
+
+# Position T of a finished slot that the next slot starts from: inputs, and (async) the outputs already computed.
+_CARRY_INPUTS = ("obs", "is_first")
+_CARRY_OUTPUTS = ("actions", "log_probs", "values", "policy_version")
+
+
+def policy_of_split(cfg: Any, worker_idx: int, split_idx: int) -> int:
+    return (worker_idx * cfg.worker_num_splits + split_idx) % cfg.num_policies
+
+
+class ActorWorker(Component):
+    role = "actor"
+
+    def __init__(self, cfg: Any, index: int, buffers: TrajectoryBuffers, channels: Channels):
+        super().__init__(index, channels.actor[index], channels.report)
+        self.cfg, self.buffers, self.channels = cfg, buffers, channels
+        self.T = cfg.rollout
+        self.num_splits = cfg.worker_num_splits
+
+    def init(self) -> None:
+        cfg = self.cfg
+        if cfg.force_envs_single_thread and not cfg.serial_mode:
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(1)
+        if cfg.set_workers_cpu_affinity and not cfg.serial_mode:
+            cores = psutil.Process().cpu_affinity() or list(range(psutil.cpu_count()))
+            psutil.Process().cpu_affinity([cores[self.index % len(cores)]])
+        self.np = {k: v.numpy() for k, v in self.buffers.tensors().items()}  # views of the shared tensors
+        self.pool = SlotPool(self.buffers.slots_of_worker(self.index))
+        n = self.buffers.spec.envs_per_split
+        base_seed = None if cfg.seed is None else cfg.seed * 1000 + cfg.env_seed_offset
+        self.rng = np.random.default_rng(None if base_seed is None else base_seed + self.index)
+        self.groups = []
+        for s in range(self.num_splits):
+            envs, seeds = [], []
+            for e in range(n):
+                env_idx = (self.index * self.num_splits + s) * n + e
+                envs.append(make_env(cfg, {"worker_index": self.index, "split": s, "env_index": env_idx}))
+                seeds.append(None if base_seed is None else base_seed + env_idx)
+                if base_seed is not None:
+                    envs[-1].action_space.seed(base_seed + env_idx)
+            self.groups.append(EnvGroup(envs, seeds))
+        self.policy = [policy_of_split(cfg, self.index, s) for s in range(self.num_splits)]
+        self.slot: list[int | None] = [None] * self.num_splits
+        self.t = [0] * self.num_splits
+        self.carry: list[dict | None] = [None] * self.num_splits
+        self.waiting: list[int] = []  # splits parked until the learner returns a slot
+        self.request_time = [0.0] * self.num_splits
+        self.wait_since = [0.0] * self.num_splits
+        self.env_steps = [0] * self.cfg.num_policies
+        self.episodes: list[list[tuple[float, int]]] = [[] for _ in range(self.cfg.num_policies)]
+        self.discarded_rollouts = 0
+        self.last_report = time.monotonic()
+        for s in range(self.num_splits):
+            self._start_split(s)
+        self.activity = "stepping envs"
+
+    def _start_split(self, s: int) -> None:
+        group = self.groups[s]
+        group.reset()
+        if self.cfg.decorrelate_envs_on_one_worker:
+            for i, env in enumerate(group.envs):
+                for _ in range(int(self.rng.integers(0, 2 * self.T))):
+                    o, _, term, trunc, _ = env.step(env.action_space.sample())
+                    if term or trunc:
+                        o, _ = env.reset()
+                    group.obs[i] = o
+        slot = self.pool.acquire()
+        assert slot is not None, "a fresh worker always has a slot per split"
+        self.slot[s], self.t[s] = slot, 0
+        self.np["obs"][slot, 0] = group.obs
+        self.np["is_first"][slot, 0] = True
+        self.np["rnn_states"][slot, 0] = 0.0
+        self._request(s, has_truncations=False)
+
+    def _request(self, s: int, has_truncations: bool) -> None:
+        self.request_time[s] = time.monotonic()
+        msg = (REQUEST, self.index, s, self.slot[s], self.t[s], has_truncations)
+        self.channels.policy[self.policy[s]].put(msg)
+
+    def on_message(self, msg: tuple) -> None:
+        if msg[0] == ACTIONS_READY:
+            for s in msg[1]:
+                self._advance(s)
+        elif msg[0] == FREE_SLOTS:
+            self.pool.release(msg[1])
+            while self.waiting and self.pool.free:
+                self._continue_in_new_slot(self.waiting.pop(0))
+        else:
+            raise RuntimeError(f"actor {self.index}: unexpected message {msg!r}")
+
+    def _advance(self, s: int) -> None:
+        self.request_time[s] = 0.0
+        if self.t[s] == self.T:
+            self._finish_rollout(s)
+        else:
+            self._step_envs(s)
+
+    def _step_envs(self, s: int) -> None:
+        slot, t, group, b = self.slot[s], self.t[s], self.groups[s], self.np
+        finished = group.step(b["actions"][slot, t])
+        b["rewards"][slot, t] = group.rewards
+        b["dones"][slot, t] = group.dones
+        b["truncated"][slot, t] = group.truncated
+        b["obs"][slot, t + 1] = group.obs
+        b["is_first"][slot, t + 1] = group.dones
+        has_truncations = bool(group.truncated.any())
+        if has_truncations:
+            b["final_obs"][self.index * self.num_splits + s] = group.final_obs
+        p = self.policy[s]
+        self.env_steps[p] += group.n
+        if finished:
+            self.episodes[p].extend(finished)
+        self.t[s] = t + 1
+        self._request(s, has_truncations)
+
+    def _finish_rollout(self, s: int) -> None:
+        slot, T = self.slot[s], self.T
+        # Keep position T before the slot leaves: the learner may return it and it may be reused at once.
+        carry = {k: getattr(self.buffers, k)[slot, T].clone() for k in (*_CARRY_INPUTS, *_CARRY_OUTPUTS)}
+        carry["rnn_in"] = self.buffers.rnn_states[slot, T].clone()
+        carry["rnn_out"] = self.buffers.rnn_states[slot, T + 1].clone()
+        self.carry[s] = carry
+        self.channels.learner[self.policy[s]].put((ROLLOUT, self.index, slot))
+        self.slot[s] = None
+        if self.pool.free:
+            self._continue_in_new_slot(s)
+        else:
+            self.wait_since[s] = time.monotonic()
+            self.waiting.append(s)
+            self.activity = "waiting for a trajectory buffer"
+
+    def _continue_in_new_slot(self, s: int) -> None:
+        slot = self.pool.acquire()
+        carry, buf = self.carry[s], self.buffers
+        self.slot[s], self.t[s], self.carry[s] = slot, 0, None
+        for k in _CARRY_INPUTS:
+            getattr(buf, k)[slot, 0] = carry[k]
+        buf.rnn_states[slot, 0] = carry["rnn_in"]
+        self.activity = "stepping envs"
+        if self.cfg.async_rl:
+            for k in _CARRY_OUTPUTS:
+                getattr(buf, k)[slot, 0] = carry[k]
+            buf.rnn_states[slot, 1] = carry["rnn_out"]
+            self._step_envs(s)
+        else:
+            # Synchronous PPO: act on position 0 again with the weights trained on the previous batch.
+            self._request(s, has_truncations=False)
+
+    def on_idle(self) -> None:
+        now = time.monotonic()
+        if now - self.last_report > 0.5:
+            self._report_progress(now)
+        limit = self.cfg.heartbeat_timeout_sec
+        for s in range(self.num_splits):
+            if self.request_time[s] and now - self.request_time[s] > limit:
+                raise RuntimeError(f"split {s}: no actions from the policy workers for {limit:.0f} s")
+        for s in self.waiting:
+            if now - self.wait_since[s] > limit:
+                raise RuntimeError(f"split {s}: no trajectory buffer returned by the learner for {limit:.0f} s")
+
+    def _report_progress(self, now: float) -> None:
+        self.last_report = now
+        for p in range(self.cfg.num_policies):
+            if self.env_steps[p] or self.episodes[p]:
+                self.report("samples", (p, self.env_steps[p], self.episodes[p]))
+                self.env_steps[p], self.episodes[p] = 0, []
+
+    def finish(self) -> None:
+        if hasattr(self, "groups"):
+            self._report_progress(time.monotonic())
+            for g in self.groups:
+                g.close()
+

@@ -1,0 +1,1 @@
+"""Core RL algorithm pieces: return estimators, losses, action distributions."""

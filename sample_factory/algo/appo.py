@@ -1,0 +1,162 @@
+"""APPO / PPO training step on a batch of trajectories. No process code: the learner process hands it
+trajectories copied out of the shared slots and publishes the weights it produces.
+
+An algorithm object implements `train(batch, policy_version) -> (stats, new_version)`, `state_dict()` and
+`load_state_dict()`; the learner only relies on that, so other algorithms (off-policy with replay) plug in.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from sample_factory.algo.losses import clipped_value_loss, entropy_loss, masked_mean, ppo_policy_loss
+from sample_factory.algo.returns import calculate_gae, calculate_vtrace
+
+
+def shaped_rewards(rewards: Tensor, truncated: Tensor, final_values: Tensor, cfg: Any) -> Tensor:
+    """[B, T] rewards scaled and clipped; with value bootstrap a truncated step also gets gamma * V(final obs),
+    so truncation can be treated as an episode end everywhere else."""
+    r = (rewards * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
+    if cfg.value_bootstrap:
+        r = r + cfg.gamma * final_values * truncated.float()
+    return r
+
+
+def learning_rate_at(cfg: Any, env_steps: int) -> float:
+    if cfg.lr_schedule == "linear_decay":
+        return cfg.learning_rate * max(0.0, 1.0 - env_steps / cfg.train_for_env_steps)
+    return cfg.learning_rate
+
+
+class PPOAlgorithm:
+    """PPO clipped surrogate with V-trace (default) or GAE targets, over whole trajectories so BPTT and V-trace
+    see consecutive steps. One policy version is one SGD step."""
+
+    def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device):
+        self.cfg, self.model, self.device = cfg, model, device
+        self.optimizer = torch.optim.Adam(
+            model.parameters(),
+            lr=cfg.learning_rate,
+            betas=(cfg.adam_beta1, cfg.adam_beta2),
+            eps=cfg.adam_eps,
+        )
+        self.skipped_updates = 0
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def set_learning_rate(self, lr: float) -> None:
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+
+    def train(self, batch: dict[str, Tensor], policy_version: int) -> tuple[dict[str, float], int]:
+        """batch: trajectories [M, T(+1), ...] as produced by TrajectoryBuffers.gather."""
+        cfg, dev = self.cfg, self.device
+        T = cfg.rollout
+        b = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+        obs, is_first = b["obs"], b["is_first"]  # [M, T+1, ...], [M, T+1]
+        rnn_states = b["rnn_states"][:, : T + 1]  # [M, T+1, H]
+        actions = b["actions"][:, :T]  # [M, T, *act_shape]
+        old_log_probs, old_values = b["log_probs"][:, :T], b["values"]  # [M, T], [M, T+1]
+        rewards = shaped_rewards(b["rewards"], b["truncated"], b["final_values"], cfg)  # [M, T]
+        dones = b["dones"].float()  # [M, T]
+        lag = policy_version - b["policy_version"][:, :T]  # [M, T]
+        valid = lag <= cfg.max_policy_lag
+
+        gae_adv = gae_ret = None
+        if not cfg.with_vtrace:
+            adv, ret = calculate_gae(rewards.T, dones.T, old_values.T, cfg.gamma, cfg.gae_lambda)
+            gae_adv, gae_ret = adv.T, ret.T  # [M, T]
+
+        M = obs.shape[0]
+        sums: dict[str, float] = {}
+        num_steps = 0
+        version = policy_version
+        for _ in range(cfg.num_epochs):
+            perm = torch.randperm(M, device=dev)
+            for mb in torch.tensor_split(perm, min(cfg.num_batches_per_epoch, M)):
+                params, values = self.model.forward_sequence(obs[mb], rnn_states[mb], is_first[mb], cfg.recurrence)
+                B = mb.numel()
+                dist = self.model.distribution(params[:, :T].reshape(B * T, -1))
+                log_probs = dist.log_prob(actions[mb].reshape(B * T, *actions.shape[2:]))  # [B*T]
+                entropy = dist.entropy()
+                if cfg.with_vtrace:
+                    log_rhos = log_probs.detach().view(B, T) - old_log_probs[mb]
+                    vs, pg_adv = calculate_vtrace(
+                        rewards[mb].T,
+                        dones[mb].T,
+                        values.detach().T,
+                        log_rhos.T,
+                        cfg.gamma,
+                        cfg.vtrace_rho,
+                        cfg.vtrace_c,
+                    )
+                    targets, adv = vs.T, pg_adv.T
+                else:
+                    targets, adv = gae_ret[mb], gae_adv[mb]
+                mask = valid[mb].reshape(-1)
+                adv = adv.reshape(-1)
+                if cfg.normalize_advantage:
+                    mean = masked_mean(adv, mask)
+                    std = masked_mean((adv - mean) ** 2, mask).sqrt()
+                    adv = (adv - mean) / (std + 1e-7)
+                policy_loss, pstats = ppo_policy_loss(
+                    log_probs, old_log_probs[mb].reshape(-1), adv, cfg.ppo_clip_ratio, mask
+                )
+                value_loss = clipped_value_loss(
+                    values[:, :T].reshape(-1),
+                    old_values[mb, :T].reshape(-1),
+                    targets.reshape(-1),
+                    cfg.ppo_clip_value,
+                    mask,
+                )
+                ent_loss = entropy_loss(entropy, cfg.exploration_loss_coeff, mask)
+                loss = policy_loss + cfg.value_loss_coeff * value_loss + ent_loss
+
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.max_grad_norm > 0:
+                    grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                else:
+                    grad_norm = torch.sqrt(
+                        sum((p.grad**2).sum() for p in self.model.parameters() if p.grad is not None)
+                    )
+                if not (math.isfinite(float(loss)) and math.isfinite(float(grad_norm))):
+                    self.skipped_updates += 1  # never apply a NaN/inf update
+                    continue
+                self.optimizer.step()
+                version += 1
+                num_steps += 1
+                step_stats = {
+                    "loss": float(loss),
+                    "policy_loss": float(policy_loss),
+                    "value_loss": float(value_loss),
+                    "entropy": float(masked_mean(entropy, mask)),
+                    "grad_norm": float(grad_norm),
+                    "value": float(values[:, :T].mean()),
+                    "value_target": float(targets.mean()),
+                    "advantage_abs": float(adv.abs().mean()),
+                    **{k: float(v) for k, v in pstats.items()},
+                }
+                for k, v in step_stats.items():
+                    sums[k] = sums.get(k, 0.0) + v
+        stats = {k: v / max(num_steps, 1) for k, v in sums.items()}
+        lagf = lag.float()
+        stats.update(
+            sgd_steps=num_steps,
+            skipped_updates=self.skipped_updates,
+            lr=self.optimizer.param_groups[0]["lr"],
+            policy_lag_min=float(lagf.min()),
+            policy_lag_avg=float(lagf.mean()),
+            policy_lag_max=float(lagf.max()),
+            dropped_samples=int((~valid).sum()),
+            samples=int(valid.numel()),
+        )
+        return stats, version

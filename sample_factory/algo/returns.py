@@ -1,0 +1,103 @@
+"""Return / advantage estimators (V-trace and GAE).
+
+Shape conventions: T = rollout length, B = number of trajectories (envs) in the batch.
+``dones[t] == 1`` means the episode ended *after* step t, so step t must not bootstrap
+from ``values[t + 1]`` (which then belongs to the next episode).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _check_shapes(rewards: Tensor, dones: Tensor, values: Tensor) -> None:
+    if rewards.dim() != 2 or rewards.shape != dones.shape:
+        raise ValueError(f"rewards and dones must both be [T, B], got {tuple(rewards.shape)} and {tuple(dones.shape)}")
+    t, b = rewards.shape
+    if tuple(values.shape) != (t + 1, b):
+        raise ValueError(f"values must be [T+1, B] = [{t + 1}, {b}], got {tuple(values.shape)}")
+
+
+@torch.no_grad()
+def calculate_vtrace(
+    rewards: Tensor,
+    dones: Tensor,
+    values: Tensor,
+    log_rhos: Tensor,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al., 2018, "IMPALA").
+
+    Args:
+        rewards: [T, B] rewards r_t.
+        dones: [T, B] float 0/1, episode terminated after step t (no bootstrapping across it).
+        values: [T+1, B] behaviour-time value estimates V(x_t); values[T] bootstraps the last step.
+        log_rhos: [T, B] log pi_target(a_t|x_t) - log mu_behaviour(a_t|x_t).
+        gamma: discount factor.
+        rho_bar: truncation level of the importance weights used in the TD error and the pg advantage.
+        c_bar: truncation level of the "trace cutting" coefficients c_t.
+
+    Returns:
+        (vs [T, B], pg_advantages [T, B]), both detached.
+    """
+    _check_shapes(rewards, dones, values)
+    if log_rhos.shape != rewards.shape:
+        raise ValueError(f"log_rhos must be [T, B] like rewards, got {tuple(log_rhos.shape)}")
+
+    rhos = torch.exp(log_rhos)  # [T, B]
+    clipped_rhos = torch.clamp(rhos, max=rho_bar)  # [T, B]
+    cs = torch.clamp(rhos, max=c_bar)  # [T, B]
+    discounts = gamma * (1.0 - dones)  # [T, B]; zero across episode boundaries
+
+    values_t = values[:-1]  # [T, B]  V(x_t)
+    values_tp1 = values[1:]  # [T, B]  V(x_{t+1})
+    deltas = clipped_rhos * (rewards + discounts * values_tp1 - values_t)  # [T, B]
+
+    # vs_t - V(x_t) = delta_t + gamma_t * c_t * (vs_{t+1} - V(x_{t+1})), with vs_T - V(x_T) = 0.
+    # T is small (32..128) so a python loop over time, vectorised over B, is cheap.
+    trace_coefs = discounts * cs  # [T, B]
+    vs_minus_v = torch.empty_like(deltas)  # [T, B]
+    acc = torch.zeros_like(deltas[0])  # [B]
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        acc = deltas[t] + trace_coefs[t] * acc
+        vs_minus_v[t] = acc
+    vs = values_t + vs_minus_v  # [T, B]
+
+    # pg advantage bootstraps from vs_{t+1} (vs_T := V(x_T)); rho clipped at rho_bar as in the paper.
+    vs_tp1 = torch.cat([vs[1:], values[-1:]], dim=0)  # [T, B]
+    pg_advantages = clipped_rhos * (rewards + discounts * vs_tp1 - values_t)  # [T, B]
+    return vs, pg_advantages
+
+
+@torch.no_grad()
+def calculate_gae(
+    rewards: Tensor,
+    dones: Tensor,
+    values: Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[Tensor, Tensor]:
+    """Generalized Advantage Estimation (Schulman et al., 2016).
+
+    Args:
+        rewards: [T, B]; dones: [T, B] float 0/1 (terminated after step t); values: [T+1, B].
+
+    Returns:
+        (advantages [T, B], returns [T, B] = advantages + values[:T]), both detached.
+    """
+    _check_shapes(rewards, dones, values)
+
+    discounts = gamma * (1.0 - dones)  # [T, B]
+    deltas = rewards + discounts * values[1:] - values[:-1]  # [T, B] one-step TD errors
+    decay = discounts * gae_lambda  # [T, B]
+
+    advantages = torch.empty_like(deltas)  # [T, B]
+    acc = torch.zeros_like(deltas[0])  # [B]
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        acc = deltas[t] + decay[t] * acc
+        advantages[t] = acc
+    returns = advantages + values[:-1]  # [T, B]
+    return advantages, returns

@@ -1,0 +1,402 @@
+"""Command-line configuration: every option is declared once here, with its type and help.
+
+`parse_cfg(argv)` returns an `argparse.Namespace` with presets applied and combinations validated.
+`python -m sample_factory.cfg --markdown` prints the config reference (docs/config-reference.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import multiprocessing
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """An invalid flag value or combination; the message is shown to the user as one line."""
+
+
+def str2bool(v: str | bool) -> bool:
+    if isinstance(v, bool):
+        return v
+    s = v.strip().lower()
+    if s in ("true", "1", "yes", "y", "t", "on"):
+        return True
+    if s in ("false", "0", "no", "n", "f", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {v!r}")
+
+
+def int_list(v: str | Sequence[int]) -> list[int]:
+    if not isinstance(v, str):
+        return [int(x) for x in v]
+    s = v.strip().strip("[]()")
+    if not s:
+        return []
+    try:
+        return [int(x) for x in s.replace(",", " ").split()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a list of ints like 64,64, got {v!r}") from e
+
+
+def _num(v: str) -> float:
+    """Ints written as floats (1e6) are accepted for step counts."""
+    return float(v)
+
+
+# (name, aliases, type, default, help, extra argparse kwargs). Groups make the reference readable.
+_BOOL = str2bool
+OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
+    "Basic": [
+        ("env", (), str, None, "Environment name: any registered gymnasium id (CartPole-v1) or a registered custom env.", {}),
+        ("experiment", (), str, "default_experiment", "Experiment name; its folder is <train_dir>/<experiment>.", {}),
+        ("train_dir", (), str, "./train_dir", "Root folder for experiments.", {}),
+        (
+            "device",
+            (),
+            str,
+            "auto",
+            "Where policy workers and learners run: auto (GPU when available), gpu, or cpu.",
+            {"choices": ["auto", "gpu", "cpu"]},
+        ),
+        ("seed", (), int, None, "Random seed. With --serial_mode=True a fixed seed makes the run reproducible.", {}),
+        ("serial_mode", (), _BOOL, False, "Run actor, policy and learner components in one process (debugging).", {}),
+        (
+            "async_rl",
+            (),
+            _BOOL,
+            True,
+            "Asynchronous collection (APPO). False: collect one batch with the current policy, train, repeat.",
+            {},
+        ),
+        (
+            "restart_behavior",
+            (),
+            str,
+            "resume",
+            "What to do when the experiment folder already exists: resume it, restart (archive the old one), "
+            "or overwrite (delete it).",
+            {"choices": ["resume", "restart", "overwrite"]},
+        ),
+    ],
+    "Sampling": [
+        ("num_workers", (), int, None, "Number of actor worker processes (default: number of CPU cores).", {}),
+        ("num_envs_per_worker", (), int, 2, "Envs stepped by one actor worker.", {}),
+        (
+            "worker_num_splits",
+            (),
+            int,
+            2,
+            "Groups the envs of a worker are split into for double-buffered sampling (divides num_envs_per_worker).",
+            {},
+        ),
+        ("policy_workers_per_policy", (), int, 1, "Policy worker processes serving inference for each policy.", {}),
+        ("num_policies", (), int, 1, "Number of policies trained at once (each has its own learner).", {}),
+        ("rollout", (), int, 32, "Trajectory length collected per env before it is handed to the learner.", {}),
+        (
+            "min_traj_buffers_per_worker",
+            (),
+            int,
+            2,
+            "Shared trajectory buffers per split of each actor worker (more buffers: more tolerance to learner "
+            "hiccups, more policy lag).",
+            {},
+        ),
+        (
+            "decorrelate_envs_on_one_worker",
+            (),
+            _BOOL,
+            True,
+            "Step the envs of a worker a different random number of times at start so episodes are decorrelated.",
+            {},
+        ),
+        ("force_envs_single_thread", (), _BOOL, True, "Limit native thread pools in actor workers (threadpoolctl).", {}),
+        ("set_workers_cpu_affinity", (), _BOOL, True, "Pin actor workers to CPU cores (psutil).", {}),
+        ("sampler_only", (), _BOOL, False, "Collect experience without training (throughput measurement).", {}),
+        ("env_seed_offset", (), int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env).", {}),
+    ],
+    "Learner": [
+        ("batch_size", (), int, 1024, "Minibatch size in samples (a multiple of --rollout).", {}),
+        (
+            "num_batches_per_epoch",
+            ("num_batches_per_iteration",),
+            int,
+            1,
+            "Minibatches per training iteration; an iteration consumes batch_size * num_batches_per_epoch samples.",
+            {},
+        ),
+        ("num_epochs", ("ppo_epochs",), int, 1, "Passes over the data of one iteration.", {}),
+        (
+            "num_minibatches_to_accumulate",
+            (),
+            int,
+            -1,
+            "Extra minibatches of experience collected ahead while the learner trains; collection pauses beyond "
+            "it (-1: one iteration's worth in async mode, 0 in sync mode).",
+            {},
+        ),
+        ("max_policy_lag", (), int, 1000, "Samples older than this many policy versions are dropped.", {}),
+        ("gamma", (), float, 0.99, "Discount factor.", {}),
+        ("with_vtrace", (), _BOOL, True, "V-trace value targets and advantages; False uses GAE.", {}),
+        ("vtrace_rho", (), float, 1.0, "V-trace importance ratio clipping (rho bar).", {}),
+        ("vtrace_c", (), float, 1.0, "V-trace trace-cutting clipping (c bar).", {}),
+        ("gae_lambda", (), float, 0.95, "GAE lambda (used when --with_vtrace=False).", {}),
+        (
+            "value_bootstrap",
+            (),
+            _BOOL,
+            True,
+            "On time-limit truncation bootstrap the return from the value of the final observation.",
+            {},
+        ),
+        ("ppo_clip_ratio", (), float, 0.1, "PPO ratio clipping: the ratio is clipped to [1 - c, 1 + c].", {}),
+        ("ppo_clip_value", (), float, 1.0, "Value clipping around the behaviour value (<= 0 disables).", {}),
+        ("value_loss_coeff", (), float, 0.5, "Weight of the value loss.", {}),
+        ("normalize_advantage", (), _BOOL, True, "Normalize advantages to zero mean, unit std per minibatch.", {}),
+        ("exploration_loss_coeff", (), float, 0.003, "Weight of the entropy bonus.", {}),
+        ("max_grad_norm", (), float, 4.0, "Gradient norm clipping (<= 0 disables).", {}),
+        ("learning_rate", (), float, 1e-4, "Adam learning rate.", {}),
+        (
+            "lr_schedule",
+            (),
+            str,
+            "constant",
+            "constant, or linear_decay to 0 over --train_for_env_steps.",
+            {"choices": ["constant", "linear_decay"]},
+        ),
+        ("adam_eps", (), float, 1e-6, "Adam epsilon.", {}),
+        ("adam_beta1", (), float, 0.9, "Adam beta1.", {}),
+        ("adam_beta2", (), float, 0.999, "Adam beta2.", {}),
+        ("reward_scale", (), float, 1.0, "Rewards are multiplied by this before training.", {}),
+        ("reward_clip", (), float, 1000.0, "Rewards are clipped to [-c, c] after scaling.", {}),
+        ("learner_main_loop_num_cores", (), int, 1, "Torch threads in the learner process.", {}),
+    ],
+    "Model": [
+        ("encoder_mlp_layers", (), int_list, [512, 512], "Hidden layer sizes of the MLP encoder, e.g. 64,64.", {}),
+        (
+            "nonlinearity",
+            (),
+            str,
+            "elu",
+            "Activation function.",
+            {"choices": ["elu", "relu", "tanh"]},
+        ),
+        (
+            "policy_initialization",
+            (),
+            str,
+            "orthogonal",
+            "Weight initialization.",
+            {"choices": ["orthogonal", "xavier_uniform", "torch_default"]},
+        ),
+        ("use_rnn", (), _BOOL, True, "Recurrent core after the encoder.", {}),
+        ("rnn_type", (), str, "gru", "Recurrent core type.", {"choices": ["gru"]}),
+        ("rnn_size", ("hidden_size",), int, 512, "Size of the recurrent state.", {}),
+        ("rnn_num_layers", (), int, 1, "Stacked recurrent layers.", {}),
+        ("recurrence", (), int, -1, "BPTT length (-1: --rollout with an RNN, else 1). Divides --rollout.", {}),
+        ("actor_critic_share_weights", (), _BOOL, True, "Actor and critic share encoder and core.", {}),
+        ("initial_stddev", (), float, 1.0, "Initial standard deviation of Gaussian actions.", {}),
+    ],
+    "Run control and logging": [
+        ("train_for_env_steps", (), _num, 1e10, "Stop after this many env steps (all policies together).", {}),
+        ("train_for_seconds", (), _num, 1e10, "Stop after this much wall time.", {}),
+        ("save_every_sec", (), int, 120, "Checkpoint period.", {}),
+        ("keep_checkpoints", (), int, 2, "Newest checkpoints kept per policy.", {}),
+        ("experiment_summaries_interval", (), int, 10, "Seconds between TensorBoard summaries.", {}),
+        ("report_interval_sec", (), float, 5.0, "Seconds between progress lines.", {}),
+        ("stats_avg", (), int, 100, "Episodes averaged in reported episode statistics.", {}),
+        ("heartbeat_interval", (), float, 2.0, "Seconds between heartbeats of each process.", {}),
+        (
+            "heartbeat_timeout_sec",
+            (),
+            float,
+            60.0,
+            "A process silent for this long is reported as stuck and the run stops.",
+            {},
+        ),
+        ("shutdown_timeout_sec", (), float, 8.0, "Time children get to exit before they are killed.", {}),
+        ("probe_env_timeout_sec", (), float, 60.0, "Time allowed to create the env once to read its spaces.", {}),
+    ],
+}
+
+# Per env-family presets: used unless the flag is given on the command line; recorded in cfg.json.
+# The classic-control preset is tuned for high FPS on small CPU machines: many cheap envs per worker so
+# each inference request carries a large batch, and several epochs because samples are cheap.
+CLASSIC_CONTROL_ENVS = ("CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3")
+PRESETS: dict[str, dict[str, Any]] = {
+    "classic_control": {
+        "num_envs_per_worker": 64,
+        "worker_num_splits": 2,
+        "rollout": 32,
+        "batch_size": 2048,
+        "num_batches_per_epoch": 2,
+        "num_epochs": 4,
+        "use_rnn": False,
+        "encoder_mlp_layers": [64, 64],
+        "nonlinearity": "tanh",
+        "learning_rate": 3e-3,
+        "lr_schedule": "constant",
+        "gamma": 0.99,
+        "ppo_clip_ratio": 0.2,
+        "ppo_clip_value": 0.0,
+        "exploration_loss_coeff": 0.0,
+        "max_grad_norm": 0.5,
+        "value_loss_coeff": 0.5,
+        "reward_scale": 0.1,
+        "adam_eps": 1e-5,
+    },
+}
+
+
+def preset_name_for_env(env: str | None) -> str | None:
+    if env in CLASSIC_CONTROL_ENVS:
+        return "classic_control"
+    return None
+
+
+def build_parser(defaults: bool = True) -> argparse.ArgumentParser:
+    """`defaults=False` gives a parser whose unspecified options are absent: that tells which flags were typed."""
+    p = argparse.ArgumentParser(
+        prog="train.py",
+        description="sample_factory: asynchronous PPO (APPO) training.",
+        allow_abbrev=False,
+        argument_default=None if defaults else argparse.SUPPRESS,
+    )
+    for group_name, options in OPTIONS.items():
+        g = p.add_argument_group(group_name)
+        for name, aliases, typ, default, help_text, extra in options:
+            flags = [f"--{name}"] + [f"--{a}" for a in aliases]
+            kwargs = dict(extra)
+            if typ is _BOOL:
+                kwargs.update(nargs="?", const=True)
+            if defaults:
+                kwargs["default"] = default
+            g.add_argument(*flags, dest=name, type=typ, help=help_text, **kwargs)
+    return p
+
+
+def _suggest_flag(argv: Sequence[str]) -> str | None:
+    known = {f"--{n}" for opts in OPTIONS.values() for n, al, *_ in opts for n in (n, *al)}
+    for a in argv:
+        if a.startswith("--"):
+            flag = a.split("=", 1)[0]
+            if flag not in known:
+                close = difflib.get_close_matches(flag, sorted(known), n=3)
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                return f"unknown flag {flag}{hint}"
+    return None
+
+
+def parse_cfg(argv: Sequence[str] | None = None, evaluation: bool = False) -> argparse.Namespace:
+    """Parse, apply the env-family preset to flags not typed, and validate. Raises SystemExit on bad input."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    unknown_msg = _suggest_flag(argv)
+    if unknown_msg:
+        parser.error(unknown_msg)
+    cfg = parser.parse_args(argv)
+    typed = vars(build_parser(defaults=False).parse_args(argv))
+    cfg.preset = preset_name_for_env(cfg.env)
+    if cfg.preset:
+        for k, v in PRESETS[cfg.preset].items():
+            if k not in typed:
+                setattr(cfg, k, v)
+    cfg.command_line = " ".join(argv)
+    try:
+        finalize_cfg(cfg)
+    except ConfigError as e:
+        parser.error(str(e))
+    return cfg
+
+
+def finalize_cfg(cfg: argparse.Namespace) -> argparse.Namespace:
+    """Fill derived values and validate combinations (raises ConfigError with a one-line message)."""
+    if not cfg.env:
+        raise ConfigError("--env is required (e.g. --env=CartPole-v1)")
+    if cfg.num_workers is None:
+        cfg.num_workers = max(1, multiprocessing.cpu_count())
+    positive = [
+        "num_workers",
+        "num_envs_per_worker",
+        "worker_num_splits",
+        "policy_workers_per_policy",
+        "num_policies",
+        "rollout",
+        "batch_size",
+        "num_batches_per_epoch",
+        "num_epochs",
+        "min_traj_buffers_per_worker",
+        "rnn_size",
+        "rnn_num_layers",
+        "learner_main_loop_num_cores",
+    ]
+    for k in positive:
+        if getattr(cfg, k) < 1:
+            raise ConfigError(f"--{k} must be >= 1, got {getattr(cfg, k)}")
+    if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
+        raise ConfigError(
+            f"--num_envs_per_worker={cfg.num_envs_per_worker} must be divisible by "
+            f"--worker_num_splits={cfg.worker_num_splits}"
+        )
+    if cfg.recurrence == -1:
+        cfg.recurrence = cfg.rollout if cfg.use_rnn else 1
+    if cfg.recurrence < 1 or cfg.rollout % cfg.recurrence != 0:
+        raise ConfigError(f"--recurrence={cfg.recurrence} must divide --rollout={cfg.rollout}")
+    if cfg.batch_size % cfg.rollout != 0:
+        raise ConfigError(f"--batch_size={cfg.batch_size} must be a multiple of --rollout={cfg.rollout}")
+    if not 0.0 <= cfg.gamma <= 1.0:
+        raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
+    if cfg.learning_rate <= 0:
+        raise ConfigError(f"--learning_rate must be > 0, got {cfg.learning_rate}")
+    if cfg.train_for_env_steps <= 0 or cfg.train_for_seconds <= 0:
+        raise ConfigError("--train_for_env_steps and --train_for_seconds must be > 0")
+    cfg.train_for_env_steps = int(cfg.train_for_env_steps)
+    if cfg.num_policies != 1:
+        raise ConfigError("--num_policies > 1 is not supported yet (multi-policy training comes with PBT)")
+    if not cfg.async_rl:
+        envs_per_split = cfg.num_envs_per_worker // cfg.worker_num_splits
+        round_samples = cfg.num_workers * cfg.worker_num_splits * envs_per_split * cfg.rollout
+        it = cfg.batch_size * cfg.num_batches_per_epoch
+        if it % round_samples != 0:
+            raise ConfigError(
+                f"--async_rl=False needs batch_size*num_batches_per_epoch ({it}) to be a multiple of "
+                f"num_workers*num_envs_per_worker*rollout ({round_samples}) so every batch is on-policy"
+            )
+    if cfg.num_minibatches_to_accumulate < 0:
+        cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
+    return cfg
+
+
+def markdown_reference() -> str:
+    lines = [
+        "# Config reference",
+        "",
+        "Generated from `sample_factory/cfg.py` by `make docs` (`python -m sample_factory.cfg --markdown`).",
+        "Flags written `--a / --b` are aliases. Booleans take `True`/`False` (a bare `--flag` means True).",
+        "",
+    ]
+    for group_name, options in OPTIONS.items():
+        lines += [f"## {group_name}", "", "| flag | type | default | description |", "|---|---|---|---|"]
+        for name, aliases, typ, default, help_text, extra in options:
+            flags = " / ".join(f"`--{n}`" for n in (name, *aliases))
+            tname = {_BOOL: "bool", int_list: "int list", _num: "number"}.get(typ, getattr(typ, "__name__", str(typ)))
+            if "choices" in extra:
+                tname += " (" + ", ".join(extra["choices"]) + ")"
+            lines.append(f"| {flags} | {tname} | `{default}` | {help_text} |")
+        lines.append("")
+    lines += ["## Presets", "", "Applied by env family to flags not given on the command line; see `cfg.json`.", ""]
+    for preset, values in PRESETS.items():
+        envs = ", ".join(CLASSIC_CONTROL_ENVS) if preset == "classic_control" else ""
+        lines += [f"### {preset} ({envs})", "", "| flag | value |", "|---|---|"]
+        lines += [f"| `--{k}` | `{v}` |" for k, v in values.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if "--markdown" in sys.argv:
+        print(markdown_reference())
+    else:
+        print(vars(parse_cfg()))

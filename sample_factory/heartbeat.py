@@ -1,0 +1,67 @@
+"""Liveness: heartbeats sent by every component, the runner-side monitor, and process identity (names that
+`ps`/psutil show, parent-death signal)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+
+
+def _prctl(option: int, arg) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(option, arg, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: names and death signals are best effort
+        pass
+
+
+def set_process_name(name: str) -> None:
+    """Shown by `ps -o comm`, `top` and psutil.Process.name() (15 chars max)."""
+    _prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))
+
+
+def die_with_parent() -> None:
+    """The kernel sends SIGTERM to this process when its parent dies, even when the parent was SIGKILLed."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Heartbeat:
+    """Sends ('heartbeat', activity) reports at most every `interval` seconds."""
+
+    def __init__(self, report, interval: float):
+        self.report, self.interval = report, interval
+        self.last = 0.0
+
+    def beat(self, activity: str) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            self.report("heartbeat", activity)
+
+
+class HeartbeatMonitor:
+    """Runner side: remembers when each (role, index) was last heard from and what it was doing."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.last_seen: dict[tuple, tuple[float, str]] = {}
+
+    def seen(self, who: tuple, activity: str = "") -> None:
+        prev = self.last_seen.get(who, (0.0, ""))[1]
+        self.last_seen[who] = (time.monotonic(), activity or prev)
+
+    def forget(self, who: tuple) -> None:
+        self.last_seen.pop(who, None)
+
+    def stale(self) -> list[tuple[tuple, float, str]]:
+        now = time.monotonic()
+        return [(w, now - t, a) for w, (t, a) in self.last_seen.items() if now - t > self.timeout]
+
+
+def parent_alive(original_ppid: int) -> bool:
+    return os.getppid() == original_ppid

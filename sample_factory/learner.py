@@ -1,0 +1,126 @@
+"""Learner (one per policy): collects finished rollout slots, copies an iteration's worth out of shared memory,
+returns the slots to their actor workers at once (so collection continues while it trains), trains with the
+algorithm object, and publishes the new weights with their version.
+
+Backpressure: slots it has not consumed yet stay out of the actors' pools, and the pools are bounded
+(shared_buffers.slots_per_split_for), so when training falls behind the actors park splits instead of
+growing any queue.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from sample_factory.algo.appo import PPOAlgorithm, learning_rate_at
+from sample_factory.checkpoint import checkpoint_dir, load_latest_checkpoint, save_checkpoint
+from sample_factory.component import Component
+from sample_factory.messages import FREE_SLOTS, ROLLOUT, Channels
+from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.policy_worker import resolve_device
+from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers
+
+
+class Learner(Component):
+    role = "learner"
+
+    def __init__(
+        self,
+        cfg: Any,
+        policy_id: int,
+        buffers: TrajectoryBuffers,
+        channels: Channels,
+        weights: SharedWeights,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+    ):
+        super().__init__(policy_id, channels.learner[policy_id], channels.report)
+        self.cfg, self.policy_id, self.buffers, self.channels = cfg, policy_id, buffers, channels
+        self.weights, self.obs_space, self.action_space = weights, obs_space, action_space
+        self.num_threads = cfg.learner_main_loop_num_cores
+        slot_samples = buffers.spec.samples_per_slot
+        self.slots_per_iteration = math.ceil(cfg.batch_size * cfg.num_batches_per_epoch / slot_samples)
+
+    def init(self) -> None:
+        cfg = self.cfg
+        self.device = resolve_device(cfg)
+        if cfg.seed is not None:
+            torch.manual_seed(cfg.seed * 7919 + self.policy_id)
+        self.model = ActorCritic(cfg, self.obs_space, self.action_space)
+        self.weights.load_into(self.model)  # the runner's initial weights: identical in every process
+        self.model.to(self.device).train()
+        self.algo = PPOAlgorithm(cfg, self.model, self.device)
+        self.version = 0
+        self.env_steps = 0
+        self.ckpt_dir = checkpoint_dir(cfg, self.policy_id)
+        loaded = load_latest_checkpoint(self.ckpt_dir, map_location=self.device)
+        if loaded is not None:
+            state, path = loaded
+            self.model.load_state_dict(state["model"])
+            self.algo.load_state_dict(state["algo"])
+            self.version, self.env_steps = state["policy_version"], state["env_steps"]
+            self.report("resumed", {"path": str(path), "env_steps": self.env_steps, "version": self.version})
+        self.weights.publish(self.model, self.version)
+        self.pending: list[int] = []
+        self.last_save = time.monotonic()
+        self.activity = "waiting for rollouts"
+
+    def on_message(self, msg: tuple) -> None:
+        if msg[0] == ROLLOUT:
+            self.pending.append(msg[2])
+        else:
+            raise RuntimeError(f"learner {self.policy_id}: unexpected message {msg!r}")
+
+    def on_idle(self) -> None:
+        while len(self.pending) >= self.slots_per_iteration and not self.stopped:
+            self._iteration()
+        if time.monotonic() - self.last_save > self.cfg.save_every_sec:
+            self.save()
+
+    def _iteration(self) -> None:
+        slots, self.pending = self.pending[: self.slots_per_iteration], self.pending[self.slots_per_iteration :]
+        self.activity = "copying a batch"
+        batch = self.buffers.gather(slots)
+        self._return_slots(slots)
+        samples = len(slots) * self.buffers.spec.samples_per_slot
+        self.env_steps += samples
+        if self.cfg.sampler_only:
+            self.report("train", {"samples": samples, "env_steps": self.env_steps, "version": self.version})
+            return
+        self.activity = "training"
+        t0 = time.monotonic()
+        self.algo.set_learning_rate(learning_rate_at(self.cfg, self.env_steps))
+        stats, self.version = self.algo.train(batch, self.version)
+        self.weights.publish(self.model, self.version)
+        stats.update(env_steps=self.env_steps, version=self.version, train_time=time.monotonic() - t0)
+        self.report("train", stats)
+        self.activity = "waiting for rollouts"
+
+    def _return_slots(self, slots: list[int]) -> None:
+        by_worker: dict[int, list[int]] = collections.defaultdict(list)
+        for s in slots:
+            by_worker[self.buffers.worker_of_slot(s)].append(s)
+        for w, ss in by_worker.items():
+            self.channels.actor[w].put((FREE_SLOTS, ss))
+
+    def save(self) -> None:
+        self.activity = "saving a checkpoint"
+        state = {
+            "model": self.model.state_dict(),
+            "algo": self.algo.state_dict(),
+            "policy_version": self.version,
+            "env_steps": self.env_steps,
+            "cfg": vars(self.cfg),
+        }
+        path = save_checkpoint(self.ckpt_dir, state, self.version, self.env_steps, self.cfg.keep_checkpoints)
+        self.last_save = time.monotonic()
+        self.report("checkpoint", str(path))
+
+    def finish(self) -> None:
+        if hasattr(self, "algo"):
+            self.save()

@@ -1,0 +1,110 @@
+"""Policy worker: drains every pending inference request of its policy, runs one batched forward pass, writes
+actions, log-probs, values and core states into the shared slot tensors, and tells each actor which of its
+splits are ready. New weights are picked up between batches when the learner has published a newer version."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from sample_factory.component import Component
+from sample_factory.messages import ACTIONS_READY, REQUEST, Channels
+from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers
+
+
+def resolve_device(cfg: Any) -> torch.device:
+    return torch.device("cuda" if cfg.device == "gpu" else "cpu")
+
+
+class PolicyWorker(Component):
+    role = "policy"
+
+    def __init__(
+        self,
+        cfg: Any,
+        policy_id: int,
+        worker_idx: int,
+        buffers: TrajectoryBuffers,
+        channels: Channels,
+        weights: SharedWeights,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+    ):
+        super().__init__((policy_id, worker_idx), channels.policy[policy_id], channels.report)
+        self.cfg, self.policy_id, self.buffers, self.channels = cfg, policy_id, buffers, channels
+        self.weights, self.obs_space, self.action_space = weights, obs_space, action_space
+        self.num_splits = cfg.worker_num_splits
+
+    def init(self) -> None:
+        self.device = resolve_device(self.cfg)
+        self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
+        self.version = self.weights.load_into(self.model)
+        self.requests_served = 0
+        self.batches = 0
+        self.activity = "waiting for requests"
+
+    def on_messages(self, msgs: list) -> None:
+        requests = [m for m in msgs if m[0] == REQUEST]
+        if len(requests) != len(msgs):
+            super().on_messages([m for m in msgs if m[0] != REQUEST])
+        if requests:
+            self.activity = "inference"
+            self._maybe_update_weights()
+            self._serve(requests)
+            self.activity = "waiting for requests"
+
+    def _maybe_update_weights(self) -> None:
+        if int(self.weights.version[0]) != self.version:
+            self.version = self.weights.load_into(self.model)
+
+    @torch.inference_mode()
+    def _serve(self, requests: list[tuple]) -> None:
+        b, dev, R = self.buffers, self.device, len(requests)
+        slots = torch.tensor([r[3] for r in requests])
+        ts = torch.tensor([r[4] for r in requests])
+        obs = b.obs[slots, ts]  # [R, n, *obs_shape]
+        n = obs.shape[1]
+        obs = obs.reshape(R * n, *obs.shape[2:]).to(dev, non_blocking=True)
+        h = None
+        if self.model.recurrent:
+            keep = (~b.is_first[slots, ts]).unsqueeze(-1)  # [R, n, 1]
+            h = (b.rnn_states[slots, ts] * keep).reshape(R * n, -1).to(dev)
+        params, values, h_new = self.model.forward_step(obs, h)
+        dist = self.model.distribution(params)
+        actions = dist.sample()
+        log_probs = dist.log_prob(actions)
+        b.actions[slots, ts] = actions.reshape(R, n, *b.actions.shape[3:]).to("cpu", b.actions.dtype)
+        b.log_probs[slots, ts] = log_probs.view(R, n).cpu()
+        b.values[slots, ts] = values.view(R, n).cpu()
+        b.policy_version[slots, ts] = self.version
+        if h_new is not None:
+            b.rnn_states[slots, ts + 1] = h_new.view(R, n, -1).cpu()
+        for r in requests:
+            if r[5]:
+                self._final_values(r)
+        ready: dict[int, list[int]] = collections.defaultdict(list)
+        for r in requests:
+            ready[r[1]].append(r[2])
+        for actor_idx, splits in ready.items():
+            self.channels.actor[actor_idx].put((ACTIONS_READY, splits))
+        self.requests_served += R
+        self.batches += 1
+
+    def _final_values(self, request: tuple) -> None:
+        """V(final observation) of the envs whose episode was truncated at step t - 1 (value bootstrap)."""
+        _, actor_idx, split_idx, slot, t, _ = request
+        b = self.buffers
+        mask = b.truncated[slot, t - 1]  # [n]
+        final_obs = b.final_obs[actor_idx * self.num_splits + split_idx].to(self.device)
+        h = b.rnn_states[slot, t].to(self.device) if self.model.recurrent else None  # state before the reset
+        _, values, _ = self.model.forward_step(final_obs, h)
+        b.final_values[slot, t - 1] = torch.where(mask, values.cpu(), torch.zeros(()))
+
+    def on_idle(self) -> None:
+        if self.batches >= 200:
+            self.report("inference", (self.policy_id, self.requests_served, self.batches))
+            self.requests_served = self.batches = 0

@@ -1,0 +1,294 @@
+"""Runner: the parent process. Resolves the config, probes the env, allocates shared memory, starts every
+component (processes, or one thread in serial mode), reads reports, prints progress, writes summaries, decides
+when to stop and shuts everything down. It steps no env and trains nothing."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sample_factory.actor_worker import ActorWorker
+from sample_factory.component import Component, SerialDriver, process_main
+from sample_factory.envs.env_utils import probe_env_spaces
+from sample_factory.heartbeat import HeartbeatMonitor
+from sample_factory.learner import Learner
+from sample_factory.messages import REPORT, STOP, Channels
+from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.policy_worker import PolicyWorker
+from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
+from sample_factory.summaries import ProgressTracker, SummaryWriters
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def experiment_dir(cfg: Any) -> Path:
+    return Path(cfg.train_dir) / cfg.experiment
+
+
+def prepare_experiment_dir(cfg: Any) -> Path:
+    d = experiment_dir(cfg)
+    if d.exists() and cfg.restart_behavior == "overwrite":
+        shutil.rmtree(d)
+    elif d.exists() and cfg.restart_behavior == "restart":
+        d.rename(d.with_name(f"{d.name}_archived_{time.strftime('%Y%m%d_%H%M%S')}"))
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "cfg.json", "w") as f:
+        json.dump(vars(cfg), f, indent=2, sort_keys=True)
+    return d
+
+
+def resolve_device_flag(cfg: Any) -> None:
+    if cfg.device == "auto":
+        cfg.device = "gpu" if torch.cuda.is_available() else "cpu"
+    elif cfg.device == "gpu" and not torch.cuda.is_available():
+        raise RuntimeError("--device=gpu but no CUDA GPU is visible to torch; use --device=cpu")
+
+
+class Runner:
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.stop_reason: str | None = None
+        self.exit_code = 0
+        self.signals_received = 0
+
+    # ---- set-up -------------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg = self.cfg
+        resolve_device_flag(cfg)
+        if cfg.seed is not None:
+            torch.manual_seed(cfg.seed)
+            np.random.seed(cfg.seed)
+        self.obs_space, self.action_space = probe_env_spaces(cfg, in_subprocess=not cfg.serial_mode)
+        self.exp_dir = prepare_experiment_dir(cfg)
+        # The initial weights are made once here, so policy workers and learners start identical.
+        model = ActorCritic(cfg, self.obs_space, self.action_space)
+        spec = make_buffer_spec(cfg, self.obs_space, self.action_space, model.rnn_state_size)
+        self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
+        self.ctx = None if cfg.serial_mode else mp_context()
+        self.weights = []
+        for _ in range(cfg.num_policies):
+            w = SharedWeights.for_model(model, self.ctx.Lock() if self.ctx else _NoLock())
+            w.publish(model, 0)
+            self.weights.append(w)
+        self.channels = Channels(cfg.num_workers, cfg.num_policies, serial=cfg.serial_mode)
+        self.components = self._make_components()
+        self.progress = ProgressTracker(cfg)
+        self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies)
+        self.monitor = HeartbeatMonitor(cfg.heartbeat_timeout_sec)
+        log(
+            f"experiment {self.exp_dir} | env {cfg.env} obs {self.obs_space.shape} actions {self.action_space} | "
+            f"{cfg.num_workers} workers x {cfg.num_envs_per_worker} envs, {spec.num_slots} trajectory slots "
+            f"({self.buffers.nbytes() / 2**20:.1f} MiB) | device {cfg.device} | "
+            f"{'serial' if cfg.serial_mode else 'async' if cfg.async_rl else 'sync'} mode"
+        )
+
+    def _make_components(self) -> list[Component]:
+        cfg, b, ch = self.cfg, self.buffers, self.channels
+        spaces = (self.obs_space, self.action_space)
+        comps: list[Component] = []
+        for p in range(cfg.num_policies):
+            comps.append(Learner(cfg, p, b, ch, self.weights[p], *spaces))
+            for i in range(cfg.policy_workers_per_policy):
+                comps.append(PolicyWorker(cfg, p, i, b, ch, self.weights[p], *spaces))
+        comps += [ActorWorker(cfg, w, b, ch) for w in range(cfg.num_workers)]
+        return comps
+
+    # ---- running ------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.processes: dict[tuple, Any] = {}
+        self.driver = None
+        try:
+            self.setup()
+            self._start()
+            self._main_loop()
+        except Exception as e:
+            self.exit_code = 1
+            log(f"ERROR: {type(e).__name__}: {e}")
+            if os.environ.get("SF_DEBUG"):
+                raise
+        finally:
+            self._shutdown()
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+        return self.exit_code
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signals_received += 1
+        if self.stop_reason is None:
+            self.stop_reason = f"{signal.Signals(signum).name} received"
+
+    def _start(self) -> None:
+        self.start_time = time.monotonic()
+        if self.cfg.serial_mode:
+            self.driver = SerialDriver(self.components)
+            self.driver.init()
+            return
+        for c in self.components:
+            proc = self.ctx.Process(
+                target=process_main, args=(c, self.cfg.heartbeat_interval), name=c.name, daemon=False
+            )
+            proc.start()
+            key = (c.role, c.index)
+            self.processes[key] = proc
+            self.monitor.seen(key, "starting")
+        self.finished: set[tuple] = set()
+
+    def _main_loop(self) -> None:
+        cfg = self.cfg
+        last_print = last_summary = time.monotonic()
+        while self.stop_reason is None:
+            if self.driver is not None:
+                for _ in range(20):
+                    if not self.driver.step():
+                        break
+                reports = self.channels.report.get_many(block=False)
+            else:
+                reports = self.channels.report.get_many(timeout=0.1)
+            for r in reports:
+                self._on_report(r)
+            now = time.monotonic()
+            if now - last_print >= cfg.report_interval_sec:
+                last_print = now
+                log(self.progress.line())
+                self.summaries.progress_row(self.progress)
+            if now - last_summary >= cfg.experiment_summaries_interval:
+                last_summary = now
+                self.summaries.write(self.progress)
+            self._check_stop(now)
+
+    def _on_report(self, r: tuple) -> None:
+        assert r[0] == REPORT, r
+        _, role, index, kind, payload = r
+        key = (role, index)
+        if kind == "heartbeat":
+            self.monitor.seen(key, payload)
+            return
+        self.monitor.seen(key)
+        if kind == "samples":
+            policy, steps, episodes = payload
+            self.progress.add_samples(policy, steps, episodes)
+        elif kind == "train":
+            self.progress.add_train_stats(index, payload)
+            self.summaries.add_train_stats(index, payload)
+        elif kind == "inference":
+            self.progress.add_inference(*payload)
+        elif kind == "resumed":
+            self.progress.resume(index, payload["env_steps"])
+            log(f"policy {index} resumed from {payload['path']} at {payload['env_steps']} env steps")
+        elif kind == "checkpoint":
+            self.progress.last_checkpoint[index] = payload
+        elif kind == "timing":
+            self.progress.timing[role].append(payload)
+        elif kind == "error":
+            log(f"ERROR in {role} {index}: {payload[0]}\n{payload[1]}")
+            self.exit_code = 1
+            self.stop_reason = self.stop_reason or f"{role} {index} failed"
+        elif kind == "finished":
+            self.monitor.forget(key)
+            if getattr(self, "finished", None) is not None:
+                self.finished.add(key)
+        elif kind == "started":
+            pass
+
+    def _check_stop(self, now: float) -> None:
+        cfg = self.cfg
+        if self.progress.total_env_steps() >= cfg.train_for_env_steps:
+            self.stop_reason = f"reached {cfg.train_for_env_steps} env steps"
+        elif now - self.start_time >= cfg.train_for_seconds:
+            self.stop_reason = f"reached {cfg.train_for_seconds} s"
+        for key, proc in self.processes.items():
+            if not proc.is_alive() and key not in self.finished:
+                self.exit_code = 1
+                self.stop_reason = f"{key[0]} {key[1]} died unexpectedly (exit code {proc.exitcode})"
+                return
+        for key, silent_for, activity in self.monitor.stale():
+            self.exit_code = 1
+            self.stop_reason = f"{key[0]} {key[1]} silent for {silent_for:.0f} s (last activity: {activity})"
+            return
+
+    # ---- shutdown -----------------------------------------------------------------------------------------
+    def _shutdown(self) -> None:
+        if self.stop_reason:
+            log(f"stopping: {self.stop_reason}")
+        if not hasattr(self, "channels"):
+            return
+        # Actors first so no new rollouts arrive, then policy workers, then learners (which save checkpoints).
+        order = ("actor", "policy", "learner")
+        comps = sorted(self.components, key=lambda c: order.index(c.role))
+        if self.driver is not None:
+            try:
+                self.driver.finish()
+            except Exception as e:
+                log(f"ERROR during shutdown: {type(e).__name__}: {e}")
+                self.exit_code = 1
+            for r in self.channels.report.get_many(block=False):
+                self._on_report(r)
+        else:
+            self._stop_processes(comps)
+        self._final_report()
+        self.summaries.write(self.progress)
+        self.summaries.close()
+        self.channels.close()
+
+    def _stop_processes(self, comps: list[Component]) -> None:
+        deadline = time.monotonic() + self.cfg.shutdown_timeout_sec
+        for c in comps:
+            try:
+                c.inbox.put((STOP,), timeout=1.0)
+            except Exception:
+                pass  # a full or broken inbox: the process is terminated below
+        for key, proc in self.processes.items():
+            while proc.is_alive() and time.monotonic() < deadline:
+                for r in self.channels.report.get_many(timeout=0.05):
+                    self._on_report(r)
+            if proc.is_alive():
+                log(f"{key[0]} {key[1]} did not stop in time, terminating it")
+                proc.terminate()
+        for key, proc in self.processes.items():
+            proc.join(2.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(2.0)
+        for r in self.channels.report.get_many(block=False):
+            self._on_report(r)
+
+    def _final_report(self) -> None:
+        elapsed = time.monotonic() - getattr(self, "start_time", time.monotonic())
+        log(self.progress.line())
+        log(self.progress.final_summary(elapsed))
+        log(f"experiment folder: {self.exp_dir}")
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def mp_context():
+    """forkserver with torch preloaded: children start in well under a second, and none inherits a parent that
+    used torch's thread pool (a forked child running a multi-threaded op after that deadlocks)."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "sample_factory.runner"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def run(cfg: Any) -> int:
+    return Runner(cfg).run()
+

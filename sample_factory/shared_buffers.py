@@ -1,0 +1,215 @@
+"""Shared-memory trajectory tensors and the bounded pool of rollout slots.
+
+A *slot* holds the rollout of one split of one actor worker: n envs (agents) stepped in lockstep for T steps.
+Slot tensors (S slots in total, T = --rollout, n = envs per split):
+
+    obs             [S, T+1, n, *obs_shape]  obs[t] is seen before step t; obs[T] bootstraps the rollout
+    rnn_states      [S, T+2, n, H]           core state fed with obs[t], raw (reset where is_first);
+                                             [T+1] is the state after position T, carried to the next slot
+    is_first        [S, T+1, n]    bool      obs[t] starts an episode, so the core state must be reset
+    actions         [S, T+1, n, *act_shape]  written by policy workers ([T] is carried to the next slot)
+    log_probs       [S, T+1, n]    f32       behaviour log-probability of the action
+    values          [S, T+1, n]    f32       behaviour value estimate
+    policy_version  [S, T+1, n]    i64       version of the weights that produced the action
+    rewards         [S, T, n]      f32       raw env reward of step t
+    dones           [S, T, n]      bool      step t ended the episode (terminated or truncated)
+    truncated       [S, T, n]      bool      step t ended the episode by a time limit
+    final_values    [S, T, n]      f32       V(final observation) where truncated (value bootstrap)
+
+Per split (actor_idx * splits + split_idx), a side area for the final observation of truncated episodes,
+read by policy workers to compute `final_values`:
+
+    final_obs       [num_splits_total, n, *obs_shape]
+
+Slots are owned by actor workers: worker w owns `slots_of_worker(w)` and only it writes into them; a slot index
+travels to the learner when the rollout is complete and comes back when the learner has copied it out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+def torch_dtype(np_dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, dtype=np_dtype)).dtype
+
+
+@dataclass
+class BufferSpec:
+    num_workers: int
+    splits_per_worker: int
+    envs_per_split: int
+    rollout: int
+    slots_per_split: int
+    obs_shape: tuple
+    obs_dtype: torch.dtype
+    action_shape: tuple
+    action_dtype: torch.dtype
+    rnn_size: int  # 0 when the model has no recurrent core
+
+    @property
+    def slots_per_worker(self) -> int:
+        return self.splits_per_worker * self.slots_per_split
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_workers * self.slots_per_worker
+
+    @property
+    def samples_per_slot(self) -> int:
+        return self.envs_per_split * self.rollout
+
+
+def slots_per_split_for(cfg, envs_per_split: int) -> int:
+    """Enough slots that the learner can hold one iteration (plus the accumulation allowance) while every split
+    still fills a slot; in sync mode exactly one iteration's worth, so no sample is collected ahead."""
+    splits = cfg.num_workers * cfg.worker_num_splits
+    slot_samples = envs_per_split * cfg.rollout
+    iteration_slots = math.ceil(cfg.batch_size * cfg.num_batches_per_epoch / slot_samples)
+    if not cfg.async_rl:
+        return max(1, iteration_slots // splits)
+    accumulate_slots = math.ceil(cfg.batch_size * cfg.num_minibatches_to_accumulate / slot_samples)
+    return max(cfg.min_traj_buffers_per_worker, math.ceil((iteration_slots + accumulate_slots) / splits) + 1)
+
+
+def make_buffer_spec(cfg, obs_space: gym.Space, action_space: gym.Space, rnn_size: int) -> BufferSpec:
+    envs_per_split = cfg.num_envs_per_worker // cfg.worker_num_splits
+    if isinstance(action_space, gym.spaces.Discrete):
+        action_shape, action_dtype = (), torch.int64
+    else:
+        action_shape, action_dtype = tuple(action_space.shape), torch.float32
+    return BufferSpec(
+        num_workers=cfg.num_workers,
+        splits_per_worker=cfg.worker_num_splits,
+        envs_per_split=envs_per_split,
+        rollout=cfg.rollout,
+        slots_per_split=slots_per_split_for(cfg, envs_per_split),
+        obs_shape=tuple(obs_space.shape),
+        obs_dtype=torch_dtype(obs_space.dtype),
+        action_shape=action_shape,
+        action_dtype=action_dtype,
+        rnn_size=rnn_size,
+    )
+
+
+class TrajectoryBuffers:
+    """The slot tensors of one run, allocated once (shared memory in multi-process mode)."""
+
+    SLOT_KEYS = (
+        "obs",
+        "rnn_states",
+        "is_first",
+        "actions",
+        "log_probs",
+        "values",
+        "policy_version",
+        "rewards",
+        "dones",
+        "truncated",
+        "final_values",
+    )
+
+    def __init__(self, spec: BufferSpec, share: bool = True):
+        self.spec = spec
+        S, T, n = spec.num_slots, spec.rollout, spec.envs_per_split
+        h = max(spec.rnn_size, 1)  # a 1-wide dummy keeps indexing uniform for models without a core
+        self.obs = torch.zeros((S, T + 1, n, *spec.obs_shape), dtype=spec.obs_dtype)
+        self.rnn_states = torch.zeros((S, T + 2, n, h), dtype=torch.float32)
+        self.is_first = torch.zeros((S, T + 1, n), dtype=torch.bool)
+        self.actions = torch.zeros((S, T + 1, n, *spec.action_shape), dtype=spec.action_dtype)
+        self.log_probs = torch.zeros((S, T + 1, n), dtype=torch.float32)
+        self.values = torch.zeros((S, T + 1, n), dtype=torch.float32)
+        self.policy_version = torch.zeros((S, T + 1, n), dtype=torch.int64)
+        self.rewards = torch.zeros((S, T, n), dtype=torch.float32)
+        self.dones = torch.zeros((S, T, n), dtype=torch.bool)
+        self.truncated = torch.zeros((S, T, n), dtype=torch.bool)
+        self.final_values = torch.zeros((S, T, n), dtype=torch.float32)
+        num_splits = spec.num_workers * spec.splits_per_worker
+        self.final_obs = torch.zeros((num_splits, n, *spec.obs_shape), dtype=spec.obs_dtype)
+        if share:
+            for t in self.tensors().values():
+                t.share_memory_()
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {k: getattr(self, k) for k in (*self.SLOT_KEYS, "final_obs")}
+
+    def slots_of_worker(self, worker_idx: int) -> list[int]:
+        k = self.spec.slots_per_worker
+        return list(range(worker_idx * k, (worker_idx + 1) * k))
+
+    def worker_of_slot(self, slot: int) -> int:
+        return slot // self.spec.slots_per_worker
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors().values())
+
+    def gather(self, slots: list[int]) -> dict[str, torch.Tensor]:
+        """Copy the given slots out as trajectories: every tensor becomes [len(slots) * n, T(+1), ...]."""
+        idx = torch.as_tensor(slots, dtype=torch.long)
+        out = {}
+        for k in self.SLOT_KEYS:
+            x = getattr(self, k).index_select(0, idx)  # [k, L, n, ...] (a copy)
+            out[k] = x.transpose(1, 2).reshape(-1, *x.shape[1:2], *x.shape[3:])
+        return out
+
+
+class SlotPool:
+    """The free slots of one actor worker. Never blocks: an empty pool is reported to the caller, which parks
+    the split until the learner returns slots (explicit, bounded backpressure)."""
+
+    def __init__(self, slots: list[int]):
+        self.free = list(slots)
+        self.capacity = len(slots)
+
+    def acquire(self) -> int | None:
+        return self.free.pop(0) if self.free else None
+
+    def release(self, slots: list[int]) -> None:
+        for s in slots:
+            if s in self.free:
+                raise RuntimeError(f"slot {s} returned twice")
+        self.free.extend(slots)
+        if len(self.free) > self.capacity:
+            raise RuntimeError("slot pool over capacity: a slot was returned that this worker does not own")
+
+
+class SharedWeights:
+    """The published weights of one policy: a flat shared tensor with every parameter and buffer, and a version
+    counter. The learner writes under the lock, policy workers copy out under it; both copies are memcpys."""
+
+    def __init__(self, num_values: int, lock):
+        self.flat = torch.zeros(num_values, dtype=torch.float32).share_memory_()
+        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.lock = lock
+
+    @staticmethod
+    def tensors_of(model: torch.nn.Module) -> list[torch.Tensor]:
+        return [*model.parameters(), *(b for b in model.buffers() if b.is_floating_point())]
+
+    @classmethod
+    def for_model(cls, model: torch.nn.Module, lock) -> SharedWeights:
+        return cls(sum(t.numel() for t in cls.tensors_of(model)), lock)
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        with torch.no_grad():
+            flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in self.tensors_of(model)])
+            with self.lock:
+                self.flat.copy_(flat)
+                self.version[0] = version
+
+    def load_into(self, model: torch.nn.Module) -> int:
+        """Copy the published weights into `model`; returns their version."""
+        with self.lock:
+            flat = self.flat.clone()
+            version = int(self.version[0])
+        with torch.no_grad():
+            offset = 0
+            for t in self.tensors_of(model):
+                t.copy_(flat[offset : offset + t.numel()].view_as(t))
+                offset += t.numel()
+        return version

@@ -1,0 +1,149 @@
+"""What the runner knows about a run: FPS windows, episode statistics, learner statistics, timing; the progress
+line, TensorBoard summaries per policy (tensorboardX) and `progress.csv`."""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tensorboardX import SummaryWriter
+
+FPS_WINDOWS = (10, 60, 300)
+
+
+class ProgressTracker:
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        P = cfg.num_policies
+        self.start = time.monotonic()
+        self.env_steps = [0] * P  # collected by actors, plus what a resumed checkpoint had
+        self.resumed_steps = [0] * P
+        self.episodes = [collections.deque(maxlen=cfg.stats_avg) for _ in range(P)]
+        self.num_episodes = [0] * P
+        self.train_stats: list[dict] = [{} for _ in range(P)]
+        self.samples_trained = [0] * P
+        self.dropped_samples = [0] * P
+        self.history: collections.deque = collections.deque([(self.start, 0)], maxlen=2000)
+        self.inference = collections.Counter()
+        self.last_checkpoint: dict[int, str] = {}
+        self.timing: dict[str, list[dict]] = collections.defaultdict(list)
+
+    def total_env_steps(self) -> int:
+        return sum(self.env_steps)
+
+    def resume(self, policy: int, env_steps: int) -> None:
+        self.env_steps[policy] += env_steps
+        self.resumed_steps[policy] = env_steps
+
+    def add_samples(self, policy: int, steps: int, episodes: list[tuple[float, int]]) -> None:
+        self.env_steps[policy] += steps
+        self.episodes[policy].extend(episodes)
+        self.num_episodes[policy] += len(episodes)
+        now = time.monotonic()
+        if now - self.history[-1][0] > 0.2:
+            self.history.append((now, self.total_env_steps() - sum(self.resumed_steps)))
+
+    def add_train_stats(self, policy: int, stats: dict) -> None:
+        self.train_stats[policy] = stats
+        self.samples_trained[policy] += stats.get("samples", 0)
+        self.dropped_samples[policy] += stats.get("dropped_samples", 0)
+
+    def add_inference(self, policy: int, requests: int, batches: int) -> None:
+        self.inference["requests", policy] += requests
+        self.inference["batches", policy] += batches
+
+    def fps(self, window: float) -> float:
+        now = time.monotonic()
+        t_last, s_last = self.history[-1]
+        for t, s in self.history:
+            if now - t <= window:
+                return (s_last - s) / max(t_last - t, 1e-6) if t_last > t else 0.0
+        return 0.0
+
+    def reward_mean(self, policy: int) -> float:
+        eps = self.episodes[policy]
+        return float(np.mean([r for r, _ in eps])) if eps else float("nan")
+
+    def length_mean(self, policy: int) -> float:
+        eps = self.episodes[policy]
+        return float(np.mean([n for _, n in eps])) if eps else float("nan")
+
+    def line(self) -> str:
+        total = self.total_env_steps()
+        target = self.cfg.train_for_env_steps
+        fps = "/".join(f"{self.fps(w):.0f}" for w in FPS_WINDOWS)
+        parts = [f"FPS 10s/60s/300s: {fps}", f"env steps: {total}"]
+        if target < 1e10:
+            f10 = self.fps(10)
+            eta = (target - total) / f10 if f10 > 0 else float("inf")
+            parts[-1] += f" ({100 * total / target:.1f}%, ETA {eta:.0f} s)"
+        parts.append(f"samples trained: {sum(self.samples_trained)}")
+        for p, st in enumerate(self.train_stats):
+            if st:
+                parts.append(
+                    f"p{p} lag min/avg/max {st['policy_lag_min']:.0f}/{st['policy_lag_avg']:.1f}/"
+                    f"{st['policy_lag_max']:.0f}"
+                )
+        for p in range(len(self.episodes)):
+            parts.append(f"p{p} reward {self.reward_mean(p):.1f} ({self.num_episodes[p]} episodes)")
+        return " | ".join(parts)
+
+    def final_summary(self, elapsed: float) -> str:
+        collected = self.total_env_steps() - sum(self.resumed_steps)
+        lines = [f"done: {collected} env steps in {elapsed:.1f} s, {collected / max(elapsed, 1e-6):.0f} FPS overall"]
+        for role, reports in sorted(self.timing.items()):
+            total: collections.Counter = collections.Counter()
+            for r in reports:
+                total.update(r)
+            per = ", ".join(f"{k} {v / len(reports):.1f} s" for k, v in sorted(total.items()))
+            lines.append(f"  {role} (avg of {len(reports)}): {per}")
+        for p in range(len(self.episodes)):
+            lines.append(
+                f"  policy {p}: reward {self.reward_mean(p):.2f}, {self.num_episodes[p]} episodes, "
+                f"{self.dropped_samples[p]} samples dropped for lag, checkpoint {self.last_checkpoint.get(p)}"
+            )
+        return "\n".join(lines)
+
+
+class SummaryWriters:
+    """One TensorBoard writer per policy under <experiment>/.summary/<policy>/, x axis = env steps."""
+
+    def __init__(self, exp_dir: Path, num_policies: int):
+        self.writers = [SummaryWriter(str(exp_dir / ".summary" / str(p)), flush_secs=10) for p in range(num_policies)]
+        self.csv = open(exp_dir / "progress.csv", "a")
+        if self.csv.tell() == 0:
+            self.csv.write("time_s,env_steps,fps_10s," + ",".join(f"reward_p{p}" for p in range(num_policies)) + "\n")
+        self.pending_train: list[list[dict]] = [[] for _ in range(num_policies)]
+
+    def add_train_stats(self, policy: int, stats: dict) -> None:
+        self.pending_train[policy].append(stats)
+
+    def write(self, progress: ProgressTracker) -> None:
+        fps = progress.fps(10)
+        for p, w in enumerate(self.writers):
+            step = progress.env_steps[p]
+            w.add_scalar("perf/fps", fps, step)
+            if progress.episodes[p]:
+                w.add_scalar("reward/mean", progress.reward_mean(p), step)
+                w.add_scalar("reward/episode_length", progress.length_mean(p), step)
+            for st in self.pending_train[p]:
+                x = st.get("env_steps", step)
+                for k, v in st.items():
+                    if isinstance(v, (int, float)) and k not in ("env_steps",):
+                        tag = f"policy_lag/{k[11:]}" if k.startswith("policy_lag_") else f"train/{k}"
+                        w.add_scalar(tag, v, x)
+            self.pending_train[p] = []
+
+    def progress_row(self, progress: ProgressTracker) -> None:
+        rewards = ",".join(f"{progress.reward_mean(p):.3f}" for p in range(len(self.writers)))
+        elapsed = time.monotonic() - progress.start
+        self.csv.write(f"{elapsed:.2f},{progress.total_env_steps()},{progress.fps(10):.1f},{rewards}\n")
+        self.csv.flush()
+
+    def close(self) -> None:
+        for w in self.writers:
+            w.close()
+        self.csv.close()

@@ -1,0 +1,52 @@
+"""Build script for sample_factory.
+
+setup.py is the single source of truth for package metadata and dependencies;
+pyproject.toml only carries tool configuration (ruff, pytest) and the build-system table.
+Exact, reproducible versions live in constraints.txt (see `make venv`).
+"""
+
+from setuptools import find_packages, setup
+
+INSTALL_REQUIRES = [
+    "torch",
+    "faster-fifo",
+    "gymnasium>=1.0",
+    "tensorboardX",
+    "numpy",
+    "psutil",
+    "threadpoolctl",
+]
+
+EXTRAS_REQUIRE = {
+    "atari": ["ale-py", "opencv-python-headless"],
+    "mujoco": ["mujoco", "gymnasium[mujoco]"],
+    "vizdoom": ["vizdoom"],
+    "envpool": ["envpool"],
+    "pettingzoo": ["pettingzoo"],
+    "video": ["imageio", "imageio-ffmpeg"],
+    "plot": ["matplotlib"],
+    "onnx": ["onnx", "onnxruntime"],
+    "dev": ["pytest", "pytest-timeout", "ruff"],
+}
+
+setup(
+    name="sample_factory",
+    version="0.1.0",
+    description="Asynchronous multi-process PPO/APPO reinforcement learning framework",
+    python_requires=">=3.10",
+    packages=find_packages(exclude=["tests", "tests.*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    entry_points={
+        "console_scripts": [
+            "sf-train=sample_factory.train:main",
+            "sf-enjoy=sample_factory.enjoy:main",
+        ],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Operating System :: POSIX :: Linux",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

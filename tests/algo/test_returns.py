@@ -1,0 +1,125 @@
+import math
+
+import pytest
+import torch
+
+from sample_factory.algo.returns import calculate_gae, calculate_vtrace
+
+T, B = 17, 5
+
+
+def _random_batch(seed: int, done_prob: float = 0.2):
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(T, B, generator=g)
+    dones = (torch.rand(T, B, generator=g) < done_prob).float()
+    values = torch.randn(T + 1, B, generator=g)
+    log_rhos = torch.rand(T, B, generator=g) * 4.0 - 2.0  # [-2, 2]: clipping is active for many entries
+    return rewards, dones, values, log_rhos
+
+
+def _vtrace_reference(rewards, dones, values, log_rhos, gamma, rho_bar, c_bar):
+    """Direct recursive definition, one env and one step at a time, with python floats."""
+    r, d, v, lr = rewards.tolist(), dones.tolist(), values.tolist(), log_rhos.tolist()
+    vs = [[0.0] * B for _ in range(T)]
+    adv = [[0.0] * B for _ in range(T)]
+    for b in range(B):
+        vs_next = v[T][b]  # vs_T = V(x_T)
+        for t in reversed(range(T)):
+            rho = math.exp(lr[t][b])
+            rho_c = min(rho_bar, rho)
+            c = min(c_bar, rho)
+            disc = gamma * (1.0 - d[t][b])
+            delta = rho_c * (r[t][b] + disc * v[t + 1][b] - v[t][b])
+            vs[t][b] = v[t][b] + delta + disc * c * (vs_next - v[t + 1][b])
+            adv[t][b] = rho_c * (r[t][b] + disc * vs_next - v[t][b])
+            vs_next = vs[t][b]
+    return torch.tensor(vs), torch.tensor(adv)
+
+
+def _gae_reference(rewards, dones, values, gamma, lam):
+    r, d, v = rewards.tolist(), dones.tolist(), values.tolist()
+    adv = [[0.0] * B for _ in range(T)]
+    for b in range(B):
+        running = 0.0
+        for t in reversed(range(T)):
+            nonterminal = 1.0 - d[t][b]
+            delta = r[t][b] + gamma * nonterminal * v[t + 1][b] - v[t][b]
+            running = delta + gamma * lam * nonterminal * running
+            adv[t][b] = running
+    adv_t = torch.tensor(adv)
+    return adv_t, adv_t + values[:T]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("rho_bar", [1.0, 0.5])
+@pytest.mark.parametrize("c_bar", [1.0, 0.5])
+def test_vtrace_matches_reference(seed, rho_bar, c_bar):
+    rewards, dones, values, log_rhos = _random_batch(seed)
+    assert dones.sum() > 0
+    vs, adv = calculate_vtrace(rewards, dones, values, log_rhos, gamma=0.97, rho_bar=rho_bar, c_bar=c_bar)
+    vs_ref, adv_ref = _vtrace_reference(rewards, dones, values, log_rhos, 0.97, rho_bar, c_bar)
+    assert vs.shape == (T, B) and adv.shape == (T, B)
+    assert vs.dtype == torch.float32
+    torch.testing.assert_close(vs, vs_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(adv, adv_ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("lam", [0.0, 0.95, 1.0])
+def test_gae_matches_reference(seed, lam):
+    rewards, dones, values, _ = _random_batch(seed)
+    adv, ret = calculate_gae(rewards, dones, values, gamma=0.99, gae_lambda=lam)
+    adv_ref, ret_ref = _gae_reference(rewards, dones, values, 0.99, lam)
+    torch.testing.assert_close(adv, adv_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ret, ret_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ret, adv + values[:T])
+
+
+def test_vtrace_on_policy_equals_gae_lambda_one():
+    rewards, dones, values, _ = _random_batch(3)
+    zero = torch.zeros(T, B)
+    vs, pg_adv = calculate_vtrace(rewards, dones, values, zero, gamma=0.95, rho_bar=1.0, c_bar=1.0)
+    gae_adv, gae_ret = calculate_gae(rewards, dones, values, gamma=0.95, gae_lambda=1.0)
+    torch.testing.assert_close(vs, gae_ret, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(pg_adv, gae_adv, atol=1e-5, rtol=1e-5)
+
+
+def test_done_stops_bootstrapping():
+    rewards, _, values, _ = _random_batch(4)
+    dones = torch.zeros(T, B)
+    t_done = 6
+    dones[t_done] = 1.0
+    vs, pg_adv = calculate_vtrace(rewards, dones, values, torch.zeros(T, B), gamma=0.99)
+    # With rho = 1 and a terminal step: vs_t = V_t + (r_t - V_t) = r_t; nothing after t leaks in.
+    torch.testing.assert_close(vs[t_done], rewards[t_done])
+    torch.testing.assert_close(pg_adv[t_done], rewards[t_done] - values[t_done])
+
+    # Changing anything after the episode end must not change targets at or before it.
+    rewards2, values2 = rewards.clone(), values.clone()
+    rewards2[t_done + 1 :] += 10.0
+    values2[t_done + 1 :] -= 10.0
+    vs2, _ = calculate_vtrace(rewards2, dones, values2, torch.zeros(T, B), gamma=0.99)
+    torch.testing.assert_close(vs2[: t_done + 1], vs[: t_done + 1])
+    adv_a, _ = calculate_gae(rewards, dones, values, gamma=0.99, gae_lambda=0.9)
+    adv_b, _ = calculate_gae(rewards2, dones, values2, gamma=0.99, gae_lambda=0.9)
+    torch.testing.assert_close(adv_b[: t_done + 1], adv_a[: t_done + 1])
+
+
+def test_last_step_bootstraps_from_final_value():
+    rewards = torch.tensor([[1.0]])  # [T=1, B=1]
+    dones = torch.zeros(1, 1)
+    values = torch.tensor([[0.5], [2.0]])  # [T+1, B]
+    vs, pg_adv = calculate_vtrace(rewards, dones, values, torch.zeros(1, 1), gamma=0.5)
+    assert vs.item() == pytest.approx(1.0 + 0.5 * 2.0)
+    assert pg_adv.item() == pytest.approx(1.0 + 0.5 * 2.0 - 0.5)
+    adv, ret = calculate_gae(rewards, dones, values, gamma=0.5, gae_lambda=0.9)
+    assert ret.item() == pytest.approx(2.0)
+
+
+def test_no_grad_and_bad_shapes():
+    rewards, dones, values, log_rhos = _random_batch(5)
+    values.requires_grad_(True)
+    vs, adv = calculate_vtrace(rewards, dones, values, log_rhos, gamma=0.99)
+    assert not vs.requires_grad and not adv.requires_grad
+    with pytest.raises(ValueError):
+        calculate_gae(rewards, dones, values[:T], gamma=0.99, gae_lambda=0.95)
