@@ -122,7 +122,9 @@ class ActorWorker(Component):
 
     def _step_envs(self, s: int) -> None:
         slot, t, group, b = self.slot[s], self.t[s], self.groups[s], self.np
+        t0 = time.perf_counter()
         finished = group.step(b["actions"][slot, t])
+        self.timing["env_step"] += time.perf_counter() - t0
         b["rewards"][slot, t] = group.rewards
         b["dones"][slot, t] = group.dones
         b["truncated"][slot, t] = group.truncated
@@ -195,4 +197,3 @@ class ActorWorker(Component):
             self._report_progress(time.monotonic())
             for g in self.groups:
                 g.close()
-

@@ -50,7 +50,14 @@ def _num(v: str) -> float:
 _BOOL = str2bool
 OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
     "Basic": [
-        ("env", (), str, None, "Environment name: any registered gymnasium id (CartPole-v1) or a registered custom env.", {}),
+        (
+            "env",
+            (),
+            str,
+            None,
+            "Environment name: any registered gymnasium id (CartPole-v1) or a registered custom env.",
+            {},
+        ),
         ("experiment", (), str, "default_experiment", "Experiment name; its folder is <train_dir>/<experiment>.", {}),
         ("train_dir", (), str, "./train_dir", "Root folder for experiments.", {}),
         (
@@ -112,7 +119,14 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             "Step the envs of a worker a different random number of times at start so episodes are decorrelated.",
             {},
         ),
-        ("force_envs_single_thread", (), _BOOL, True, "Limit native thread pools in actor workers (threadpoolctl).", {}),
+        (
+            "force_envs_single_thread",
+            (),
+            _BOOL,
+            True,
+            "Limit native thread pools in actor workers (threadpoolctl).",
+            {},
+        ),
         ("set_workers_cpu_affinity", (), _BOOL, True, "Pin actor workers to CPU cores (psutil).", {}),
         ("sampler_only", (), _BOOL, False, "Collect experience without training (throughput measurement).", {}),
         ("env_seed_offset", (), int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env).", {}),
@@ -219,6 +233,11 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
         ("shutdown_timeout_sec", (), float, 8.0, "Time children get to exit before they are killed.", {}),
         ("probe_env_timeout_sec", (), float, 60.0, "Time allowed to create the env once to read its spaces.", {}),
     ],
+    "Evaluation (enjoy.py)": [
+        ("max_num_episodes", (), int, 10, "Episodes to evaluate.", {}),
+        ("max_num_frames", (), _num, 1e9, "Stop evaluating after this many env steps.", {}),
+        ("eval_deterministic", (), _BOOL, False, "Take the most likely action (argmax / Gaussian mean).", {}),
+    ],
 }
 
 # Per env-family presets: used unless the flag is given on the command line; recorded in cfg.json.
@@ -278,7 +297,7 @@ def build_parser(defaults: bool = True) -> argparse.ArgumentParser:
 
 
 def _suggest_flag(argv: Sequence[str]) -> str | None:
-    known = {f"--{n}" for opts in OPTIONS.values() for n, al, *_ in opts for n in (n, *al)}
+    known = {f"--{n}" for opts in OPTIONS.values() for n, al, *_ in opts for n in (n, *al)} | {"--help"}
     for a in argv:
         if a.startswith("--"):
             flag = a.split("=", 1)[0]
@@ -289,6 +308,11 @@ def _suggest_flag(argv: Sequence[str]) -> str | None:
     return None
 
 
+def typed_flags(argv: Sequence[str]) -> dict[str, Any]:
+    """Only the options given on the command line (aliases resolved)."""
+    return vars(build_parser(defaults=False).parse_args(list(argv)))
+
+
 def parse_cfg(argv: Sequence[str] | None = None, evaluation: bool = False) -> argparse.Namespace:
     """Parse, apply the env-family preset to flags not typed, and validate. Raises SystemExit on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -297,7 +321,7 @@ def parse_cfg(argv: Sequence[str] | None = None, evaluation: bool = False) -> ar
     if unknown_msg:
         parser.error(unknown_msg)
     cfg = parser.parse_args(argv)
-    typed = vars(build_parser(defaults=False).parse_args(argv))
+    typed = typed_flags(argv)
     cfg.preset = preset_name_for_env(cfg.env)
     if cfg.preset:
         for k, v in PRESETS[cfg.preset].items():

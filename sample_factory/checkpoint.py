@@ -26,11 +26,15 @@ def save_checkpoint(directory: Path, state: dict, version: int, env_steps: int, 
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"checkpoint_{version:09d}_{env_steps}.pth"
     tmp = directory / f".{path.name}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)  # atomic: readers see the old file set or the complete new file
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic: readers see the old file set or the complete new file
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return path

@@ -4,6 +4,7 @@ Components only see channels, so they do not know which of the two drives them."
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ class Component:
         self.report = Reporter(report_channel, self.role, index)
         self.stopped = False
         self.activity = "starting"
+        self.timing: collections.Counter = collections.Counter()  # seconds per activity, reported at the end
 
     @property
     def name(self) -> str:
@@ -71,6 +73,7 @@ def process_main(component: Component, heartbeat_interval: float) -> None:
     _configure_process(component)
     heartbeat = Heartbeat(component.report, heartbeat_interval)
     exit_code = 0
+    start = time.perf_counter()
     try:
         component.init()
         component.report("started", os.getpid())
@@ -88,6 +91,8 @@ def process_main(component: Component, heartbeat_interval: float) -> None:
     finally:
         try:
             component.finish()
+            component.timing["process_lifetime"] = time.perf_counter() - start
+            component.report("timing", dict(component.timing))
             component.report("finished", exit_code)
         except Exception as e:
             component.report("error", (f"{type(e).__name__} in finish: {e}", traceback.format_exc()))
@@ -121,8 +126,5 @@ class SerialDriver:
     def finish(self) -> None:
         for c in self.components:
             c.finish()
+            c.report("timing", dict(c.timing))
             c.report("finished", 0)
-
-
-def wall_time() -> float:
-    return time.monotonic()

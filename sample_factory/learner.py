@@ -85,19 +85,24 @@ class Learner(Component):
     def _iteration(self) -> None:
         slots, self.pending = self.pending[: self.slots_per_iteration], self.pending[self.slots_per_iteration :]
         self.activity = "copying a batch"
+        t0 = time.perf_counter()
         batch = self.buffers.gather(slots)
         self._return_slots(slots)
+        self.timing["copy_batch"] += time.perf_counter() - t0
         samples = len(slots) * self.buffers.spec.samples_per_slot
         self.env_steps += samples
         if self.cfg.sampler_only:
             self.report("train", {"samples": samples, "env_steps": self.env_steps, "version": self.version})
             return
         self.activity = "training"
-        t0 = time.monotonic()
+        t0 = time.perf_counter()
         self.algo.set_learning_rate(learning_rate_at(self.cfg, self.env_steps))
         stats, self.version = self.algo.train(batch, self.version)
+        t1 = time.perf_counter()
         self.weights.publish(self.model, self.version)
-        stats.update(env_steps=self.env_steps, version=self.version, train_time=time.monotonic() - t0)
+        self.timing["train"] += t1 - t0
+        self.timing["publish_weights"] += time.perf_counter() - t1
+        stats.update(env_steps=self.env_steps, version=self.version, train_time=t1 - t0)
         self.report("train", stats)
         self.activity = "waiting for rollouts"
 
@@ -117,7 +122,9 @@ class Learner(Component):
             "env_steps": self.env_steps,
             "cfg": vars(self.cfg),
         }
+        t0 = time.perf_counter()
         path = save_checkpoint(self.ckpt_dir, state, self.version, self.env_steps, self.cfg.keep_checkpoints)
+        self.timing["save_checkpoint"] += time.perf_counter() - t0
         self.last_save = time.monotonic()
         self.report("checkpoint", str(path))
 

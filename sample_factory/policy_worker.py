@@ -5,6 +5,7 @@ splits are ready. New weights are picked up between batches when the learner has
 from __future__ import annotations
 
 import collections
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -53,8 +54,12 @@ class PolicyWorker(Component):
             super().on_messages([m for m in msgs if m[0] != REQUEST])
         if requests:
             self.activity = "inference"
+            t0 = time.perf_counter()
             self._maybe_update_weights()
+            t1 = time.perf_counter()
             self._serve(requests)
+            self.timing["weight_update"] += t1 - t0
+            self.timing["inference"] += time.perf_counter() - t1
             self.activity = "waiting for requests"
 
     def _maybe_update_weights(self) -> None:

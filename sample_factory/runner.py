@@ -256,7 +256,7 @@ class Runner:
             if proc.is_alive():
                 log(f"{key[0]} {key[1]} did not stop in time, terminating it")
                 proc.terminate()
-        for key, proc in self.processes.items():
+        for proc in self.processes.values():
             proc.join(2.0)
             if proc.is_alive():
                 proc.kill()
@@ -291,4 +291,3 @@ def mp_context():
 
 def run(cfg: Any) -> int:
     return Runner(cfg).run()
-

@@ -163,6 +163,7 @@ class SlotPool:
     the split until the learner returns slots (explicit, bounded backpressure)."""
 
     def __init__(self, slots: list[int]):
+        self.owned = frozenset(slots)
         self.free = list(slots)
         self.capacity = len(slots)
 
@@ -170,12 +171,14 @@ class SlotPool:
         return self.free.pop(0) if self.free else None
 
     def release(self, slots: list[int]) -> None:
-        for s in slots:
-            if s in self.free:
+        free = set(self.free)
+        for s in slots:  # validate everything before changing the pool
+            if s not in self.owned:
+                raise RuntimeError(f"slot {s} was returned to a worker that does not own it")
+            if s in free:
                 raise RuntimeError(f"slot {s} returned twice")
+            free.add(s)
         self.free.extend(slots)
-        if len(self.free) > self.capacity:
-            raise RuntimeError("slot pool over capacity: a slot was returned that this worker does not own")
 
 
 class SharedWeights:

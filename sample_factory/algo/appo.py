@@ -128,19 +128,19 @@ class PPOAlgorithm:
                     grad_norm = torch.sqrt(
                         sum((p.grad**2).sum() for p in self.model.parameters() if p.grad is not None)
                     )
-                if not (math.isfinite(float(loss)) and math.isfinite(float(grad_norm))):
+                if not (math.isfinite(float(loss.detach())) and math.isfinite(float(grad_norm))):
                     self.skipped_updates += 1  # never apply a NaN/inf update
                     continue
                 self.optimizer.step()
                 version += 1
                 num_steps += 1
                 step_stats = {
-                    "loss": float(loss),
-                    "policy_loss": float(policy_loss),
-                    "value_loss": float(value_loss),
-                    "entropy": float(masked_mean(entropy, mask)),
+                    "loss": float(loss.detach()),
+                    "policy_loss": float(policy_loss.detach()),
+                    "value_loss": float(value_loss.detach()),
+                    "entropy": float(masked_mean(entropy.detach(), mask)),
                     "grad_norm": float(grad_norm),
-                    "value": float(values[:, :T].mean()),
+                    "value": float(values.detach()[:, :T].mean()),
                     "value_target": float(targets.mean()),
                     "advantage_abs": float(adv.abs().mean()),
                     **{k: float(v) for k, v in pstats.items()},

@@ -1,0 +1,248 @@
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from sample_factory.algo.distributions import CategoricalDist, DiagGaussianDist
+from sample_factory.cfg import parse_cfg
+from sample_factory.model.actor_critic import ActorCritic
+
+CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+CARTPOLE_ACT = gym.spaces.Discrete(2)
+BOX_OBS = gym.spaces.Box(-1.0, 1.0, (5,), np.float32)
+BOX_ACT = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+RNN = ["--use_rnn=True", "--rnn_size=16", "--encoder_mlp_layers=8,8"]
+B = 6
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny tensors: intra-op threads only add contention (seconds on a loaded 2-core machine).
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _cfg(*extra):
+    return parse_cfg(["--env=CartPole-v1", "--num_workers=1", *extra])
+
+
+def _model(*extra, obs_space=CARTPOLE_OBS, action_space=CARTPOLE_ACT):
+    return ActorCritic(_cfg(*extra), obs_space, action_space)
+
+
+def _obs(*shape):
+    return torch.randn(*shape)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_forward_step_shapes_without_rnn(share):
+    m = _model(f"--actor_critic_share_weights={share}")
+    assert not m.recurrent and m.rnn_state_size == 0
+    assert len(m.towers) == (1 if share else 2)
+    params, values, state = m.forward_step(_obs(B, 4), None)
+    assert params.shape == (B, 2)
+    assert values.shape == (B,)
+    assert state is None
+
+
+@pytest.mark.parametrize("share, state_size", [(True, 16), (False, 32)])
+def test_forward_step_shapes_with_rnn(share, state_size):
+    m = _model(*RNN, f"--actor_critic_share_weights={share}")
+    assert m.recurrent and m.rnn_state_size == state_size
+    params, values, state = m.forward_step(_obs(B, 4), torch.zeros(B, state_size))
+    assert params.shape == (B, 2)
+    assert values.shape == (B,)
+    assert state.shape == (B, state_size)
+    assert state.abs().sum() > 0  # the core did update the state
+    # The state carries information: another input state gives other outputs.
+    params2, _, state2 = m.forward_step(_obs(B, 4), torch.randn(B, state_size))
+    assert not torch.allclose(state, state2)
+
+
+def test_rnn_layers_stack_in_state():
+    m = _model(*RNN, "--rnn_num_layers=2")
+    assert m.rnn_state_size == 32
+    _, _, state = m.forward_step(_obs(B, 4), torch.zeros(B, 32))
+    assert state.shape == (B, 32)
+
+
+def test_encoder_layer_sizes_from_cfg():
+    m = _model(*RNN)
+    linears = [mod for mod in m.towers[0].encoder.modules() if isinstance(mod, torch.nn.Linear)]
+    assert [(lin.in_features, lin.out_features) for lin in linears] == [(4, 8), (8, 8)]
+    assert m.towers[0].core.cells[0].input_size == 8
+    assert m.policy_head.in_features == 16 and m.value_head.in_features == 16
+
+
+def test_separate_towers_keep_actor_and_critic_apart():
+    """With --actor_critic_share_weights=False the first half of the state drives the policy, the second the value."""
+    m = _model(*RNN, "--actor_critic_share_weights=False")
+    obs = _obs(B, 4)
+    h = torch.randn(B, 32)
+    params, values, new_h = m.forward_step(obs, h)
+    h_critic = h.clone()
+    h_critic[:, 16:] = torch.randn(B, 16)
+    p2, v2, new_h2 = m.forward_step(obs, h_critic)
+    torch.testing.assert_close(p2, params)
+    assert not torch.allclose(v2, values)
+    torch.testing.assert_close(new_h2[:, :16], new_h[:, :16])
+    h_actor = h.clone()
+    h_actor[:, :16] = torch.randn(B, 16)
+    p3, v3, _ = m.forward_step(obs, h_actor)
+    assert not torch.allclose(p3, params)
+    torch.testing.assert_close(v3, values)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_forward_sequence_without_rnn_equals_steps(share):
+    m = _model(f"--actor_critic_share_weights={share}")
+    L = 5
+    obs = _obs(B, L, 4)
+    is_first = torch.rand(B, L) < 0.3
+    params, values = m.forward_sequence(obs, None, is_first, recurrence=1)
+    assert params.shape == (B, L, 2) and values.shape == (B, L)
+    for t in range(L):
+        p, v, _ = m.forward_step(obs[:, t], None)
+        torch.testing.assert_close(params[:, t], p)
+        torch.testing.assert_close(values[:, t], v)
+
+
+def _manual_sequence(m, obs, stored, is_first, recurrence):
+    """Reference: step forward_step by hand, restarting from the stored state every `recurrence` steps and
+    zeroing the state where an episode starts."""
+    L = obs.shape[1]
+    ps, vs = [], []
+    h = None
+    for t in range(L):
+        if t % recurrence == 0:
+            h = stored[:, t].clone()
+        h = torch.where(is_first[:, t].unsqueeze(-1), torch.zeros_like(h), h)
+        p, v, h = m.forward_step(obs[:, t], h)
+        ps.append(p)
+        vs.append(v)
+    return torch.stack(ps, 1), torch.stack(vs, 1)
+
+
+def _sequence_inputs(L, H):
+    obs = _obs(B, L, 4)
+    stored = torch.randn(B, L, H)  # garbage where not used: any use of it shows in the outputs
+    is_first = torch.rand(B, L) < 0.25
+    is_first[0, 0] = True  # an episode starting at position 0 ...
+    is_first[1, 0] = False  # ... and one continuing from the stored state
+    is_first[2, 3] = True  # an episode starting mid-sequence
+    return obs, stored, is_first
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_forward_sequence_rnn_full_bptt_equals_manual_steps(share):
+    m = _model(*RNN, f"--actor_critic_share_weights={share}")
+    L = 8
+    obs, stored, is_first = _sequence_inputs(L, m.rnn_state_size)
+    params, values = m.forward_sequence(obs, stored, is_first, recurrence=L)
+    assert params.shape == (B, L, 2) and values.shape == (B, L)
+    ref_p, ref_v = _manual_sequence(m, obs, stored, is_first, recurrence=L)
+    torch.testing.assert_close(params, ref_p)
+    torch.testing.assert_close(values, ref_v)
+
+    # With recurrence == L only the state at position 0 is read.
+    stored2 = stored.clone()
+    stored2[:, 1:] = torch.randn(B, L - 1, m.rnn_state_size)
+    p2, v2 = m.forward_sequence(obs, stored2, is_first, recurrence=L)
+    torch.testing.assert_close(p2, params)
+    torch.testing.assert_close(v2, values)
+
+    # Where is_first[:, 0] the stored state at 0 is ignored too; elsewhere it matters.
+    stored3 = stored.clone()
+    stored3[:, 0] = torch.randn(B, m.rnn_state_size)
+    _, v3 = m.forward_sequence(obs, stored3, is_first, recurrence=L)
+    torch.testing.assert_close(v3[0], values[0])
+    assert not torch.allclose(v3[1, 0], values[1, 0])
+
+
+@pytest.mark.parametrize("recurrence", [1, 2, 4])
+@pytest.mark.parametrize("share", [True, False])
+def test_forward_sequence_rnn_restarts_from_stored_states(recurrence, share):
+    m = _model(*RNN, f"--actor_critic_share_weights={share}")
+    L = 8
+    obs, stored, is_first = _sequence_inputs(L, m.rnn_state_size)
+    is_first[1, recurrence] = False  # make sure env 1 really continues from the stored state at the restart
+    params, values = m.forward_sequence(obs, stored, is_first, recurrence=recurrence)
+    ref_p, ref_v = _manual_sequence(m, obs, stored, is_first, recurrence=recurrence)
+    torch.testing.assert_close(params, ref_p)
+    torch.testing.assert_close(values, ref_v)
+
+    # The full-BPTT result differs: the stored states at restarts are really used.
+    full_p, full_v = m.forward_sequence(obs, stored, is_first, recurrence=L)
+    torch.testing.assert_close(full_v[:, :recurrence], values[:, :recurrence])
+    assert not torch.allclose(full_v[1, recurrence], values[1, recurrence])
+
+
+def test_forward_sequence_rnn_gradients_flow_through_time():
+    m = _model(*RNN)
+    L = 4
+    obs, stored, is_first = _sequence_inputs(L, m.rnn_state_size)
+    is_first[:] = False
+    obs.requires_grad_(True)
+    _, values = m.forward_sequence(obs, stored, is_first, recurrence=L)
+    values[:, -1].sum().backward()
+    assert obs.grad[:, 0].abs().sum() > 0  # BPTT reaches the first step
+    obs.grad = None
+    _, values = m.forward_sequence(obs, stored, is_first, recurrence=1)
+    values[:, -1].sum().backward()
+    assert obs.grad[:, 0].abs().sum() == 0  # truncated every step
+
+
+def test_discrete_distribution_log_prob_shapes():
+    m = _model(*RNN)
+    params, _, _ = m.forward_step(_obs(B, 4), torch.zeros(B, 16))
+    dist = m.distribution(params)
+    assert isinstance(dist, CategoricalDist)
+    actions = dist.sample()
+    assert actions.shape == (B,) and actions.dtype == torch.int64
+    lp = dist.log_prob(actions)
+    assert lp.shape == (B,)
+    assert torch.all(lp <= 0)
+    # Sequence params flattened to [B*L, P] give [B*L] log-probs.
+    seq_p, _ = m.forward_sequence(_obs(B, 3, 4), torch.zeros(B, 3, 16), torch.zeros(B, 3, dtype=torch.bool), 3)
+    flat = seq_p.reshape(B * 3, -1)
+    assert m.distribution(flat).log_prob(torch.zeros(B * 3, dtype=torch.long)).shape == (B * 3,)
+    # Policy head starts near-uniform (small gain).
+    torch.testing.assert_close(dist.probs, torch.full((B, 2), 0.5), atol=0.05, rtol=0)
+
+
+@pytest.mark.parametrize("use_rnn", [False, True])
+def test_box_action_space(use_rnn):
+    cfg = _cfg(*RNN, f"--use_rnn={use_rnn}", "--initial_stddev=0.5")
+    m = ActorCritic(cfg, BOX_OBS, BOX_ACT)
+    assert m.log_std is not None and m.log_std.shape == (3,)
+    torch.testing.assert_close(m.log_std.detach(), torch.full((3,), math.log(0.5)))
+    assert any(p is m.log_std for p in m.parameters())  # trained with the rest
+    h = torch.zeros(B, m.rnn_state_size) if use_rnn else None
+    params, values, _ = m.forward_step(_obs(B, 5), h)
+    assert params.shape == (B, 3) and values.shape == (B,)
+    dist = m.distribution(params)
+    assert isinstance(dist, DiagGaussianDist)
+    actions = dist.sample()
+    assert actions.shape == (B, 3)
+    lp = dist.log_prob(actions)
+    assert lp.shape == (B,)
+    ref = torch.distributions.Normal(params, torch.full_like(params, 0.5)).log_prob(actions).sum(-1)
+    torch.testing.assert_close(lp, ref)
+
+
+def test_discrete_model_has_no_log_std():
+    assert _model().log_std is None
+
+
+def test_unsupported_observation_space():
+    with pytest.raises(ValueError, match="no encoder"):
+        _model(obs_space=gym.spaces.Box(0, 1, (2, 3), np.float32))

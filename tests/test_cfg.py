@@ -1,0 +1,238 @@
+import pytest
+
+from sample_factory.cfg import OPTIONS, PRESETS, markdown_reference, parse_cfg
+
+BASE = ["--env=SomeCustomEnv-v0", "--num_workers=2"]  # an env without a preset: plain defaults apply
+
+
+def _all_options():
+    return [opt for options in OPTIONS.values() for opt in options]
+
+
+def _defaults():
+    return {name: default for name, _aliases, _typ, default, _help, _extra in _all_options()}
+
+
+def _parse_error(capsys, argv) -> str:
+    """Parse argv expecting argparse's usage error; returns the error line of stderr (not the usage text, which
+    names every flag)."""
+    with pytest.raises(SystemExit) as exc:
+        parse_cfg(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ")
+    lines = [ln for ln in err.splitlines() if ": error: " in ln]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_defaults_parse():
+    cfg = parse_cfg(BASE)
+    defaults = _defaults()
+    assert cfg.env == "SomeCustomEnv-v0"
+    assert cfg.preset is None
+    assert cfg.num_workers == 2
+    # Values that finalize_cfg does not derive keep the declared default.
+    derived = {"env", "num_workers", "recurrence", "num_minibatches_to_accumulate", "train_for_env_steps"}
+    for name, default in defaults.items():
+        if name not in derived:
+            assert getattr(cfg, name) == default, name
+    # Derived values.
+    assert cfg.use_rnn is True
+    assert cfg.recurrence == cfg.rollout == 32
+    assert cfg.num_minibatches_to_accumulate == cfg.num_batches_per_epoch == 1  # async: one iteration
+    assert cfg.train_for_env_steps == 10**10 and isinstance(cfg.train_for_env_steps, int)
+    assert cfg.command_line == " ".join(BASE)
+
+
+def test_num_workers_defaults_to_cpu_count(monkeypatch):
+    import sample_factory.cfg as cfg_module
+
+    monkeypatch.setattr(cfg_module.multiprocessing, "cpu_count", lambda: 7)
+    assert parse_cfg(["--env=SomeCustomEnv-v0"]).num_workers == 7
+
+
+@pytest.mark.parametrize(
+    "new_flag, old_flag, dest",
+    [
+        ("--num_epochs", "--ppo_epochs", "num_epochs"),
+        ("--num_batches_per_epoch", "--num_batches_per_iteration", "num_batches_per_epoch"),
+        ("--rnn_size", "--hidden_size", "rnn_size"),
+    ],
+)
+def test_sf1_sf2_aliases_share_dest(new_flag, old_flag, dest):
+    new = parse_cfg([*BASE, f"{new_flag}=3"])
+    old = parse_cfg([*BASE, f"{old_flag}=3"])
+    assert getattr(new, dest) == getattr(old, dest) == 3
+    assert _defaults()[dest] != 3  # the value really came from the flag
+    # The alias name is not a separate attribute.
+    assert not hasattr(old, old_flag[2:])
+    # Space-separated form works for aliases too.
+    assert getattr(parse_cfg([*BASE, old_flag, "5"]), dest) == 5
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--serial_mode=True"], True),
+        (["--serial_mode=true"], True),
+        (["--serial_mode=1"], True),
+        (["--serial_mode=false"], False),
+        (["--serial_mode=False"], False),
+        (["--serial_mode=0"], False),
+        (["--serial_mode"], True),
+        (["--serial_mode", "False"], False),
+        (["--serial_mode", "--num_epochs=2"], True),
+        ([], False),
+    ],
+)
+def test_boolean_parsing(args, expected):
+    cfg = parse_cfg([*BASE, *args])
+    assert cfg.serial_mode is expected
+
+
+def test_boolean_default_true_can_be_disabled():
+    assert parse_cfg(BASE).async_rl is True
+    assert parse_cfg([*BASE, "--async_rl=False", "--batch_size=2048"]).async_rl is False
+
+
+def test_invalid_boolean_exits(capsys):
+    err = _parse_error(capsys, [*BASE, "--serial_mode=maybe"])
+    assert "serial_mode" in err and "maybe" in err
+
+
+def test_int_list_and_number_parsing():
+    cfg = parse_cfg([*BASE, "--encoder_mlp_layers=8,16", "--train_for_env_steps=1e6"])
+    assert cfg.encoder_mlp_layers == [8, 16]
+    assert cfg.train_for_env_steps == 1_000_000 and isinstance(cfg.train_for_env_steps, int)
+
+
+def test_classic_control_preset_applies_only_to_untyped_flags():
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=2", "--num_envs_per_worker=8", "--ppo_epochs=7"])
+    assert cfg.preset == "classic_control"
+    preset = PRESETS["classic_control"]
+    assert cfg.num_envs_per_worker == 8 != preset["num_envs_per_worker"]
+    assert cfg.num_epochs == 7 != preset["num_epochs"]  # typed through an alias: still counts as typed
+    for k, v in preset.items():
+        if k not in ("num_envs_per_worker", "num_epochs"):
+            assert getattr(cfg, k) == v, k
+    # Sanity: the preset really differs from the plain defaults for the flags checked above.
+    defaults = _defaults()
+    assert defaults["batch_size"] != preset["batch_size"]
+    assert defaults["use_rnn"] != preset["use_rnn"]
+    # Derived from preset values: no rnn -> recurrence 1.
+    assert cfg.recurrence == 1
+
+
+def test_preset_typed_value_equal_to_default_is_kept():
+    # Typing a flag with its plain default value must still win over the preset.
+    cfg = parse_cfg(
+        ["--env=CartPole-v1", "--num_workers=2", "--use_rnn=True", f"--batch_size={_defaults()['batch_size']}"]
+    )
+    assert cfg.use_rnn is True
+    assert cfg.batch_size == _defaults()["batch_size"]
+    assert cfg.recurrence == cfg.rollout
+
+
+def test_no_preset_for_other_envs():
+    cfg = parse_cfg(BASE)
+    assert cfg.preset is None
+    assert cfg.num_envs_per_worker == _defaults()["num_envs_per_worker"]
+    assert cfg.batch_size == _defaults()["batch_size"]
+
+
+def test_unknown_flag_suggests_close_match(capsys):
+    err = _parse_error(capsys, [*BASE, "--num_worker=4"])
+    assert "unknown flag --num_worker (did you mean --num_workers" in err
+
+
+def test_unknown_flag_space_separated(capsys):
+    err = _parse_error(capsys, [*BASE, "--lerning_rate", "0.1"])
+    assert "unknown flag --lerning_rate (did you mean --learning_rate" in err
+
+
+def test_unknown_flag_without_close_match(capsys):
+    err = _parse_error(capsys, [*BASE, "--zzzzqqqq=1"])
+    assert "unknown flag --zzzzqqqq" in err
+    assert "did you mean" not in err
+
+
+def test_abbreviations_are_not_accepted(capsys):
+    err = _parse_error(capsys, [*BASE, "--learning_rat=0.1"])
+    assert "unknown flag --learning_rat (did you mean --learning_rate" in err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--num_envs_per_worker=3", "--worker_num_splits=2"],
+            "--num_envs_per_worker=3 must be divisible by --worker_num_splits=2",
+        ),
+        (["--rollout=32", "--recurrence=5"], "--recurrence=5 must divide --rollout=32"),
+        (["--rollout=32", "--recurrence=0"], "--recurrence=0 must divide --rollout=32"),
+        (["--rollout=32", "--batch_size=100"], "--batch_size=100 must be a multiple of --rollout=32"),
+        (["--num_workers=0"], "--num_workers must be >= 1, got 0"),
+        (["--num_workers=-3"], "--num_workers must be >= 1, got -3"),
+        (["--rollout=0"], "--rollout must be >= 1, got 0"),
+        (["--gamma=1.5"], "--gamma must be in [0, 1]"),
+        (["--learning_rate=0"], "--learning_rate must be > 0"),
+        (["--num_policies=2"], "--num_policies > 1 is not supported"),
+        (
+            ["--async_rl=False", "--batch_size=64", "--rollout=32", "--num_envs_per_worker=2", "--worker_num_splits=2"],
+            "--async_rl=False needs batch_size*num_batches_per_epoch (64)",
+        ),
+    ],
+)
+def test_invalid_combinations_exit_with_message(capsys, args, message):
+    err = _parse_error(capsys, [*BASE, *args])
+    assert err.startswith("train.py: error: ")
+    assert message in err
+
+
+def test_missing_env_exits(capsys):
+    err = _parse_error(capsys, ["--num_workers=1"])
+    assert "--env is required" in err
+
+
+def test_recurrence_and_accumulation_derivation():
+    cfg = parse_cfg([*BASE, "--use_rnn=False"])
+    assert cfg.recurrence == 1
+    cfg = parse_cfg([*BASE, "--rollout=16", "--recurrence=4", "--batch_size=64"])
+    assert cfg.recurrence == 4
+    cfg = parse_cfg([*BASE, "--num_batches_per_epoch=3"])
+    assert cfg.num_minibatches_to_accumulate == 3
+    cfg = parse_cfg([*BASE, "--num_minibatches_to_accumulate=5"])
+    assert cfg.num_minibatches_to_accumulate == 5
+    # Sync mode: 2 workers * 2 envs * 32 rollout = 128 samples per round; 1024 is a multiple.
+    cfg = parse_cfg([*BASE, "--async_rl=False"])
+    assert cfg.num_minibatches_to_accumulate == 0
+
+
+def test_markdown_reference_contains_every_option():
+    md = markdown_reference()
+    options = _all_options()
+    assert len(options) > 40
+    for name, aliases, *_ in options:
+        assert f"`--{name}`" in md, name
+        for a in aliases:
+            assert f"`--{a}`" in md, a
+    for preset, values in PRESETS.items():
+        assert f"### {preset}" in md
+        for k in values:
+            assert f"| `--{k}` |" in md
+
+
+def test_help_prints_usage_and_exits_zero(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_cfg(["--help"])
+    assert exc.value.code == 0
+    assert "--num_workers" in capsys.readouterr().out
+
+
+def test_short_help_prints_usage_and_exits_zero(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_cfg(["-h"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: train.py") and "--num_workers" in out

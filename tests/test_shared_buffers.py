@@ -1,0 +1,303 @@
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from sample_factory.cfg import parse_cfg
+from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.shared_buffers import (
+    SharedWeights,
+    SlotPool,
+    TrajectoryBuffers,
+    make_buffer_spec,
+    slots_per_split_for,
+)
+
+OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+DISCRETE = gym.spaces.Discrete(4)
+BOX = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+def _cfg(*extra: str):
+    argv = [
+        "--env=SomeCustomEnv-v0",
+        "--num_workers=2",
+        "--num_envs_per_worker=4",
+        "--worker_num_splits=2",
+        "--rollout=5",
+        "--batch_size=20",
+        "--min_traj_buffers_per_worker=2",
+        *extra,
+    ]
+    return parse_cfg(argv)
+
+
+def _buffers(action_space=DISCRETE, rnn_size=0, share=False, obs_space=OBS_SPACE, cfg=None):
+    spec = make_buffer_spec(cfg or _cfg(), obs_space, action_space, rnn_size)
+    return TrajectoryBuffers(spec, share=share)
+
+
+@pytest.mark.parametrize("action_space", [DISCRETE, BOX], ids=["discrete", "box"])
+@pytest.mark.parametrize("rnn_size", [0, 6], ids=["no_rnn", "rnn"])
+def test_allocation_shapes_match_docstring(action_space, rnn_size):
+    cfg = _cfg()
+    b = _buffers(action_space, rnn_size, cfg=cfg)
+    spec = b.spec
+    n = cfg.num_envs_per_worker // cfg.worker_num_splits
+    T = cfg.rollout
+    assert spec.envs_per_split == n == 2
+    assert spec.rollout == T == 5
+    assert spec.num_slots == cfg.num_workers * cfg.worker_num_splits * spec.slots_per_split
+    S = spec.num_slots
+    H = rnn_size if rnn_size > 0 else 1
+    act_shape = () if isinstance(action_space, gym.spaces.Discrete) else (2,)
+    act_dtype = torch.int64 if isinstance(action_space, gym.spaces.Discrete) else torch.float32
+    expected = {
+        "obs": ((S, T + 1, n, 3), torch.float32),
+        "rnn_states": ((S, T + 2, n, H), torch.float32),
+        "is_first": ((S, T + 1, n), torch.bool),
+        "actions": ((S, T + 1, n, *act_shape), act_dtype),
+        "log_probs": ((S, T + 1, n), torch.float32),
+        "values": ((S, T + 1, n), torch.float32),
+        "policy_version": ((S, T + 1, n), torch.int64),
+        "rewards": ((S, T, n), torch.float32),
+        "dones": ((S, T, n), torch.bool),
+        "truncated": ((S, T, n), torch.bool),
+        "final_values": ((S, T, n), torch.float32),
+        "final_obs": ((cfg.num_workers * cfg.worker_num_splits, n, 3), torch.float32),
+    }
+    tensors = b.tensors()
+    assert set(tensors) == set(expected)
+    for k, (shape, dtype) in expected.items():
+        assert tuple(tensors[k].shape) == shape, k
+        assert tensors[k].dtype == dtype, k
+        assert not tensors[k].any(), k  # zero-initialized
+    assert b.nbytes() == sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def test_obs_dtype_follows_space():
+    b = _buffers(obs_space=gym.spaces.Box(0, 255, (7,), np.uint8))
+    assert b.obs.dtype == torch.uint8 and b.final_obs.dtype == torch.uint8
+    assert b.obs.shape[-1] == 7
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_tensors_shared_when_requested(share):
+    b = _buffers(rnn_size=4, share=share)
+    for k, t in b.tensors().items():
+        assert t.is_shared() is share, k
+
+
+def test_slot_ownership_round_trip():
+    cfg = _cfg()
+    b = _buffers(cfg=cfg)
+    spec = b.spec
+    seen = []
+    for w in range(cfg.num_workers):
+        slots = b.slots_of_worker(w)
+        assert len(slots) == spec.slots_per_worker
+        for s in slots:
+            assert b.worker_of_slot(s) == w
+        seen += slots
+    assert sorted(seen) == list(range(spec.num_slots))  # a partition: every slot has exactly one owner
+    for s in range(spec.num_slots):
+        assert s in b.slots_of_worker(b.worker_of_slot(s))
+
+
+def _fill_distinct(b: TrajectoryBuffers) -> None:
+    """Write values that encode their own index, so any index mix-up in gather shows."""
+    g = torch.Generator().manual_seed(0)
+    for k in b.SLOT_KEYS:
+        t = getattr(b, k)
+        if t.dtype == torch.bool:
+            t.copy_(torch.rand(t.shape, generator=g) < 0.5)
+        else:
+            t.copy_(torch.arange(t.numel()).reshape(t.shape).to(t.dtype))
+
+
+@pytest.mark.parametrize("action_space", [DISCRETE, BOX], ids=["discrete", "box"])
+def test_gather_trajectory_layout(action_space):
+    b = _buffers(action_space, rnn_size=3)
+    _fill_distinct(b)
+    n, T = b.spec.envs_per_split, b.spec.rollout
+    slots = [5, 0, 3]
+    out = b.gather(slots)
+    assert set(out) == set(b.SLOT_KEYS)
+    for k in b.SLOT_KEYS:
+        src = getattr(b, k)
+        x = out[k]
+        assert x.shape == (len(slots) * n, *src.shape[1:2], *src.shape[3:]), k
+        assert x.shape[1] in (T, T + 1, T + 2)
+        for j in range(len(slots) * n):
+            s, e = slots[j // n], j % n
+            assert torch.equal(x[j], src[s, :, e]), (k, j)
+
+
+def test_gather_returns_a_copy():
+    b = _buffers()
+    _fill_distinct(b)
+    out = b.gather([1])
+    before = b.rewards.clone()
+    out["rewards"].add_(1000.0)
+    assert torch.equal(b.rewards, before)
+
+
+def test_gather_round_trip_writes_by_slot_and_env():
+    # Write a known scalar into every (slot, env) column via the buffer indexing the actors use, then check the
+    # trajectory index j = position_in_slots * n + env recovers it.
+    b = _buffers()
+    n = b.spec.envs_per_split
+    for s in range(b.spec.num_slots):
+        for e in range(n):
+            b.rewards[s, :, e] = 100 * s + e
+    slots = list(range(b.spec.num_slots))[::-1]
+    out = b.gather(slots)["rewards"]
+    for j in range(len(slots) * n):
+        assert torch.all(out[j] == 100 * slots[j // n] + j % n)
+
+
+def test_slot_pool_acquire_until_empty():
+    owned = [4, 5, 6, 7]
+    pool = SlotPool(owned)
+    got = []
+    while (s := pool.acquire()) is not None:
+        got.append(s)
+        assert len(got) <= len(owned)
+    assert sorted(got) == owned  # each owned slot exactly once, no foreign slot
+    assert pool.acquire() is None
+    assert pool.acquire() is None
+
+
+def test_slot_pool_release_restores():
+    pool = SlotPool([0, 1, 2])
+    a, b_ = pool.acquire(), pool.acquire()
+    pool.release([a])
+    got = []
+    while (s := pool.acquire()) is not None:
+        got.append(s)
+    assert sorted(got) == sorted({0, 1, 2} - {b_})
+    pool.release([b_, *got])
+    assert sorted(pool.free) == [0, 1, 2]
+
+
+def test_slot_pool_double_release_raises():
+    pool = SlotPool([0, 1, 2])
+    s = pool.acquire()
+    pool.release([s])
+    with pytest.raises(RuntimeError, match="twice"):
+        pool.release([s])
+
+
+def test_slot_pool_release_of_never_acquired_slot_raises():
+    pool = SlotPool([0, 1, 2])
+    with pytest.raises(RuntimeError):
+        pool.release([1])
+
+
+def test_slot_pool_foreign_release_on_full_pool_raises():
+    pool = SlotPool([0, 1, 2])
+    with pytest.raises(RuntimeError):
+        pool.release([9])
+
+
+def test_slot_pool_foreign_release_on_partial_pool_raises():
+    pool = SlotPool([0, 1, 2])
+    pool.acquire()
+    with pytest.raises(RuntimeError):
+        pool.release([9])
+
+
+def test_slot_pool_duplicate_in_one_release_raises():
+    pool = SlotPool([0, 1, 2, 3])
+    s = pool.acquire()
+    pool.acquire()
+    with pytest.raises(RuntimeError):
+        pool.release([s, s])
+
+
+ASYNC_CASES = [
+    [],
+    ["--num_batches_per_epoch=3"],
+    ["--batch_size=40", "--num_batches_per_epoch=2", "--num_minibatches_to_accumulate=4"],
+    ["--num_workers=1", "--batch_size=200", "--num_minibatches_to_accumulate=0"],
+    ["--num_workers=3", "--num_envs_per_worker=6", "--worker_num_splits=3", "--batch_size=5"],
+    ["--min_traj_buffers_per_worker=7"],
+]
+
+
+@pytest.mark.parametrize("extra", ASYNC_CASES)
+def test_async_pool_holds_an_iteration_while_every_split_is_in_progress(extra):
+    cfg = _cfg(*extra)
+    spec = make_buffer_spec(cfg, OBS_SPACE, DISCRETE, 0)
+    splits = cfg.num_workers * cfg.worker_num_splits
+    assert spec.slots_per_split == slots_per_split_for(cfg, spec.envs_per_split)
+    assert spec.slots_per_split >= cfg.min_traj_buffers_per_worker
+    iteration = cfg.batch_size * cfg.num_batches_per_epoch
+    accumulate = cfg.batch_size * cfg.num_minibatches_to_accumulate
+    usable = (spec.num_slots - splits) * spec.samples_per_slot  # one slot per split is being filled
+    assert usable >= iteration
+    assert usable >= iteration + accumulate
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--batch_size=40"],  # 2 workers * 2 splits * 2 envs * 5 steps = 40 samples per round
+        ["--batch_size=40", "--num_batches_per_epoch=3"],
+        ["--batch_size=80", "--num_batches_per_epoch=2", "--min_traj_buffers_per_worker=9"],
+    ],
+)
+def test_sync_pool_is_exactly_one_iteration(extra):
+    cfg = _cfg("--async_rl=False", *extra)
+    spec = make_buffer_spec(cfg, OBS_SPACE, DISCRETE, 0)
+    assert spec.num_slots * spec.samples_per_slot == cfg.batch_size * cfg.num_batches_per_epoch
+
+
+def _model(seed: int):
+    torch.manual_seed(seed)
+    cfg = parse_cfg(["--env=SomeCustomEnv-v0", "--num_workers=1", "--rnn_size=8", "--encoder_mlp_layers=8"])
+    return ActorCritic(cfg, OBS_SPACE, BOX)
+
+
+def test_shared_weights_publish_then_load():
+    src, dst = _model(0), _model(1)
+    with torch.no_grad():
+        src.log_std.add_(0.25)  # a non-default value in the separately-held parameter
+    assert any(not torch.equal(a, b) for a, b in zip(src.parameters(), dst.parameters()))
+    w = SharedWeights.for_model(src, threading.Lock())
+    assert w.flat.is_shared() and w.version.is_shared()
+    assert w.flat.numel() == sum(p.numel() for p in src.parameters())
+    w.publish(src, 17)
+    assert w.load_into(dst) == 17
+    for (name, a), b in zip(src.named_parameters(), dst.parameters()):
+        assert torch.equal(a, b), name
+    # Republishing a new version is seen by the next load.
+    with torch.no_grad():
+        for p in src.parameters():
+            p.mul_(2.0)
+    w.publish(src, 18)
+    assert w.load_into(dst) == 18
+    for a, b in zip(src.parameters(), dst.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_shared_weights_include_float_buffers():
+    def net(seed):
+        torch.manual_seed(seed)
+        m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+        m.train()
+        m(torch.randn(16, 3) * (seed + 1))  # moves running stats
+        return m
+
+    src, dst = net(0), net(1)
+    bn_src, bn_dst = src[1], dst[1]
+    assert not torch.equal(bn_src.running_mean, bn_dst.running_mean)
+    w = SharedWeights.for_model(src, threading.Lock())
+    w.publish(src, 3)
+    assert w.load_into(dst) == 3
+    assert torch.equal(bn_src.running_mean, bn_dst.running_mean)
+    assert torch.equal(bn_src.running_var, bn_dst.running_var)
+    for a, b in zip(src.parameters(), dst.parameters()):
+        assert torch.equal(a, b)
