@@ -1,7 +1,7 @@
 # Developer / CI entry points. Works from a fresh clone with only python3 + pip available.
 #   make venv       create .venv and install the package (editable) with the [dev] extra, pinned
 #   make test       lint (ruff format --check, ruff check) + pytest
-#   make train      train on CartPole-v1 (extra flags: make train TRAIN_ARGS="--num_workers=2")
+#   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2")
 #   make format     auto-format and auto-fix lint
 #   make docs       regenerate docs/config-reference.md
 #   make benchmark  run the throughput benchmark (extra flags: make benchmark ARGS="...")
@@ -44,7 +44,7 @@ test: lint
 	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=600
 
 train: venv
-	$(VENV_PY) train.py --env=CartPole-v1 --experiment=cartpole --train_dir=./train_dir $(TRAIN_ARGS)
+	$(VENV_PY) train.py --env=CartPole-v1 --experiment=cartpole --train_dir=./train_dir --stop_at_reward=475 $(TRAIN_ARGS)
 
 format: venv
 	$(RUFF) format $(LINT_PATHS)

@@ -216,6 +216,14 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
     "Run control and logging": [
         ("train_for_env_steps", (), _num, 1e10, "Stop after this many env steps (all policies together).", {}),
         ("train_for_seconds", (), _num, 1e10, "Stop after this much wall time.", {}),
+        (
+            "stop_at_reward",
+            (),
+            float,
+            None,
+            "Stop once the mean episode reward (over --stats_avg episodes) of every policy reaches this value.",
+            {},
+        ),
         ("save_every_sec", (), int, 120, "Checkpoint period.", {}),
         ("keep_checkpoints", (), int, 2, "Newest checkpoints kept per policy.", {}),
         ("experiment_summaries_interval", (), int, 10, "Seconds between TensorBoard summaries.", {}),

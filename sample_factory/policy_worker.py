@@ -12,7 +12,7 @@ import gymnasium as gym
 import torch
 
 from sample_factory.component import Component
-from sample_factory.messages import ACTIONS_READY, REQUEST, Channels
+from sample_factory.messages import ACTIONS_READY, REQUEST, STOP, Channels
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers
 
@@ -51,7 +51,12 @@ class PolicyWorker(Component):
     def on_messages(self, msgs: list) -> None:
         requests = [m for m in msgs if m[0] == REQUEST]
         if len(requests) != len(msgs):
-            super().on_messages([m for m in msgs if m[0] != REQUEST])
+            others = [m for m in msgs if m[0] != REQUEST]
+            stops = [m for m in others if m[0] == STOP]
+            # The inbox is shared by this policy's workers: pass on STOPs meant for the others.
+            for extra in stops[1:]:
+                self.inbox.put(extra)
+            super().on_messages([m for m in others if m[0] != STOP] + stops[:1])
         if requests:
             self.activity = "inference"
             t0 = time.perf_counter()

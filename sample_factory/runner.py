@@ -69,13 +69,14 @@ class Runner:
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed)
             np.random.seed(cfg.seed)
-        self.obs_space, self.action_space = probe_env_spaces(cfg, in_subprocess=not cfg.serial_mode)
+        self.ctx = None if cfg.serial_mode else mp_context()
+        # Probing through the same context also starts the fork server, which preloads torch once for all children.
+        self.obs_space, self.action_space = probe_env_spaces(cfg, False if cfg.serial_mode else self.ctx)
         self.exp_dir = prepare_experiment_dir(cfg)
         # The initial weights are made once here, so policy workers and learners start identical.
         model = ActorCritic(cfg, self.obs_space, self.action_space)
         spec = make_buffer_spec(cfg, self.obs_space, self.action_space, model.rnn_state_size)
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
-        self.ctx = None if cfg.serial_mode else mp_context()
         self.weights = []
         for _ in range(cfg.num_policies):
             w = SharedWeights.for_model(model, self.ctx.Lock() if self.ctx else _NoLock())
@@ -208,6 +209,8 @@ class Runner:
             self.stop_reason = f"reached {cfg.train_for_env_steps} env steps"
         elif now - self.start_time >= cfg.train_for_seconds:
             self.stop_reason = f"reached {cfg.train_for_seconds} s"
+        elif cfg.stop_at_reward is not None and self.progress.solved(cfg.stop_at_reward):
+            self.stop_reason = f"mean reward reached {cfg.stop_at_reward}"
         for key, proc in self.processes.items():
             if not proc.is_alive() and key not in self.finished:
                 self.exit_code = 1

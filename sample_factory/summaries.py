@@ -67,6 +67,10 @@ class ProgressTracker:
         eps = self.episodes[policy]
         return float(np.mean([r for r, _ in eps])) if eps else float("nan")
 
+    def solved(self, target: float) -> bool:
+        """Every policy has a full --stats_avg window of episodes with a mean reward >= target."""
+        return all(len(e) == e.maxlen and self.reward_mean(p) >= target for p, e in enumerate(self.episodes))
+
     def length_mean(self, policy: int) -> float:
         eps = self.episodes[policy]
         return float(np.mean([n for _, n in eps])) if eps else float("nan")
@@ -80,7 +84,7 @@ class ProgressTracker:
             f10 = self.fps(10)
             eta = (target - total) / f10 if f10 > 0 else float("inf")
             parts[-1] += f" ({100 * total / target:.1f}%, ETA {eta:.0f} s)"
-        parts.append(f"samples trained: {sum(self.samples_trained)}")
+        parts.append(f"samples collected/trained: {total - sum(self.resumed_steps)}/{sum(self.samples_trained)}")
         for p, st in enumerate(self.train_stats):
             if st:
                 parts.append(

@@ -42,15 +42,16 @@ def _probe_target(cfg: Any, conn) -> None:
         conn.close()
 
 
-def probe_env_spaces(cfg: Any, in_subprocess: bool = True) -> tuple[gym.Space, gym.Space]:
-    """Create the env once to read its spaces. A subprocess keeps env libraries out of the runner; it has a
-    timeout so a hanging env constructor becomes an error rather than a hang."""
-    if not in_subprocess:
+def probe_env_spaces(cfg: Any, ctx: Any = None) -> tuple[gym.Space, gym.Space]:
+    """Create the env once to read its spaces. A subprocess (from multiprocessing context `ctx`, spawn when not
+    given) keeps env state out of the runner; a timeout turns a hanging env constructor into an error.
+    `ctx=False` probes in this process (serial mode)."""
+    if ctx is False:
         env = make_env(cfg)
         spaces = env.observation_space, env.action_space
         env.close()
         return spaces
-    ctx = multiprocessing.get_context("spawn")
+    ctx = ctx or multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_probe_target, args=(cfg, child), name="sf_env_probe", daemon=True)
     proc.start()

@@ -194,7 +194,7 @@ def test_register_env(registered_env):
     with pytest.raises(ValueError, match=name):
         make_env(SimpleNamespace(env="sf_test_three_stp"))
     # In-process probing works with registered envs.
-    obs_space, action_space = probe_env_spaces(cfg, in_subprocess=False)
+    obs_space, action_space = probe_env_spaces(cfg, False)
     assert obs_space.shape == (2,) and action_space == gym.spaces.Discrete(3)
 
 
