@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from sample_factory.heartbeat import Heartbeat, die_with_parent, parent_alive, set_process_name
+from sample_factory.heartbeat import Heartbeat, die_with_parent, process_alive, set_process_name
 from sample_factory.messages import STOP, Channel, Reporter
 
 
@@ -65,15 +65,15 @@ def _configure_process(component: Component) -> None:
     torch.set_num_threads(component.num_threads)
 
 
-def process_main(component: Component, heartbeat_interval: float) -> None:
+def process_main(component: Component, heartbeat_interval: float, runner_pid: int) -> None:
     """Entry point of a spawned component process."""
-    ppid = os.getppid()
     terminated = []
     signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
     _configure_process(component)
     heartbeat = Heartbeat(component.report, heartbeat_interval)
     exit_code = 0
     start = time.perf_counter()
+    next_runner_check = 0.0
     try:
         component.init()
         component.report("started", os.getpid())
@@ -83,8 +83,13 @@ def process_main(component: Component, heartbeat_interval: float) -> None:
                 component.on_messages(msgs)
             component.on_idle()
             heartbeat.beat(component.activity)
-            if terminated or not parent_alive(ppid):
+            if terminated:
                 break
+            now = time.monotonic()
+            if now > next_runner_check:
+                next_runner_check = now + 0.5
+                if not process_alive(runner_pid):
+                    break
     except Exception as e:
         component.report("error", (f"{type(e).__name__}: {e}", traceback.format_exc()))
         exit_code = 1

@@ -63,5 +63,13 @@ class HeartbeatMonitor:
         return [(w, now - t, a) for w, (t, a) in self.last_seen.items() if now - t > self.timeout]
 
 
-def parent_alive(original_ppid: int) -> bool:
-    return os.getppid() == original_ppid
+def process_alive(pid: int) -> bool:
+    """Children are forked by the fork server, not the runner, so the parent-death signal does not cover a
+    SIGKILLed runner: children poll the runner's pid instead."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

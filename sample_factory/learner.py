@@ -87,7 +87,8 @@ class Learner(Component):
         self.activity = "copying a batch"
         t0 = time.perf_counter()
         batch = self.buffers.gather(slots)
-        self._return_slots(slots)
+        if self.cfg.async_rl or self.cfg.sampler_only:
+            self._return_slots(slots)  # collection continues while we train
         self.timing["copy_batch"] += time.perf_counter() - t0
         samples = len(slots) * self.buffers.spec.samples_per_slot
         self.env_steps += samples
@@ -102,6 +103,8 @@ class Learner(Component):
         self.weights.publish(self.model, self.version)
         self.timing["train"] += t1 - t0
         self.timing["publish_weights"] += time.perf_counter() - t1
+        if not self.cfg.async_rl:
+            self._return_slots(slots)  # only now: the next batch is collected with the weights just published
         stats.update(env_steps=self.env_steps, version=self.version, train_time=t1 - t0)
         self.report("train", stats)
         self.activity = "waiting for rollouts"

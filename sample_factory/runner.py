@@ -138,7 +138,7 @@ class Runner:
             return
         for c in self.components:
             proc = self.ctx.Process(
-                target=process_main, args=(c, self.cfg.heartbeat_interval), name=c.name, daemon=False
+                target=process_main, args=(c, self.cfg.heartbeat_interval, os.getpid()), name=c.name, daemon=False
             )
             proc.start()
             key = (c.role, c.index)
@@ -227,7 +227,8 @@ class Runner:
             log(f"stopping: {self.stop_reason}")
         if not hasattr(self, "channels"):
             return
-        # Actors first so no new rollouts arrive, then policy workers, then learners (which save checkpoints).
+        # STOPs go to actors first so no new rollouts arrive, then policy workers, then learners (which save
+        # checkpoints); in serial mode every component is finished in turn.
         order = ("actor", "policy", "learner")
         comps = sorted(self.components, key=lambda c: order.index(c.role))
         if self.driver is not None:
@@ -253,7 +254,8 @@ class Runner:
             except Exception:
                 pass  # a full or broken inbox: the process is terminated below
         for key, proc in self.processes.items():
-            while proc.is_alive() and time.monotonic() < deadline:
+            # A second Ctrl+C skips the orderly wait.
+            while proc.is_alive() and time.monotonic() < deadline and self.signals_received < 2:
                 for r in self.channels.report.get_many(timeout=0.05):
                     self._on_report(r)
             if proc.is_alive():

@@ -86,7 +86,7 @@ class ProgressTracker:
             parts[-1] += f" ({100 * total / target:.1f}%, ETA {eta:.0f} s)"
         parts.append(f"samples collected/trained: {total - sum(self.resumed_steps)}/{sum(self.samples_trained)}")
         for p, st in enumerate(self.train_stats):
-            if st:
+            if "policy_lag_min" in st:
                 parts.append(
                     f"p{p} lag min/avg/max {st['policy_lag_min']:.0f}/{st['policy_lag_avg']:.1f}/"
                     f"{st['policy_lag_max']:.0f}"

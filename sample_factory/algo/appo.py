@@ -1,8 +1,9 @@
 """APPO / PPO training step on a batch of trajectories. No process code: the learner process hands it
 trajectories copied out of the shared slots and publishes the weights it produces.
 
-An algorithm object implements `train(batch, policy_version) -> (stats, new_version)`, `state_dict()` and
-`load_state_dict()`; the learner only relies on that, so other algorithms (off-policy with replay) plug in.
+An algorithm object implements `train(batch, policy_version) -> (stats, new_version)`, `set_learning_rate(lr)`,
+`state_dict()` and `load_state_dict()`; the learner only relies on that, so other algorithms (off-policy with
+replay) plug in.
 """
 
 from __future__ import annotations

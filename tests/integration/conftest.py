@@ -37,7 +37,8 @@ COMPONENT_NAMES = ("sf_actor_0", "sf_actor_1", "sf_policy_0_0", "sf_learner_0")
 HELPER_EXIT_GRACE_S = 15.0
 
 _PROGRESS_STEPS = re.compile(r"env steps: (\d+)")
-_PROGRESS_TRAINED = re.compile(r"samples trained: (\d+)")
+# "samples trained: N" or "samples collected/trained: M/N"
+_PROGRESS_TRAINED = re.compile(r"samples (?:collected/)?trained: (?:\d+/)?(\d+)")
 _LAG = re.compile(r"lag min/avg/max ([0-9.]+)/([0-9.]+)/([0-9.]+)")
 
 

@@ -70,7 +70,7 @@ def test_multiprocess_run(tmp_path, train_run):
 @pytest.mark.timeout(150)
 def test_serial_mode_run(tmp_path, train_run):
     run = train_run(
-        ["--serial_mode=True", "--num_workers=1", "--train_for_env_steps=20000", "--report_interval_sec=1"],
+        ["--serial_mode=True", "--num_workers=1", "--train_for_env_steps=20000", "--report_interval_sec=0.2"],
         tmp_path / "td",
     )
     rc = run.wait(timeout=120)
