@@ -31,7 +31,7 @@ $(VENV_PY):
 # successful install, so an interrupted install is retried on the next run.
 $(STAMP): $(VENV_PY) setup.py constraints.txt
 	$(VENV_PY) -m pip install $(PIP_FLAGS) --upgrade pip -c constraints.txt
-	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev]'
+	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot]'
 	touch $@
 
 lint: venv

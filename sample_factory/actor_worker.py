@@ -19,7 +19,7 @@ import psutil
 
 from sample_factory.component import Component
 from sample_factory.envs.env_utils import EnvGroup, make_env
-from sample_factory.messages import ACTIONS_READY, FREE_SLOTS, REQUEST, ROLLOUT, Channels
+from sample_factory.messages import ACTIONS_READY, FREE_SLOTS, REQUEST, RESEND, ROLLOUT, Channels
 from sample_factory.shared_buffers import SlotPool, TrajectoryBuffers
 
 # Position T of a finished slot that the next slot starts from: inputs, and (async) the outputs already computed.
@@ -36,6 +36,7 @@ class ActorWorker(Component):
 
     def __init__(self, cfg: Any, index: int, buffers: TrajectoryBuffers, channels: Channels):
         super().__init__(index, channels.actor[index], channels.report)
+        self.gen = int(buffers.generation[index])  # > 0 when this worker replaces a crashed one
         self.cfg, self.buffers, self.channels = cfg, buffers, channels
         self.T = cfg.rollout
         self.num_splits = cfg.worker_num_splits
@@ -63,18 +64,19 @@ class ActorWorker(Component):
                 seeds.append(None if base_seed is None else base_seed + env_idx)
                 if base_seed is not None:
                     envs[-1].action_space.seed(base_seed + env_idx)
-            self.groups.append(EnvGroup(envs, seeds))
+            first = (self.index * self.num_splits + s) * n
+            self.groups.append(EnvGroup(envs, seeds, env_ids=list(range(first, first + n))))
         self.policy = [policy_of_split(cfg, self.index, s) for s in range(self.num_splits)]
         self.slot: list[int | None] = [None] * self.num_splits
         self.t = [0] * self.num_splits
         self.carry: list[dict | None] = [None] * self.num_splits
         self.waiting: list[int] = []  # splits parked until the learner returns a slot
         self.request_time = [0.0] * self.num_splits
+        self.seq = [0] * self.num_splits
+        self.last_request: list[tuple | None] = [None] * self.num_splits
         self.wait_since = [0.0] * self.num_splits
         self.env_steps = [0] * self.cfg.num_policies
         self.episodes: list[list[tuple[float, int]]] = [[] for _ in range(self.cfg.num_policies)]
-        self.discarded_rollouts = 0
-        self.last_report = time.monotonic()
         for s in range(self.num_splits):
             self._start_split(s)
         self.activity = "stepping envs"
@@ -99,17 +101,30 @@ class ActorWorker(Component):
 
     def _request(self, s: int, has_truncations: bool) -> None:
         self.request_time[s] = time.monotonic()
-        msg = (REQUEST, self.index, s, self.slot[s], self.t[s], has_truncations)
+        self.seq[s] += 1
+        self.np["request_seq"][self.index, s] = self.seq[s]
+        msg = (REQUEST, self.index, s, self.slot[s], self.t[s], has_truncations, self.gen, self.seq[s])
+        self.last_request[s] = msg
         self.channels.policy[self.policy[s]].put(msg)
 
     def on_message(self, msg: tuple) -> None:
-        if msg[0] == ACTIONS_READY:
-            for s in msg[1]:
-                self._advance(s)
-        elif msg[0] == FREE_SLOTS:
+        kind = msg[0]
+        if kind in (ACTIONS_READY, FREE_SLOTS) and msg[2] != self.gen:
+            return  # addressed to the crashed worker this one replaced
+        if kind == ACTIONS_READY:
+            for s, seq in msg[1]:
+                if seq == self.seq[s] and self.request_time[s]:  # a re-sent request may be answered twice
+                    self._advance(s)
+        elif kind == FREE_SLOTS:
             self.pool.release(msg[1])
             while self.waiting and self.pool.free:
                 self._continue_in_new_slot(self.waiting.pop(0))
+        elif kind == RESEND:
+            # A policy worker was restarted: requests it had taken are lost. Old ones are sent again.
+            now = time.monotonic()
+            for s, msg_s in enumerate(self.last_request):
+                if self.request_time[s] and now - self.request_time[s] > 0.2:
+                    self.channels.policy[self.policy[s]].put(msg_s)
         else:
             raise RuntimeError(f"actor {self.index}: unexpected message {msg!r}")
 
@@ -147,7 +162,8 @@ class ActorWorker(Component):
         carry["rnn_in"] = self.buffers.rnn_states[slot, T].clone()
         carry["rnn_out"] = self.buffers.rnn_states[slot, T + 1].clone()
         self.carry[s] = carry
-        self.channels.learner[self.policy[s]].put((ROLLOUT, self.index, slot))
+        self.channels.learner[self.policy[s]].put((ROLLOUT, self.index, slot, self.gen))
+        self._report_progress()
         self.slot[s] = None
         if self.pool.free:
             self._continue_in_new_slot(s)
@@ -175,8 +191,6 @@ class ActorWorker(Component):
 
     def on_idle(self) -> None:
         now = time.monotonic()
-        if now - self.last_report > 0.5:
-            self._report_progress(now)
         limit = self.cfg.heartbeat_timeout_sec
         for s in range(self.num_splits):
             if self.request_time[s] and now - self.request_time[s] > limit:
@@ -185,8 +199,8 @@ class ActorWorker(Component):
             if now - self.wait_since[s] > limit:
                 raise RuntimeError(f"split {s}: no trajectory buffer returned by the learner for {limit:.0f} s")
 
-    def _report_progress(self, now: float) -> None:
-        self.last_report = now
+    def _report_progress(self) -> None:
+        """Sent once per finished rollout (not on a timer), so serial runs stop at the same point every time."""
         for p in range(self.cfg.num_policies):
             if self.env_steps[p] or self.episodes[p]:
                 self.report("samples", (p, self.env_steps[p], self.episodes[p]))
@@ -194,6 +208,6 @@ class ActorWorker(Component):
 
     def finish(self) -> None:
         if hasattr(self, "groups"):
-            self._report_progress(time.monotonic())
+            self._report_progress()
             for g in self.groups:
                 g.close()

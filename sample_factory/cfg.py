@@ -129,6 +129,15 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
         ),
         ("set_workers_cpu_affinity", (), _BOOL, True, "Pin actor workers to CPU cores (psutil).", {}),
         ("sampler_only", (), _BOOL, False, "Collect experience without training (throughput measurement).", {}),
+        (
+            "message_queue",
+            (),
+            str,
+            "socket",
+            "Transport of the small messages between processes: socket (Unix SOCK_SEQPACKET, kill-safe, default) "
+            "or faster_fifo.",
+            {"choices": ["socket", "faster_fifo"]},
+        ),
         ("env_seed_offset", (), int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env).", {}),
     ],
     "Learner": [
@@ -185,6 +194,14 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
         ("adam_beta2", (), float, 0.999, "Adam beta2.", {}),
         ("reward_scale", (), float, 1.0, "Rewards are multiplied by this before training.", {}),
         ("reward_clip", (), float, 1000.0, "Rewards are clipped to [-c, c] after scaling.", {}),
+        (
+            "max_nonfinite_updates",
+            (),
+            int,
+            20,
+            "Consecutive SGD steps skipped for a NaN/inf loss or gradient before the run stops with an error.",
+            {},
+        ),
         ("learner_main_loop_num_cores", (), int, 1, "Torch threads in the learner process.", {}),
     ],
     "Model": [
@@ -236,6 +253,14 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             float,
             60.0,
             "A process silent for this long is reported as stuck and the run stops.",
+            {},
+        ),
+        (
+            "max_worker_restarts",
+            (),
+            int,
+            3,
+            "Restarts allowed per actor/policy worker after a crash before the run stops with an error.",
             {},
         ),
         ("shutdown_timeout_sec", (), float, 8.0, "Time children get to exit before they are killed.", {}),

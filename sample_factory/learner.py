@@ -66,31 +66,43 @@ class Learner(Component):
             self.version, self.env_steps = state["policy_version"], state["env_steps"]
             self.report("resumed", {"path": str(path), "env_steps": self.env_steps, "version": self.version})
         self.weights.publish(self.model, self.version)
-        self.pending: list[int] = []
+        self.pending: list[tuple[int, int, int]] = []  # (slot, actor_idx, actor generation)
+        self.generation = self.buffers.generation.numpy()
+        self.discarded_rollouts = 0
         self.last_save = time.monotonic()
         self.activity = "waiting for rollouts"
 
     def on_message(self, msg: tuple) -> None:
         if msg[0] == ROLLOUT:
-            self.pending.append(msg[2])
+            _, actor_idx, slot, gen = msg
+            self.pending.append((slot, actor_idx, gen))
         else:
             raise RuntimeError(f"learner {self.policy_id}: unexpected message {msg!r}")
 
+    def _drop_stale(self) -> None:
+        """Rollouts of an actor worker that crashed and was replaced: its slots now belong to the new worker."""
+        fresh = [p for p in self.pending if p[2] == self.generation[p[1]]]
+        if len(fresh) != len(self.pending):
+            self.discarded_rollouts += len(self.pending) - len(fresh)
+            self.report("discarded_rollouts", len(self.pending) - len(fresh))
+            self.pending = fresh
+
     def on_idle(self) -> None:
+        self._drop_stale()
         while len(self.pending) >= self.slots_per_iteration and not self.stopped:
             self._iteration()
         if time.monotonic() - self.last_save > self.cfg.save_every_sec:
             self.save()
 
     def _iteration(self) -> None:
-        slots, self.pending = self.pending[: self.slots_per_iteration], self.pending[self.slots_per_iteration :]
+        taken, self.pending = self.pending[: self.slots_per_iteration], self.pending[self.slots_per_iteration :]
         self.activity = "copying a batch"
         t0 = time.perf_counter()
-        batch = self.buffers.gather(slots)
+        batch = self.buffers.gather([p[0] for p in taken])
         if self.cfg.async_rl or self.cfg.sampler_only:
-            self._return_slots(slots)  # collection continues while we train
+            self._return_slots(taken)  # collection continues while we train
         self.timing["copy_batch"] += time.perf_counter() - t0
-        samples = len(slots) * self.buffers.spec.samples_per_slot
+        samples = len(taken) * self.buffers.spec.samples_per_slot
         self.env_steps += samples
         if self.cfg.sampler_only:
             self.report("train", {"samples": samples, "env_steps": self.env_steps, "version": self.version})
@@ -99,22 +111,27 @@ class Learner(Component):
         t0 = time.perf_counter()
         self.algo.set_learning_rate(learning_rate_at(self.cfg, self.env_steps))
         stats, self.version = self.algo.train(batch, self.version)
+        if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:
+            raise RuntimeError(
+                f"{self.algo.consecutive_skipped} consecutive updates had a NaN/inf loss or gradient "
+                f"(--max_nonfinite_updates={self.cfg.max_nonfinite_updates}); stopping instead of training garbage"
+            )
         t1 = time.perf_counter()
         self.weights.publish(self.model, self.version)
         self.timing["train"] += t1 - t0
         self.timing["publish_weights"] += time.perf_counter() - t1
         if not self.cfg.async_rl:
-            self._return_slots(slots)  # only now: the next batch is collected with the weights just published
+            self._return_slots(taken)  # only now: the next batch is collected with the weights just published
         stats.update(env_steps=self.env_steps, version=self.version, train_time=t1 - t0)
         self.report("train", stats)
         self.activity = "waiting for rollouts"
 
-    def _return_slots(self, slots: list[int]) -> None:
-        by_worker: dict[int, list[int]] = collections.defaultdict(list)
-        for s in slots:
-            by_worker[self.buffers.worker_of_slot(s)].append(s)
-        for w, ss in by_worker.items():
-            self.channels.actor[w].put((FREE_SLOTS, ss))
+    def _return_slots(self, taken: list[tuple[int, int, int]]) -> None:
+        by_worker: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
+        for slot, actor_idx, gen in taken:
+            by_worker[actor_idx, gen].append(slot)
+        for (w, gen), slots in by_worker.items():
+            self.channels.actor[w].put((FREE_SLOTS, slots, gen))
 
     def save(self) -> None:
         self.activity = "saving a checkpoint"

@@ -44,13 +44,18 @@ class PolicyWorker(Component):
         self.device = resolve_device(self.cfg)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
         self.version = self.weights.load_into(self.model)
+        self.generation = self.buffers.generation.numpy()  # shared views: which requests are still current
+        self.request_seq = self.buffers.request_seq.numpy()
         self.requests_served = 0
         self.batches = 0
         self.activity = "waiting for requests"
 
     def on_messages(self, msgs: list) -> None:
-        requests = [m for m in msgs if m[0] == REQUEST]
-        if len(requests) != len(msgs):
+        gen, seq = self.generation, self.request_seq
+        # (REQUEST, actor, split, slot, t, has_truncations, gen, seq): drop those of replaced workers and
+        # re-sent duplicates that were already answered.
+        requests = [m for m in msgs if m[0] == REQUEST and m[6] == gen[m[1]] and m[7] == seq[m[1], m[2]]]
+        if any(m[0] != REQUEST for m in msgs):
             others = [m for m in msgs if m[0] != REQUEST]
             stops = [m for m in others if m[0] == STOP]
             # The inbox is shared by this policy's workers: pass on STOPs meant for the others.
@@ -96,17 +101,17 @@ class PolicyWorker(Component):
         for r in requests:
             if r[5]:
                 self._final_values(r)
-        ready: dict[int, list[int]] = collections.defaultdict(list)
+        ready: dict[tuple[int, int], list[tuple[int, int]]] = collections.defaultdict(list)
         for r in requests:
-            ready[r[1]].append(r[2])
-        for actor_idx, splits in ready.items():
-            self.channels.actor[actor_idx].put((ACTIONS_READY, splits))
+            ready[r[1], r[6]].append((r[2], r[7]))
+        for (actor_idx, gen), splits in ready.items():
+            self.channels.actor[actor_idx].put((ACTIONS_READY, splits, gen))
         self.requests_served += R
         self.batches += 1
 
     def _final_values(self, request: tuple) -> None:
         """V(final observation) of the envs whose episode was truncated at step t - 1 (value bootstrap)."""
-        _, actor_idx, split_idx, slot, t, _ = request
+        _, actor_idx, split_idx, slot, t = request[:5]
         b = self.buffers
         mask = b.truncated[slot, t - 1]  # [n]
         final_obs = b.final_obs[actor_idx * self.num_splits + split_idx].to(self.device)

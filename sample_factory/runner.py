@@ -17,15 +17,15 @@ import numpy as np
 import torch
 
 from sample_factory.actor_worker import ActorWorker
-from sample_factory.component import Component, SerialDriver, process_main
+from sample_factory.component import Component, SerialDriver
 from sample_factory.envs.env_utils import probe_env_spaces
-from sample_factory.heartbeat import HeartbeatMonitor
 from sample_factory.learner import Learner
-from sample_factory.messages import REPORT, STOP, Channels
+from sample_factory.messages import REPORT, Channels
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.policy_worker import PolicyWorker
 from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
 from sample_factory.summaries import ProgressTracker, SummaryWriters
+from sample_factory.supervisor import RESTARTABLE, Supervisor
 
 
 def log(msg: str) -> None:
@@ -82,11 +82,16 @@ class Runner:
             w = SharedWeights.for_model(model, self.ctx.Lock() if self.ctx else _NoLock())
             w.publish(model, 0)
             self.weights.append(w)
-        self.channels = Channels(cfg.num_workers, cfg.num_policies, serial=cfg.serial_mode)
+        kind = "local" if cfg.serial_mode else cfg.message_queue
+        self.channels = Channels(cfg.num_workers, cfg.num_policies, kind)
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
         self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies)
-        self.monitor = HeartbeatMonitor(cfg.heartbeat_timeout_sec)
+        self.supervisor = (
+            None
+            if cfg.serial_mode
+            else Supervisor(cfg, self.ctx, self._make_component, self.buffers, self.channels, log)
+        )
         log(
             f"experiment {self.exp_dir} | env {cfg.env} obs {self.obs_space.shape} actions {self.action_space} | "
             f"{cfg.num_workers} workers x {cfg.num_envs_per_worker} envs, {spec.num_slots} trajectory slots "
@@ -95,21 +100,28 @@ class Runner:
         )
 
     def _make_components(self) -> list[Component]:
+        cfg = self.cfg
+        keys = []
+        for p in range(cfg.num_policies):
+            keys.append(("learner", p))
+            keys += [("policy", (p, i)) for i in range(cfg.policy_workers_per_policy)]
+        keys += [("actor", w) for w in range(cfg.num_workers)]
+        return [self._make_component(role, index) for role, index in keys]
+
+    def _make_component(self, role: str, index: Any) -> Component:
         cfg, b, ch = self.cfg, self.buffers, self.channels
         spaces = (self.obs_space, self.action_space)
-        comps: list[Component] = []
-        for p in range(cfg.num_policies):
-            comps.append(Learner(cfg, p, b, ch, self.weights[p], *spaces))
-            for i in range(cfg.policy_workers_per_policy):
-                comps.append(PolicyWorker(cfg, p, i, b, ch, self.weights[p], *spaces))
-        comps += [ActorWorker(cfg, w, b, ch) for w in range(cfg.num_workers)]
-        return comps
+        if role == "learner":
+            return Learner(cfg, index, b, ch, self.weights[index], *spaces)
+        if role == "policy":
+            return PolicyWorker(cfg, index[0], index[1], b, ch, self.weights[index[0]], *spaces)
+        return ActorWorker(cfg, index, b, ch)
 
     # ---- running ------------------------------------------------------------------------------------------
     def run(self) -> int:
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        self.processes: dict[tuple, Any] = {}
         self.driver = None
+        self.supervisor = None
         try:
             self.setup()
             self._start()
@@ -137,14 +149,7 @@ class Runner:
             self.driver.init()
             return
         for c in self.components:
-            proc = self.ctx.Process(
-                target=process_main, args=(c, self.cfg.heartbeat_interval, os.getpid()), name=c.name, daemon=False
-            )
-            proc.start()
-            key = (c.role, c.index)
-            self.processes[key] = proc
-            self.monitor.seen(key, "starting")
-        self.finished: set[tuple] = set()
+            self.supervisor.start(c)
 
     def _main_loop(self) -> None:
         cfg = self.cfg
@@ -173,10 +178,11 @@ class Runner:
         assert r[0] == REPORT, r
         _, role, index, kind, payload = r
         key = (role, index)
+        sup = self.supervisor
+        if sup is not None:
+            sup.monitor.seen(key, payload if kind == "heartbeat" else "")
         if kind == "heartbeat":
-            self.monitor.seen(key, payload)
             return
-        self.monitor.seen(key)
         if kind == "samples":
             policy, steps, episodes = payload
             self.progress.add_samples(policy, steps, episodes)
@@ -192,16 +198,16 @@ class Runner:
             self.progress.last_checkpoint[index] = payload
         elif kind == "timing":
             self.progress.timing[role].append(payload)
+        elif kind == "discarded_rollouts":
+            self.progress.discarded_rollouts += payload
         elif kind == "error":
             log(f"ERROR in {role} {index}: {payload[0]}\n{payload[1]}")
-            self.exit_code = 1
-            self.stop_reason = self.stop_reason or f"{role} {index} failed"
+            if sup is None or role not in RESTARTABLE:
+                self.exit_code = 1
+                self.stop_reason = self.stop_reason or f"{role} {index} failed: {payload[0]}"
         elif kind == "finished":
-            self.monitor.forget(key)
-            if getattr(self, "finished", None) is not None:
-                self.finished.add(key)
-        elif kind == "started":
-            pass
+            if sup is not None:
+                sup.on_finished(key, payload)
 
     def _check_stop(self, now: float) -> None:
         cfg = self.cfg
@@ -211,15 +217,11 @@ class Runner:
             self.stop_reason = f"reached {cfg.train_for_seconds} s"
         elif cfg.stop_at_reward is not None and self.progress.solved(cfg.stop_at_reward):
             self.stop_reason = f"mean reward reached {cfg.stop_at_reward}"
-        for key, proc in self.processes.items():
-            if not proc.is_alive() and key not in self.finished:
+        if self.supervisor is not None:
+            fatal = self.supervisor.check(stopping=self.stop_reason is not None)
+            if fatal:
                 self.exit_code = 1
-                self.stop_reason = f"{key[0]} {key[1]} died unexpectedly (exit code {proc.exitcode})"
-                return
-        for key, silent_for, activity in self.monitor.stale():
-            self.exit_code = 1
-            self.stop_reason = f"{key[0]} {key[1]} silent for {silent_for:.0f} s (last activity: {activity})"
-            return
+                self.stop_reason = fatal
 
     # ---- shutdown -----------------------------------------------------------------------------------------
     def _shutdown(self) -> None:
@@ -230,7 +232,6 @@ class Runner:
         # STOPs go to actors first so no new rollouts arrive, then policy workers, then learners (which save
         # checkpoints); in serial mode every component is finished in turn.
         order = ("actor", "policy", "learner")
-        comps = sorted(self.components, key=lambda c: order.index(c.role))
         if self.driver is not None:
             try:
                 self.driver.finish()
@@ -239,34 +240,18 @@ class Runner:
                 self.exit_code = 1
             for r in self.channels.report.get_many(block=False):
                 self._on_report(r)
-        else:
-            self._stop_processes(comps)
+        elif self.supervisor is not None:
+            self.supervisor.stop_all(
+                order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=lambda: self.signals_received > 1
+            )
+            self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
         self._final_report()
         self.summaries.write(self.progress)
         self.summaries.close()
         self.channels.close()
 
-    def _stop_processes(self, comps: list[Component]) -> None:
-        deadline = time.monotonic() + self.cfg.shutdown_timeout_sec
-        for c in comps:
-            try:
-                c.inbox.put((STOP,), timeout=1.0)
-            except Exception:
-                pass  # a full or broken inbox: the process is terminated below
-        for key, proc in self.processes.items():
-            # A second Ctrl+C skips the orderly wait.
-            while proc.is_alive() and time.monotonic() < deadline and self.signals_received < 2:
-                for r in self.channels.report.get_many(timeout=0.05):
-                    self._on_report(r)
-            if proc.is_alive():
-                log(f"{key[0]} {key[1]} did not stop in time, terminating it")
-                proc.terminate()
-        for proc in self.processes.values():
-            proc.join(2.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(2.0)
-        for r in self.channels.report.get_many(block=False):
+    def _drain_reports(self, timeout: float) -> None:
+        for r in self.channels.report.get_many(block=timeout > 0, timeout=timeout):
             self._on_report(r)
 
     def _final_report(self) -> None:

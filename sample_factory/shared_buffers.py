@@ -21,6 +21,13 @@ read by policy workers to compute `final_values`:
 
     final_obs       [num_splits_total, n, *obs_shape]
 
+Liveness bookkeeping shared by every process (see docs/architecture.md, "Worker restarts"):
+
+    generation      [num_workers]                 i64  bumped by the runner when it restarts actor worker w;
+                                                       messages of an older generation are ignored
+    request_seq     [num_workers, splits]         i64  sequence number of each split's outstanding request;
+                                                       policy workers skip requests that are no longer current
+
 Slots are owned by actor workers: worker w owns `slots_of_worker(w)` and only it writes into them; a slot index
 travels to the learner when the rollout is complete and comes back when the learner has copied it out.
 """
@@ -131,12 +138,14 @@ class TrajectoryBuffers:
         self.final_values = torch.zeros((S, T, n), dtype=torch.float32)
         num_splits = spec.num_workers * spec.splits_per_worker
         self.final_obs = torch.zeros((num_splits, n, *spec.obs_shape), dtype=spec.obs_dtype)
+        self.generation = torch.zeros(spec.num_workers, dtype=torch.int64)
+        self.request_seq = torch.zeros((spec.num_workers, spec.splits_per_worker), dtype=torch.int64)
         if share:
             for t in self.tensors().values():
                 t.share_memory_()
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        return {k: getattr(self, k) for k in (*self.SLOT_KEYS, "final_obs")}
+        return {k: getattr(self, k) for k in (*self.SLOT_KEYS, "final_obs", "generation", "request_seq")}
 
     def slots_of_worker(self, worker_idx: int) -> list[int]:
         k = self.spec.slots_per_worker

@@ -28,6 +28,7 @@ class ProgressTracker:
         self.dropped_samples = [0] * P
         self.history: collections.deque = collections.deque([(self.start, 0)], maxlen=2000)
         self.inference = collections.Counter()
+        self.discarded_rollouts = 0  # half-finished or orphaned by a worker crash
         self.last_checkpoint: dict[int, str] = {}
         self.timing: dict[str, list[dict]] = collections.defaultdict(list)
 
@@ -109,6 +110,8 @@ class ProgressTracker:
                 f"  policy {p}: reward {self.reward_mean(p):.2f}, {self.num_episodes[p]} episodes, "
                 f"{self.dropped_samples[p]} samples dropped for lag, checkpoint {self.last_checkpoint.get(p)}"
             )
+        if self.discarded_rollouts:
+            lines.append(f"  {self.discarded_rollouts} rollouts discarded because of worker restarts")
         return "\n".join(lines)
 
 

@@ -67,6 +67,8 @@ def test_allocation_shapes_match_docstring(action_space, rnn_size):
         "truncated": ((S, T, n), torch.bool),
         "final_values": ((S, T, n), torch.float32),
         "final_obs": ((cfg.num_workers * cfg.worker_num_splits, n, 3), torch.float32),
+        "generation": ((cfg.num_workers,), torch.int64),
+        "request_seq": ((cfg.num_workers, cfg.worker_num_splits), torch.int64),
     }
     tensors = b.tensors()
     assert set(tensors) == set(expected)

@@ -46,6 +46,7 @@ class PPOAlgorithm:
             eps=cfg.adam_eps,
         )
         self.skipped_updates = 0
+        self.consecutive_skipped = 0  # the learner stops the run when this exceeds --max_nonfinite_updates
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}
@@ -131,7 +132,9 @@ class PPOAlgorithm:
                     )
                 if not (math.isfinite(float(loss.detach())) and math.isfinite(float(grad_norm))):
                     self.skipped_updates += 1  # never apply a NaN/inf update
+                    self.consecutive_skipped += 1
                     continue
+                self.consecutive_skipped = 0
                 self.optimizer.step()
                 version += 1
                 num_steps += 1

@@ -72,15 +72,23 @@ def probe_env_spaces(cfg: Any, ctx: Any = None) -> tuple[gym.Space, gym.Space]:
     return result[1]
 
 
+class EnvError(RuntimeError):
+    """An env raised or returned something invalid; the message names the env and the field."""
+
+
 class EnvGroup:
     """n envs stepped in lockstep. After `step`, `obs[i]` is the observation to act on next: the reset
     observation where the episode ended (same-step autoreset); the final observation of a truncated episode is
-    kept in `final_obs[i]` for value bootstrapping."""
+    kept in `final_obs[i]` for value bootstrapping. Everything an env returns is checked here, at the boundary:
+    a wrong shape or dtype, NaN/inf observations or rewards raise EnvError naming the env."""
 
-    def __init__(self, envs: list[gym.Env], seeds: list[int | None]):
+    def __init__(self, envs: list[gym.Env], seeds: list[int | None], env_ids: list[int] | None = None):
         self.envs = envs
         self.n = len(envs)
+        self.env_ids = env_ids if env_ids is not None else list(range(self.n))
         space = envs[0].observation_space
+        self.obs_shape, self.obs_dtype = tuple(space.shape), space.dtype
+        self.check_finite = np.issubdtype(space.dtype, np.floating)
         self.obs = np.zeros((self.n, *space.shape), dtype=space.dtype)  # [n, *obs_shape]
         self.final_obs = np.zeros_like(self.obs)
         self.rewards = np.zeros(self.n, dtype=np.float32)
@@ -90,19 +98,53 @@ class EnvGroup:
         self.episode_len = np.zeros(self.n, dtype=np.int64)
         self.seeds = seeds
 
+    def _checked(self, i: int, o: Any, where: str) -> Any:
+        shape = getattr(o, "shape", None)
+        if shape is None:
+            o = np.asarray(o)
+            shape = o.shape
+        if tuple(shape) != self.obs_shape:
+            raise EnvError(
+                f"env {self.env_ids[i]}: {where} returned an observation of shape {tuple(shape)}, "
+                f"expected {self.obs_shape}"
+            )
+        dtype = getattr(o, "dtype", None)
+        if dtype is not None and not np.can_cast(dtype, self.obs_dtype, "same_kind"):
+            raise EnvError(
+                f"env {self.env_ids[i]}: {where} returned an observation of dtype {dtype}, expected {self.obs_dtype}"
+            )
+        return o
+
+    def _call(self, i: int, where: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise EnvError(f"env {self.env_ids[i]} raised in {where}: {type(e).__name__}: {e}") from e
+
     def reset(self) -> np.ndarray:
         for i, env in enumerate(self.envs):
-            self.obs[i], _ = env.reset(seed=self.seeds[i])
+            o, _ = self._call(i, "reset", env.reset, seed=self.seeds[i])
+            self.obs[i] = self._checked(i, o, "reset")
+        self._check_finite_obs("reset")
         self.episode_return[:] = 0
         self.episode_len[:] = 0
         return self.obs
+
+    def _check_finite_obs(self, where: str) -> None:
+        if self.check_finite and not np.isfinite(self.obs).all():
+            bad = int(np.argwhere(~np.isfinite(self.obs.reshape(self.n, -1)))[0][0])
+            raise EnvError(f"env {self.env_ids[bad]}: {where} returned a NaN or inf observation")
 
     def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
         """Step every env with actions [n, ...]; return the (return, length) of episodes that ended."""
         finished = []
         obs, rewards, dones, truncated = self.obs, self.rewards, self.dones, self.truncated
         for i, env in enumerate(self.envs):
-            o, r, term, trunc, _ = env.step(actions[i])
+            try:
+                o, r, term, trunc, _ = env.step(actions[i])
+            except Exception as e:
+                raise EnvError(f"env {self.env_ids[i]} raised in step: {type(e).__name__}: {e}") from e
+            o = self._checked(i, o, "step")
             rewards[i] = r
             self.episode_return[i] += r
             self.episode_len[i] += 1
@@ -112,10 +154,16 @@ class EnvGroup:
                 self.episode_len[i] = 0
                 if trunc and not term:
                     self.final_obs[i] = o
-                o, _ = env.reset()
+                o, _ = self._call(i, "reset", env.reset)
+                o = self._checked(i, o, "reset")
             obs[i] = o
             dones[i] = term or trunc
             truncated[i] = trunc and not term
+        if not np.isfinite(rewards).all():
+            raise EnvError(
+                f"env {self.env_ids[int(np.argmin(np.isfinite(rewards)))]}: step returned a NaN or inf reward"
+            )
+        self._check_finite_obs("step")
         return finished
 
     def close(self) -> None:

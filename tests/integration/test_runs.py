@@ -31,9 +31,9 @@ def check_artifacts(run: TrainRun) -> None:
             assert cfg[key] == value, f"cfg.json {key}={cfg[key]!r}, preset says {value!r}"
 
     rows = run.progress_rows()
-    assert rows, "progress.csv has no rows"
-    assert int(rows[-1]["env_steps"]) > 0, rows[-1]
-    assert "reward_p0" in rows[-1]
+    assert rows, f"progress.csv has no rows\n{run.describe()}"
+    assert set(rows[-1]) == {"time_s", "env_steps", "fps_10s", "reward_p0"}, rows[-1]
+    assert all(float(r["time_s"]) >= 0 and int(r["env_steps"]) >= 0 for r in rows), rows
 
     summary_dir = run.exp_dir / ".summary" / "0"
     assert list(summary_dir.glob("events.out.tfevents.*")), "no TensorBoard event file"
@@ -64,6 +64,7 @@ def test_multiprocess_run(tmp_path, train_run):
     assert all_up, f"process names seen: {sorted(run.names_seen())}\n{run.describe()}"
     check_trained(run)
     check_artifacts(run)
+    assert max(int(r["env_steps"]) for r in run.progress_rows()) > 0, run.progress_rows()
     run.assert_no_leftovers()
 
 
@@ -130,5 +131,23 @@ def test_sync_mode_zero_lag(tmp_path, train_run):
     assert not nonzero, (
         f"synchronous PPO must train on samples from the current policy; lag min/avg/max seen: {lags}\n"
         + run.describe()
+    )
+    run.assert_no_leftovers()
+
+
+@pytest.mark.timeout(120)
+def test_progress_csv_records_final_state(tmp_path, train_run):
+    """progress.csv ends with the state the run finished in, even when the run is shorter than one report
+    interval (the final progress line is printed; the same numbers must reach the file)."""
+    run = train_run(
+        ["--serial_mode=True", "--num_workers=1", "--train_for_env_steps=8192", "--report_interval_sec=600"],
+        tmp_path / "td",
+    )
+    assert run.wait(timeout=100) == 0, run.describe()
+    final_steps = progress_env_steps(run)
+    assert final_steps is not None and final_steps >= 8192, run.describe()
+    rows = run.progress_rows()
+    assert rows and int(rows[-1]["env_steps"]) == final_steps, (
+        f"last progress.csv row {rows[-1] if rows else None}, final progress line says {final_steps} env steps"
     )
     run.assert_no_leftovers()

@@ -1,0 +1,234 @@
+"""Use a trained agent in your own loop: `load_policy(...)` returns a `Policy` that acts on numpy observations.
+
+    policy = load_policy("cartpole", train_dir="./train_dir")
+    state = policy.initial_state()            # None for a feed-forward model
+    obs, _ = env.reset()
+    while True:
+        action, state = policy.act(obs, state, deterministic=True)
+        obs, reward, term, trunc, _ = env.step(action)
+        if term or trunc:
+            obs, _ = env.reset()
+            state = policy.initial_state()
+
+For vectorized envs use `act_batch` with obs [B, *obs_shape] and `reset_state(state, done_mask)` at episode ends.
+Recurrent state is a numpy array ([H] for one observation, [B, H] for a batch); pass a torch tensor instead and it
+stays a torch tensor on the policy's device (no host round trip per step on CUDA).
+Actions are returned exactly as the training actors sent them to the env (Box actions are not clipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from sample_factory.cfg import build_parser
+from sample_factory.checkpoint import load_latest_checkpoint
+from sample_factory.envs.env_utils import make_env
+from sample_factory.model.actor_critic import ActorCritic
+
+State = np.ndarray | torch.Tensor | None
+
+
+def resolve_experiment_dir(experiment: str | Path, train_dir: str | Path | None = None) -> Path:
+    """<train_dir>/<experiment> when train_dir is given; otherwise `experiment` itself if it is an experiment folder,
+    else ./train_dir/<experiment> (the training default)."""
+    if train_dir is not None:
+        return Path(train_dir) / experiment
+    if (Path(experiment) / "cfg.json").exists():
+        return Path(experiment)
+    return Path(build_parser().get_default("train_dir")) / experiment
+
+
+def find_best_checkpoint(ckpt_dir: Path) -> Path:
+    """The newest `best_*.pth` in a checkpoint folder (each one is written when the best score improves)."""
+    found = sorted(ckpt_dir.glob("best_*.pth"), key=lambda p: (p.stat().st_mtime, p.name))
+    if not found:
+        raise FileNotFoundError(
+            f"no best checkpoint (best_*.pth) in {ckpt_dir}; this run did not save one, use checkpoint='latest'"
+        )
+    return found[-1]
+
+
+def _load_checkpoint(exp_dir: Path, checkpoint: str | Path, policy_id: int, device: torch.device) -> tuple[dict, Path]:
+    ckpt_dir = exp_dir / f"checkpoint_p{policy_id}"
+    if checkpoint == "latest":
+        loaded = load_latest_checkpoint(ckpt_dir, map_location=device)
+        if loaded is None:
+            raise FileNotFoundError(f"no checkpoint in {ckpt_dir}")
+        return loaded
+    path = find_best_checkpoint(ckpt_dir) if checkpoint == "best" else Path(checkpoint)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint file {path} not found")
+    return torch.load(path, map_location=device, weights_only=False), path
+
+
+def _build_cfg(exp_dir: Path, ckpt_cfg: dict | None) -> argparse.Namespace:
+    """Parser defaults <- cfg.json <- the cfg stored in the checkpoint (it describes exactly these weights).
+    Defaults fill options added after the run was made."""
+    cfg = vars(build_parser().parse_args([]))
+    cfg_json = exp_dir / "cfg.json"
+    if cfg_json.exists():
+        cfg.update(json.loads(cfg_json.read_text()))
+    elif not ckpt_cfg:
+        raise FileNotFoundError(f"no experiment at {exp_dir} (cfg.json not found)")
+    cfg.update(ckpt_cfg or {})
+    return argparse.Namespace(**cfg)
+
+
+def _resolve_device(device: str | torch.device) -> torch.device:
+    dev = torch.device("cuda" if str(device) == "gpu" else device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device={device!r} but no CUDA GPU is visible to torch; use device='cpu'")
+    return dev
+
+
+class Policy:
+    """A trained actor-critic in eval mode on one device. All methods run under torch.inference_mode."""
+
+    def __init__(
+        self,
+        model: ActorCritic,
+        cfg: argparse.Namespace,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        device: torch.device,
+        checkpoint_path: Path | None = None,
+        policy_version: int | None = None,
+        env_steps: int | None = None,
+    ):
+        self.model = model.to(device).eval()
+        self.cfg = cfg
+        self.obs_space, self.action_space = obs_space, action_space
+        self.device = device
+        self.checkpoint_path, self.policy_version, self.env_steps = checkpoint_path, policy_version, env_steps
+        self.obs_shape = tuple(obs_space.shape)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+
+    @property
+    def recurrent(self) -> bool:
+        return bool(self.model.recurrent)
+
+    @property
+    def rnn_state_size(self) -> int:
+        """H: width of the recurrent state (0 for a feed-forward model)."""
+        return int(self.model.rnn_state_size)
+
+    def initial_state(self, batch_size: int | None = None) -> np.ndarray | None:
+        """Zero state: [H] for one observation, [batch_size, H] for a batch; None for a feed-forward model."""
+        if not self.recurrent:
+            return None
+        shape = (self.rnn_state_size,) if batch_size is None else (batch_size, self.rnn_state_size)
+        return np.zeros(shape, dtype=np.float32)
+
+    @staticmethod
+    def reset_state(state: State, done_mask: Any) -> State:
+        """Zero the rows of `state` [B, H] whose episode ended (done_mask [B] bool); returns a new array/tensor."""
+        if state is None:
+            return None
+        if isinstance(state, torch.Tensor):
+            done = torch.as_tensor(np.asarray(done_mask), dtype=torch.bool, device=state.device)
+            return state.masked_fill(done.view(-1, *([1] * (state.dim() - 1))), 0.0)
+        done = np.asarray(done_mask, dtype=bool)
+        return np.where(done.reshape(-1, *([1] * (state.ndim - 1))), 0.0, state).astype(state.dtype, copy=False)
+
+    def _obs_tensor(self, obs: Any) -> torch.Tensor:
+        t = torch.as_tensor(np.asarray(obs)) if not isinstance(obs, torch.Tensor) else obs
+        if tuple(t.shape[1:]) != self.obs_shape:
+            raise ValueError(
+                f"expected observations of shape [B, {', '.join(map(str, self.obs_shape))}], got {list(t.shape)}"
+            )
+        return t.to(self.device)
+
+    def _state_tensor(self, state: State, batch: int) -> torch.Tensor | None:
+        if not self.recurrent:
+            return None
+        if state is None:
+            return torch.zeros(batch, self.rnn_state_size, device=self.device)
+        t = state if isinstance(state, torch.Tensor) else torch.as_tensor(np.asarray(state, dtype=np.float32))
+        if tuple(t.shape) != (batch, self.rnn_state_size):
+            raise ValueError(f"expected rnn state of shape [{batch}, {self.rnn_state_size}], got {list(t.shape)}")
+        return t.to(self.device, torch.float32)
+
+    @staticmethod
+    def _state_out(new_state: torch.Tensor | None, like: State) -> State:
+        # Same kind as given: torch in -> torch out (stays on device); numpy or None in -> numpy out.
+        if new_state is None or isinstance(like, torch.Tensor):
+            return new_state
+        return new_state.cpu().numpy()
+
+    @torch.inference_mode()
+    def act_batch(self, obs: Any, state: State = None, deterministic: bool = False) -> tuple[np.ndarray, State]:
+        """obs [B, *obs_shape], state [B, H] or None (zeros) -> (actions [B] int64 or [B, D] float32, new state)."""
+        o = self._obs_tensor(obs)
+        params, _, new_state = self.model.forward_step(o, self._state_tensor(state, o.shape[0]))
+        dist = self.model.distribution(params)
+        actions = dist.mode() if deterministic else dist.sample()  # [B] or [B, D]
+        return actions.cpu().numpy(), self._state_out(new_state, state)
+
+    def act(self, obs: Any, state: State = None, deterministic: bool = False) -> tuple[int | np.ndarray, State]:
+        """One observation of obs_shape, state [H] or None -> (python int or [D] numpy action, new state [H])."""
+        batch_state = None if state is None else state[None]
+        actions, new_state = self.act_batch(np.asarray(obs)[None], batch_state, deterministic)
+        action = int(actions[0]) if self.discrete else actions[0]
+        return action, None if new_state is None else new_state[0]
+
+    @torch.inference_mode()
+    def value(self, obs: Any, state: State = None) -> float | np.ndarray:
+        """Critic value: a float for one observation (state [H]), a [B] array for a batch (state [B, H])."""
+        single = tuple(np.shape(obs)) == self.obs_shape
+        o = self._obs_tensor(np.asarray(obs)[None] if single else obs)
+        s = None if state is None else (state[None] if single else state)
+        _, values, _ = self.model.forward_step(o, self._state_tensor(s, o.shape[0]))  # [B]
+        return float(values[0]) if single else values.cpu().numpy()
+
+    def __repr__(self) -> str:
+        return (
+            f"Policy({self.cfg.env}, obs {self.obs_shape}, actions {self.action_space}, "
+            f"{'recurrent H=' + str(self.rnn_state_size) if self.recurrent else 'feed-forward'}, "
+            f"{self.env_steps} env steps, device {self.device})"
+        )
+
+
+def load_policy(
+    experiment_dir_or_name: str | Path,
+    train_dir: str | Path | None = None,
+    device: str | torch.device = "cpu",
+    checkpoint: str | Path = "latest",
+    policy_id: int = 0,
+    obs_space: gym.Space | None = None,
+    action_space: gym.Space | None = None,
+) -> Policy:
+    """Load a trained policy.
+
+    checkpoint: 'latest' (newest loadable checkpoint_*.pth), 'best' (newest best_*.pth) or a path to a .pth file.
+    obs_space/action_space: give them to skip creating the env once to read its spaces (needed when the env is a
+    custom one that is not registered in this process).
+    """
+    exp_dir = resolve_experiment_dir(experiment_dir_or_name, train_dir)
+    if not exp_dir.is_dir() and checkpoint in ("latest", "best"):
+        raise FileNotFoundError(f"no experiment folder {exp_dir}")
+    dev = _resolve_device(device)
+    state, path = _load_checkpoint(exp_dir, checkpoint, policy_id, dev)
+    cfg = _build_cfg(exp_dir, state.get("cfg"))
+    if obs_space is None or action_space is None:
+        env = make_env(cfg)
+        obs_space, action_space = obs_space or env.observation_space, action_space or env.action_space
+        env.close()
+    model = ActorCritic(cfg, obs_space, action_space)
+    model.load_state_dict(state["model"])
+    return Policy(
+        model,
+        cfg,
+        obs_space,
+        action_space,
+        dev,
+        checkpoint_path=path,
+        policy_version=state.get("policy_version"),
+        env_steps=state.get("env_steps"),
+    )

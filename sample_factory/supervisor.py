@@ -1,0 +1,147 @@
+"""Supervisor: the runner's process keeper. Starts one process per component, notices processes that died or
+stopped sending heartbeats, restarts actor and policy workers (up to --max_worker_restarts each), and stops
+everything in order at the end.
+
+Restarting actor worker w safely (its slots may still be referenced by queued messages):
+  1. bump buffers.generation[w]: every message of the old worker (requests, ready signals, rollouts, returned
+     slots) carries the old generation and is dropped by whoever receives it;
+  2. wait a short grace period so a policy worker or learner that read the old generation just before the bump
+     finishes touching the slots;
+  3. start a new worker with the same index: fresh envs, all of its slots free again.
+Restarting a policy worker: start a new one, then tell every actor to re-send requests that have been outstanding
+for a while (the dead worker may have taken them); request sequence numbers make duplicates harmless.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sample_factory.component import Component, process_main
+from sample_factory.heartbeat import HeartbeatMonitor
+from sample_factory.messages import RESEND, STOP, Channels
+from sample_factory.shared_buffers import TrajectoryBuffers
+
+RESTARTABLE = ("actor", "policy")
+RESTART_GRACE_SEC = 0.5
+
+
+class Supervisor:
+    def __init__(
+        self,
+        cfg: Any,
+        ctx: Any,
+        make_component: Callable[[str, Any], Component],
+        buffers: TrajectoryBuffers,
+        channels: Channels,
+        log: Callable[[str], None],
+    ):
+        self.cfg, self.ctx, self.make_component = cfg, ctx, make_component
+        self.buffers, self.channels, self.log = buffers, channels, log
+        self.monitor = HeartbeatMonitor(cfg.heartbeat_timeout_sec)
+        self.processes: dict[tuple, Any] = {}
+        self.components: dict[tuple, Component] = {}
+        self.finished: set[tuple] = set()
+        self.restarts: collections.Counter = collections.Counter()
+        self.pending_restarts: dict[tuple, float] = {}  # key -> when to start the replacement
+        self.discarded_rollouts = 0
+
+    def start(self, component: Component) -> None:
+        key = (component.role, component.index)
+        proc = self.ctx.Process(
+            target=process_main,
+            args=(component, self.cfg.heartbeat_interval, os.getpid()),
+            name=component.name,
+            daemon=False,
+        )
+        proc.start()
+        self.processes[key] = proc
+        self.components[key] = component
+        self.finished.discard(key)
+        self.monitor.seen(key, "starting")
+
+    def on_finished(self, key: tuple, exit_code: int) -> None:
+        self.monitor.forget(key)
+        if exit_code == 0:
+            self.finished.add(key)
+
+    def check(self, stopping: bool) -> str | None:
+        """Handle dead and silent processes; returns why the run must stop, if it must."""
+        now = time.monotonic()
+        for key, proc in list(self.processes.items()):
+            if key in self.pending_restarts or key in self.finished or proc.is_alive():
+                continue
+            fatal = self._on_death(key, f"exit code {proc.exitcode}", stopping)
+            if fatal:
+                return fatal
+        for key, silent_for, activity in self.monitor.stale():
+            why = f"silent for {silent_for:.0f} s (last activity: {activity})"
+            if key[0] not in RESTARTABLE or stopping:
+                return f"{key[0]} {key[1]} {why}"
+            self.log(f"{key[0]} {key[1]} {why}: killing it")
+            self.monitor.forget(key)
+            self.processes[key].kill()
+            self.processes[key].join(2.0)
+            fatal = self._on_death(key, why, stopping)
+            if fatal:
+                return fatal
+        for key, when in list(self.pending_restarts.items()):
+            if now >= when and not stopping:
+                del self.pending_restarts[key]
+                self.start(self.make_component(*key))
+                if key[0] == "policy":
+                    for ch in self.channels.actor:
+                        ch.put((RESEND,))
+        return None
+
+    def _on_death(self, key: tuple, why: str, stopping: bool) -> str | None:
+        role, index = key
+        activity = self.monitor.last_seen.get(key, (0, "unknown"))[1]
+        self.monitor.forget(key)
+        self.processes[key].join(0.1)
+        if role not in RESTARTABLE or stopping:
+            return f"{role} {index} died ({why}, last activity: {activity})"
+        if self.restarts[key] >= self.cfg.max_worker_restarts:
+            return (
+                f"{role} {index} crashed {self.restarts[key] + 1} times ({why}); "
+                f"--max_worker_restarts={self.cfg.max_worker_restarts} reached"
+            )
+        self.restarts[key] += 1
+        self.log(
+            f"{role} {index} died ({why}, last activity: {activity}); restarting it "
+            f"({self.restarts[key]} of {self.cfg.max_worker_restarts})"
+        )
+        if role == "actor":
+            self.buffers.generation[index] += 1
+            self.discarded_rollouts += self.cfg.worker_num_splits  # its half-finished rollouts
+        self.pending_restarts[key] = time.monotonic() + RESTART_GRACE_SEC
+        return None
+
+    def stop_all(self, order: tuple[str, ...], drain: Callable[[float], None], timeout: float, hurry) -> None:
+        """STOP every component (by role order), wait up to `timeout` while draining reports, then terminate
+        and finally kill what is left. `hurry()` returning True (a second Ctrl+C) skips the wait."""
+        deadline = time.monotonic() + timeout
+        keys = sorted(self.processes, key=lambda k: order.index(k[0]))
+        for key in keys:
+            if not self.processes[key].is_alive():
+                continue  # a dead process's queue may be unusable: never write to it
+            try:
+                self.components[key].inbox.put((STOP,), timeout=1.0)
+            except Exception:
+                pass  # a full inbox: the process is terminated below
+        for key in keys:
+            proc = self.processes[key]
+            while proc.is_alive() and time.monotonic() < deadline and not hurry():
+                drain(0.05)
+            if proc.is_alive():
+                self.log(f"{key[0]} {key[1]} did not stop in time, terminating it")
+                proc.terminate()
+        for proc in self.processes.values():
+            proc.join(2.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(2.0)
+        drain(0.0)

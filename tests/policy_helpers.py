@@ -1,0 +1,67 @@
+"""Experiments for the policy API / ONNX / plot tests: a tiny real training run (serial mode, in-process) or a fake
+experiment (cfg.json + a checkpoint of a freshly built model with randomised weights, no training)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+
+from sample_factory.cfg import parse_cfg
+from sample_factory.checkpoint import save_checkpoint
+from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.train import main as train_main
+
+# 4096 steps from 4 envs: ~2-4 s on a 2-core machine; many finished CartPole episodes, so reward/mean is written.
+TINY_RUN = [
+    "--serial_mode=True",
+    "--num_workers=1",
+    "--train_for_env_steps=4096",
+    "--num_envs_per_worker=4",
+    "--batch_size=128",
+    "--rollout=32",
+    "--seed=1",
+    "--device=cpu",
+]
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """Tiny tensors: with 2 intra-op threads on a loaded 2-core machine a 4096-step serial run took 10-30 s
+    instead of ~2.5 s (serial mode runs in the caller's process and keeps its thread count)."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
+def train_tiny(train_dir: Path, experiment: str, *extra: str, env: str = "CartPole-v1") -> Path:
+    """Train in this process; returns the experiment folder."""
+    argv = [f"--env={env}", f"--experiment={experiment}", *TINY_RUN, *extra, "--train_dir", str(train_dir)]
+    with one_torch_thread():
+        assert train_main(argv) == 0
+    return train_dir / experiment
+
+
+def fake_experiment(
+    train_dir: Path, experiment: str, argv: list[str], obs_space: gym.Space, action_space: gym.Space, seed: int = 0
+) -> tuple[Path, ActorCritic]:
+    """An experiment folder as training leaves it, with a model whose weights are all random (so that logits,
+    values and states are far from the near-zero outputs of a fresh init and a comparison means something)."""
+    cfg = parse_cfg([f"--experiment={experiment}", "--train_dir", str(train_dir), *argv])
+    torch.manual_seed(seed)
+    model = ActorCritic(cfg, obs_space, action_space)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+    exp_dir = train_dir / experiment
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    (exp_dir / "cfg.json").write_text(json.dumps(vars(cfg)))
+    state = {"model": model.state_dict(), "policy_version": 7, "env_steps": 123, "cfg": vars(cfg)}
+    save_checkpoint(exp_dir / "checkpoint_p0", state, version=7, env_steps=123, keep=2)
+    return exp_dir, model.eval()
