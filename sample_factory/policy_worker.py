@@ -73,7 +73,7 @@ class PolicyWorker(Component):
             self.activity = "waiting for requests"
 
     def _maybe_update_weights(self) -> None:
-        if int(self.weights.version[0]) != self.version:
+        if self.weights.version != self.version:
             self.version = self.weights.load_into(self.model)
 
     @torch.inference_mode()

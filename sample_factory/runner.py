@@ -79,7 +79,7 @@ class Runner:
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
         self.weights = []
         for _ in range(cfg.num_policies):
-            w = SharedWeights.for_model(model, self.ctx.Lock() if self.ctx else _NoLock())
+            w = SharedWeights.for_model(model)
             w.publish(model, 0)
             self.weights.append(w)
         kind = "local" if cfg.serial_mode else cfg.message_queue
@@ -259,14 +259,6 @@ class Runner:
         log(self.progress.line())
         log(self.progress.final_summary(elapsed))
         log(f"experiment folder: {self.exp_dir}")
-
-
-class _NoLock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def mp_context():

@@ -191,37 +191,55 @@ class SlotPool:
 
 
 class SharedWeights:
-    """The published weights of one policy: a flat shared tensor with every parameter and buffer, and a version
-    counter. The learner writes under the lock, policy workers copy out under it; both copies are memcpys."""
+    """The published weights of one policy, lock-free: two flat shared buffers and a sequence counter (a seqlock).
 
-    def __init__(self, num_values: int, lock):
-        self.flat = torch.zeros(num_values, dtype=torch.float32).share_memory_()
-        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.lock = lock
+    The learner writes the buffer readers are not pointed at, points `active` at it, then bumps `seq`. A buffer
+    is rewritten only two publishes after it became active, so a policy worker's copy is intact if `seq` did not
+    move while it copied; otherwise it copies again (publishes are rare next to a copy).
+    No semaphore is involved, so nothing named is left in /dev/shm if a process is SIGKILLed.
+    """
+
+    def __init__(self, num_values: int):
+        self.flat = torch.zeros((2, num_values), dtype=torch.float32).share_memory_()
+        # [seq, active buffer index, version of buffer 0, version of buffer 1]
+        self.meta = torch.zeros(4, dtype=torch.int64).share_memory_()
+
+    @property
+    def version(self) -> int:
+        return int(self.meta[2 + int(self.meta[1])])
 
     @staticmethod
     def tensors_of(model: torch.nn.Module) -> list[torch.Tensor]:
         return [*model.parameters(), *(b for b in model.buffers() if b.is_floating_point())]
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, lock) -> SharedWeights:
-        return cls(sum(t.numel() for t in cls.tensors_of(model)), lock)
+    def for_model(cls, model: torch.nn.Module) -> SharedWeights:
+        return cls(sum(t.numel() for t in cls.tensors_of(model)))
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
         with torch.no_grad():
             flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in self.tensors_of(model)])
-            with self.lock:
-                self.flat.copy_(flat)
-                self.version[0] = version
+        target = 1 - int(self.meta[1])
+        self.flat[target].copy_(flat)
+        self.meta[2 + target] = version
+        self.meta[1] = target
+        self.meta[0] += 1  # last: readers that saw the old seq re-check it after copying
 
     def load_into(self, model: torch.nn.Module) -> int:
         """Copy the published weights into `model`; returns their version."""
-        with self.lock:
-            flat = self.flat.clone()
-            version = int(self.version[0])
+        while True:
+            seq = int(self.meta[0])
+            active = int(self.meta[1])
+            flat = self.flat[active].clone()
+            version = int(self.meta[2 + active])
+            if int(self.meta[0]) == seq:
+                break
+        tensors = self.tensors_of(model)
+        if sum(t.numel() for t in tensors) != flat.numel():
+            raise ValueError("published weights do not match the model's size")
         with torch.no_grad():
             offset = 0
-            for t in self.tensors_of(model):
+            for t in tensors:
                 t.copy_(flat[offset : offset + t.numel()].view_as(t))
                 offset += t.numel()
         return version

@@ -268,9 +268,9 @@ def test_shared_weights_publish_then_load():
     with torch.no_grad():
         src.log_std.add_(0.25)  # a non-default value in the separately-held parameter
     assert any(not torch.equal(a, b) for a, b in zip(src.parameters(), dst.parameters()))
-    w = SharedWeights.for_model(src, threading.Lock())
-    assert w.flat.is_shared() and w.version.is_shared()
-    assert w.flat.numel() == sum(p.numel() for p in src.parameters())
+    w = SharedWeights.for_model(src)
+    assert w.flat.is_shared() and w.meta.is_shared()
+    assert w.flat.shape == (2, sum(p.numel() for p in src.parameters()))
     w.publish(src, 17)
     assert w.load_into(dst) == 17
     for (name, a), b in zip(src.named_parameters(), dst.parameters()):
@@ -285,6 +285,34 @@ def test_shared_weights_publish_then_load():
         assert torch.equal(a, b)
 
 
+def test_shared_weights_reader_never_sees_a_torn_copy():
+    """A writer thread publishes constant-valued weights (all params == version) as fast as it can; every load
+    must give one version everywhere, never a mix of two."""
+    src, dst = _model(0), _model(1)
+    w = SharedWeights.for_model(src)
+    stop = threading.Event()
+
+    def writer():
+        v = 0
+        while not stop.is_set():
+            v += 1
+            with torch.no_grad():
+                for p in src.parameters():
+                    p.fill_(float(v))
+            w.publish(src, v)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for _ in range(300):
+            version = w.load_into(dst)
+            values = torch.cat([p.detach().reshape(-1) for p in dst.parameters()]).unique()
+            assert values.numel() == 1 and (version == 0 or float(values[0]) == version)
+    finally:
+        stop.set()
+        t.join()
+
+
 def test_shared_weights_include_float_buffers():
     def net(seed):
         torch.manual_seed(seed)
@@ -296,7 +324,7 @@ def test_shared_weights_include_float_buffers():
     src, dst = net(0), net(1)
     bn_src, bn_dst = src[1], dst[1]
     assert not torch.equal(bn_src.running_mean, bn_dst.running_mean)
-    w = SharedWeights.for_model(src, threading.Lock())
+    w = SharedWeights.for_model(src)
     w.publish(src, 3)
     assert w.load_into(dst) == 3
     assert torch.equal(bn_src.running_mean, bn_dst.running_mean)
