@@ -1,5 +1,5 @@
 # Developer / CI entry points. Works from a fresh clone with only python3 + pip available.
-#   make venv       create .venv and install the package (editable) with the [dev] extra, pinned
+#   make venv       create .venv and install the package (editable) with the [dev,onnx,plot] extras, pinned
 #   make test       lint (ruff format --check, ruff check) + pytest
 #   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2")
 #   make format     auto-format and auto-fix lint

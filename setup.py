@@ -41,6 +41,8 @@ setup(
         "console_scripts": [
             "sf-train=sample_factory.train:main",
             "sf-enjoy=sample_factory.enjoy:main",
+            "sf-export-onnx=sample_factory.export_onnx:main",
+            "sf-plot=sample_factory.plot:main",
         ],
     },
     classifiers=[

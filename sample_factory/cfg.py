@@ -285,6 +285,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "batch_size": 2048,
         "num_batches_per_epoch": 2,
         "num_epochs": 4,
+        "num_minibatches_to_accumulate": 0,  # less policy lag: CartPole is solved in fewer samples
         "use_rnn": False,
         "encoder_mlp_layers": [64, 64],
         "nonlinearity": "tanh",

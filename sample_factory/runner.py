@@ -145,6 +145,8 @@ class Runner:
     def _start(self) -> None:
         self.start_time = time.monotonic()
         if self.cfg.serial_mode:
+            # Every component shares this process; its thread count is the learner's.
+            torch.set_num_threads(self.cfg.learner_main_loop_num_cores)
             self.driver = SerialDriver(self.components)
             self.driver.init()
             return
