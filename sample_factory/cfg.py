@@ -362,6 +362,7 @@ def parse_cfg(argv: Sequence[str] | None = None, evaluation: bool = False) -> ar
             if k not in typed:
                 setattr(cfg, k, v)
     cfg.command_line = " ".join(argv)
+    cfg.cli_flags = sorted(typed)
     try:
         finalize_cfg(cfg)
     except ConfigError as e:

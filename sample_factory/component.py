@@ -5,6 +5,7 @@ Components only see channels, so they do not know which of the two drives them."
 from __future__ import annotations
 
 import collections
+import faulthandler
 import os
 import signal
 import sys
@@ -59,6 +60,9 @@ class Component:
 
 def _configure_process(component: Component) -> None:
     set_process_name(component.name)
+    # Crashes print every thread's stack; SIGUSR1 prints them on demand (docs/troubleshooting.md).
+    faulthandler.enable()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     die_with_parent()
     # Ctrl+C reaches the whole process group: children wait for the runner's orderly STOP instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -4,13 +4,12 @@ when to stop and shuts everything down. It steps no env and trains nothing."""
 
 from __future__ import annotations
 
-import json
+import faulthandler
 import multiprocessing
 import os
 import shutil
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ import torch
 from sample_factory.actor_worker import ActorWorker
 from sample_factory.component import Component, SerialDriver
 from sample_factory.envs.env_utils import probe_env_spaces
+from sample_factory.experiment import prepare_experiment_dir
 from sample_factory.learner import Learner
 from sample_factory.messages import REPORT, Channels
 from sample_factory.model.actor_critic import ActorCritic
@@ -30,22 +30,6 @@ from sample_factory.supervisor import RESTARTABLE, Supervisor
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def experiment_dir(cfg: Any) -> Path:
-    return Path(cfg.train_dir) / cfg.experiment
-
-
-def prepare_experiment_dir(cfg: Any) -> Path:
-    d = experiment_dir(cfg)
-    if d.exists() and cfg.restart_behavior == "overwrite":
-        shutil.rmtree(d)
-    elif d.exists() and cfg.restart_behavior == "restart":
-        d.rename(d.with_name(f"{d.name}_archived_{time.strftime('%Y%m%d_%H%M%S')}"))
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / "cfg.json", "w") as f:
-        json.dump(vars(cfg), f, indent=2, sort_keys=True)
-    return d
 
 
 def resolve_device_flag(cfg: Any) -> None:
@@ -65,14 +49,22 @@ class Runner:
     # ---- set-up -------------------------------------------------------------------------------------------
     def setup(self) -> None:
         cfg = self.cfg
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        # First the folder (lock, resume merge: the saved cfg may change what follows), then the env.
+        self.exp_dir, what, self.lock = prepare_experiment_dir(cfg)
+        log(f"{what}: {self.exp_dir}")
         resolve_device_flag(cfg)
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed)
             np.random.seed(cfg.seed)
         self.ctx = None if cfg.serial_mode else mp_context()
-        # Probing through the same context also starts the fork server, which preloads torch once for all children.
-        self.obs_space, self.action_space = probe_env_spaces(cfg, False if cfg.serial_mode else self.ctx)
-        self.exp_dir = prepare_experiment_dir(cfg)
+        try:
+            # Through the same context: this also starts the fork server, which preloads torch for all children.
+            self.obs_space, self.action_space = probe_env_spaces(cfg, False if cfg.serial_mode else self.ctx)
+        except Exception:
+            if what == "new experiment":  # leave nothing behind for a run that never started
+                shutil.rmtree(self.exp_dir, ignore_errors=True)
+            raise
         # The initial weights are made once here, so policy workers and learners start identical.
         model = ActorCritic(cfg, self.obs_space, self.action_space)
         spec = make_buffer_spec(cfg, self.obs_space, self.action_space, model.rnn_state_size)
@@ -230,6 +222,8 @@ class Runner:
         if self.stop_reason:
             log(f"stopping: {self.stop_reason}")
         if not hasattr(self, "channels"):
+            if getattr(self, "lock", None) is not None:
+                self.lock.release()
             return
         # STOPs go to actors first so no new rollouts arrive, then policy workers, then learners (which save
         # checkpoints); in serial mode every component is finished in turn.
@@ -251,6 +245,7 @@ class Runner:
         self.summaries.write(self.progress)
         self.summaries.close()
         self.channels.close()
+        self.lock.release()
 
     def _drain_reports(self, timeout: float) -> None:
         for r in self.channels.report.get_many(block=timeout > 0, timeout=timeout):

@@ -4,6 +4,7 @@ envs of one split in lockstep with same-step autoreset into preallocated arrays.
 from __future__ import annotations
 
 import difflib
+import importlib
 import multiprocessing
 import traceback
 from collections.abc import Callable
@@ -20,15 +21,54 @@ def register_env(name: str, make_env_fn: Callable[..., gym.Env]) -> None:
     _ENV_REGISTRY[name] = make_env_fn
 
 
+# Env families whose package comes with an extra of ours: (name prefixes/fragments, extra).
+_EXTRAS = (
+    (("ALE/", "atari_"), "atari"),
+    (
+        (
+            "HalfCheetah",
+            "Ant-",
+            "Hopper",
+            "Walker2d",
+            "Humanoid",
+            "Swimmer",
+            "Reacher",
+            "InvertedPendulum",
+            "Pusher",
+            "mujoco_",
+        ),
+        "mujoco",
+    ),
+    (("Vizdoom", "doom_"), "vizdoom"),
+)
+
+
+def _missing_extra_hint(env_name: str) -> str:
+    for fragments, extra in _EXTRAS:
+        if any(f in env_name for f in fragments):
+            return f"; this env needs an optional package: pip install -e .[{extra}]"
+    return ""
+
+
 def make_env(cfg: Any, env_config: dict | None = None) -> gym.Env:
-    if cfg.env in _ENV_REGISTRY:
-        return _ENV_REGISTRY[cfg.env](cfg, env_config or {})
-    if cfg.env not in gym.registry:
-        known = list(_ENV_REGISTRY) + list(gym.registry.keys())
-        close = difflib.get_close_matches(cfg.env, known, n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown env {cfg.env!r}{hint}")
-    return gym.make(cfg.env)
+    """`--env` is a registered custom name, a gymnasium id, or `module:EnvId` (the module is imported first, so
+    envs registered by it exist in every worker process too)."""
+    name = cfg.env
+    if ":" in name:
+        module, name = name.split(":", 1)
+        importlib.import_module(module)
+    if name in _ENV_REGISTRY:
+        return _ENV_REGISTRY[name](cfg, env_config or {})
+    if name not in gym.registry:
+        hint = _missing_extra_hint(name)
+        if not hint:
+            close = difflib.get_close_matches(name, list(_ENV_REGISTRY) + list(gym.registry.keys()), n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown env {name!r}{hint}")
+    try:
+        return gym.make(name)
+    except gym.error.DependencyNotInstalled as e:
+        raise ValueError(f"env {name!r} cannot be created: {e}{_missing_extra_hint(name)}") from None
 
 
 def _probe_target(cfg: Any, conn) -> None:

@@ -90,10 +90,6 @@ class TrainRun:
         env = dict(os.environ)
         env.pop("SF_DEBUG", None)
         env["PYTHONUNBUFFERED"] = "1"
-        if any(a in ("--serial_mode", "--serial_mode=True") for a in args):
-            # Serial mode does not limit torch's thread pool (see the report of these tests); on a busy 2-core
-            # machine the oversubscribed pool makes it ~10x slower. This keeps the suite within its time budget.
-            env["OMP_NUM_THREADS"] = "1"
         self.shm_before = shm_entries()
         self.started = time.monotonic()
         self.proc = subprocess.Popen(

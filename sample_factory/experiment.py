@@ -1,0 +1,139 @@
+"""The experiment folder: one run at a time (a lock), resume / restart / overwrite, and cfg.json.
+
+On resume (the default when the folder exists) the saved cfg.json is the base: flags typed now override it where
+that is safe, and are refused where they would not fit the saved checkpoints (the model architecture, the env).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+# Changing these would make the saved checkpoints unusable or meaningless.
+UNSAFE_ON_RESUME = (
+    "env",
+    "encoder_mlp_layers",
+    "nonlinearity",
+    "use_rnn",
+    "rnn_type",
+    "rnn_size",
+    "rnn_num_layers",
+    "actor_critic_share_weights",
+    "num_policies",
+)
+# Bookkeeping that always comes from the current command.
+_NOT_FROM_SAVED = ("command_line", "cli_flags", "restart_behavior", "train_dir", "experiment", "device")
+
+
+class ExperimentError(RuntimeError):
+    """A problem with the experiment folder; the message says what to do."""
+
+
+def experiment_dir(cfg: Any) -> Path:
+    return Path(cfg.train_dir) / cfg.experiment
+
+
+class ExperimentLock:
+    """An flock on <experiment>/.lock: the kernel drops it when the holder exits or is killed, so a stale lock
+    from a killed run is simply taken over."""
+
+    def __init__(self, exp_dir: Path):
+        self.path = exp_dir / ".lock"
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise ExperimentError(f"cannot write to train_dir {self.path.parent}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ExperimentError(
+                f"experiment {self.path.parent} is already being trained by pid {holder} (lock {self.path}); "
+                f"stop that run or choose another --experiment"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+
+
+def load_saved_cfg(exp_dir: Path) -> dict | None:
+    path = exp_dir / "cfg.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ExperimentError(
+            f"{path} is corrupted ({e}); repair it, or start over with --restart_behavior=restart"
+        ) from None
+
+
+def merge_for_resume(cfg: Any, saved: dict) -> list[str]:
+    """Take saved values for flags not typed now; refuse unsafe changes. Returns the overridden flag names."""
+    typed = set(getattr(cfg, "cli_flags", []))
+    for key in UNSAFE_ON_RESUME:
+        if key in typed and key in saved and getattr(cfg, key) != saved[key]:
+            raise ExperimentError(
+                f"--{key}={getattr(cfg, key)} differs from the experiment's saved value {saved[key]!r}: it cannot "
+                f"change on resume; use another --experiment or --restart_behavior=restart"
+            )
+    overridden = []
+    for key, value in saved.items():
+        if key in _NOT_FROM_SAVED or not hasattr(cfg, key):
+            continue
+        if key in typed:
+            if getattr(cfg, key) != value:
+                overridden.append(key)
+        else:
+            setattr(cfg, key, value)
+    return overridden
+
+
+def prepare_experiment_dir(cfg: Any) -> tuple[Path, str, ExperimentLock]:
+    """Lock the folder, apply --restart_behavior, merge a resumed cfg, write cfg.json.
+    Returns (folder, what happened, the held lock)."""
+    d = experiment_dir(cfg)
+    existed = (d / "cfg.json").exists()
+    lock = ExperimentLock(d)
+    lock.acquire()  # before touching anything: a running experiment is never archived or deleted
+    what = "new experiment"
+    if existed and cfg.restart_behavior in ("overwrite", "restart"):
+        if cfg.restart_behavior == "overwrite":
+            shutil.rmtree(d)
+            what = "overwrote the previous experiment"
+        else:
+            archived = d.with_name(f"{d.name}_archived_{time.strftime('%Y%m%d_%H%M%S')}")
+            d.rename(archived)
+            what = f"archived the previous experiment to {archived}"
+        old, lock = lock, ExperimentLock(d)
+        lock.acquire()  # the fresh folder's lock, taken while still holding the old one
+        old.release()
+    elif existed:
+        saved = load_saved_cfg(d)
+        if saved is not None:
+            overridden = merge_for_resume(cfg, saved)
+            what = "resuming" + (f" (overriding {', '.join('--' + k for k in overridden)})" if overridden else "")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / ".cfg.json.tmp"
+        tmp.write_text(json.dumps(vars(cfg), indent=2, sort_keys=True))
+        os.replace(tmp, d / "cfg.json")
+    except OSError as e:
+        lock.release()
+        raise ExperimentError(f"cannot write the experiment folder {d}: {e.strerror}") from None
+    return d, what, lock
