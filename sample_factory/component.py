@@ -5,7 +5,6 @@ Components only see channels, so they do not know which of the two drives them."
 from __future__ import annotations
 
 import collections
-import faulthandler
 import os
 import signal
 import sys
@@ -15,7 +14,7 @@ from typing import Any
 
 import torch
 
-from sample_factory.heartbeat import Heartbeat, die_with_parent, process_alive, set_process_name
+from sample_factory.heartbeat import Heartbeat, die_with_parent, enable_stack_dumps, process_alive, set_process_name
 from sample_factory.messages import STOP, Channel, Reporter
 
 
@@ -60,9 +59,7 @@ class Component:
 
 def _configure_process(component: Component) -> None:
     set_process_name(component.name)
-    # Crashes print every thread's stack; SIGUSR1 prints them on demand (docs/troubleshooting.md).
-    faulthandler.enable()
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    enable_stack_dumps()
     die_with_parent()
     # Ctrl+C reaches the whole process group: children wait for the runner's orderly STOP instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import ctypes
+import faulthandler
+import io
 import os
 import signal
 import time
@@ -73,3 +75,13 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def enable_stack_dumps() -> None:
+    """Crashes print every thread's stack; SIGUSR1 prints them on demand (docs/troubleshooting.md). Skipped when
+    stderr is not a real file (e.g. captured by a test runner)."""
+    try:
+        faulthandler.enable()
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (io.UnsupportedOperation, AttributeError, ValueError):
+        pass

@@ -4,7 +4,6 @@ when to stop and shuts everything down. It steps no env and trains nothing."""
 
 from __future__ import annotations
 
-import faulthandler
 import multiprocessing
 import os
 import shutil
@@ -19,6 +18,7 @@ from sample_factory.actor_worker import ActorWorker
 from sample_factory.component import Component, SerialDriver
 from sample_factory.envs.env_utils import probe_env_spaces
 from sample_factory.experiment import prepare_experiment_dir
+from sample_factory.heartbeat import enable_stack_dumps
 from sample_factory.learner import Learner
 from sample_factory.messages import REPORT, Channels
 from sample_factory.model.actor_critic import ActorCritic
@@ -49,7 +49,7 @@ class Runner:
     # ---- set-up -------------------------------------------------------------------------------------------
     def setup(self) -> None:
         cfg = self.cfg
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        enable_stack_dumps()
         # First the folder (lock, resume merge: the saved cfg may change what follows), then the env.
         self.exp_dir, what, self.lock = prepare_experiment_dir(cfg)
         log(f"{what}: {self.exp_dir}")
