@@ -50,7 +50,7 @@ class ActorWorker(Component):
         if cfg.set_workers_cpu_affinity and not cfg.serial_mode:
             cores = psutil.Process().cpu_affinity() or list(range(psutil.cpu_count()))
             psutil.Process().cpu_affinity([cores[self.index % len(cores)]])
-        self.np = {k: v.numpy() for k, v in self.buffers.tensors().items()}  # views of the shared tensors
+        self.bind_views()
         self.pool = SlotPool(self.buffers.slots_of_worker(self.index))
         n = self.buffers.spec.envs_per_split
         base_seed = None if cfg.seed is None else cfg.seed * 1000 + cfg.env_seed_offset
@@ -80,6 +80,11 @@ class ActorWorker(Component):
         for s in range(self.num_splits):
             self._start_split(s)
         self.activity = "stepping envs"
+
+    _view_attrs = ("np",)
+
+    def bind_views(self) -> None:
+        self.np = {k: v.numpy() for k, v in self.buffers.tensors().items()}  # views of the shared tensors
 
     def _start_split(self, s: int) -> None:
         group = self.groups[s]

@@ -243,6 +243,17 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
         ),
         ("save_every_sec", (), int, 120, "Checkpoint period.", {}),
         ("keep_checkpoints", (), int, 2, "Newest checkpoints kept per policy.", {}),
+        (
+            "save_best_metric",
+            (),
+            str,
+            "reward",
+            "Metric of the best checkpoint (higher is better): reward (mean episode reward) or a learner statistic.",
+            {},
+        ),
+        ("save_best_every_sec", (), int, 5, "How often the best-checkpoint metric is checked.", {}),
+        ("save_best_after", (), _num, 100000, "No best checkpoint before this many env steps.", {}),
+        ("save_milestones_sec", (), int, -1, "Keep a permanent checkpoint copy this often (-1: never).", {}),
         ("experiment_summaries_interval", (), int, 10, "Seconds between TensorBoard summaries.", {}),
         ("report_interval_sec", (), float, 5.0, "Seconds between progress lines.", {}),
         ("stats_avg", (), int, 100, "Episodes averaged in reported episode statistics.", {}),
@@ -309,9 +320,16 @@ def preset_name_for_env(env: str | None) -> str | None:
     return None
 
 
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """Bad input gets one line naming the problem, not the whole usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser(defaults: bool = True) -> argparse.ArgumentParser:
     """`defaults=False` gives a parser whose unspecified options are absent: that tells which flags were typed."""
-    p = argparse.ArgumentParser(
+    p = _OneLineErrorParser(
         prog="train.py",
         description="sample_factory: asynchronous PPO (APPO) training.",
         allow_abbrev=False,

@@ -22,10 +22,12 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def save_checkpoint(directory: Path, state: dict, version: int, env_steps: int, keep: int) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"checkpoint_{version:09d}_{env_steps}.pth"
-    tmp = directory / f".{path.name}.tmp"
+_BEST = re.compile(r"^best_(\d+)_(\d+)_(.+)\.pth$")
+
+
+def _atomic_save(path: Path, state: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp"
     try:
         with open(tmp, "wb") as f:
             torch.save(state, f)
@@ -35,9 +37,41 @@ def save_checkpoint(directory: Path, state: dict, version: int, env_steps: int, 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def save_checkpoint(directory: Path, state: dict, version: int, env_steps: int, keep: int) -> Path:
+    path = directory / f"checkpoint_{version:09d}_{env_steps}.pth"
+    _atomic_save(path, state)
     for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
-        old.unlink(missing_ok=True)
+        if old != path:
+            old.unlink(missing_ok=True)
     return path
+
+
+def save_best_checkpoint(directory: Path, state: dict, version: int, env_steps: int, metric: float) -> Path:
+    """The single best checkpoint so far (by the run's --save_best_metric); the previous best is removed."""
+    path = directory / f"best_{version:09d}_{env_steps}_{metric:.4f}.pth"
+    previous = list_best_checkpoints(directory)
+    _atomic_save(path, state)
+    for old in previous:
+        if old != path:
+            old.unlink(missing_ok=True)
+    return path
+
+
+def save_milestone(directory: Path, state: dict, version: int, env_steps: int) -> Path:
+    """Milestones are kept forever, outside the newest-N rotation."""
+    path = directory / "milestones" / f"checkpoint_{version:09d}_{env_steps}.pth"
+    _atomic_save(path, state)
+    return path
+
+
+def list_best_checkpoints(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("best_*.pth") if _BEST.match(p.name))
+
+
+def best_metric_of(path: Path) -> float:
+    return float(_BEST.match(path.name).group(3))
 
 
 def load_latest_checkpoint(directory: Path, map_location: Any = "cpu") -> tuple[dict, Path] | None:

@@ -40,6 +40,22 @@ class Component:
     def init(self) -> None:
         """Heavy set-up (envs, models) done inside the component's own process."""
 
+    def bind_views(self) -> None:
+        """(Re)create numpy views of shared tensors; views are not pickled (a copy would no longer be shared)."""
+
+    _view_attrs: tuple[str, ...] = ()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        for k in self._view_attrs:
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if any(k in state for k in ("groups", "model")):  # an initialized component: views existed
+            self.bind_views()
+
     def on_message(self, msg: tuple) -> None:
         raise NotImplementedError
 

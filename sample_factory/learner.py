@@ -18,9 +18,17 @@ import gymnasium as gym
 import torch
 
 from sample_factory.algo.appo import PPOAlgorithm, learning_rate_at
-from sample_factory.checkpoint import checkpoint_dir, load_latest_checkpoint, save_checkpoint
+from sample_factory.checkpoint import (
+    best_metric_of,
+    checkpoint_dir,
+    list_best_checkpoints,
+    load_latest_checkpoint,
+    save_best_checkpoint,
+    save_checkpoint,
+    save_milestone,
+)
 from sample_factory.component import Component
-from sample_factory.messages import FREE_SLOTS, ROLLOUT, Channels
+from sample_factory.messages import FREE_SLOTS, ROLLOUT, SAVE_BEST, Channels
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.policy_worker import resolve_device
 from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers
@@ -64,18 +72,31 @@ class Learner(Component):
             self.model.load_state_dict(state["model"])
             self.algo.load_state_dict(state["algo"])
             self.version, self.env_steps = state["policy_version"], state["env_steps"]
+            if "rng" in state:
+                torch.set_rng_state(state["rng"])
             self.report("resumed", {"path": str(path), "env_steps": self.env_steps, "version": self.version})
+        best = list_best_checkpoints(self.ckpt_dir)
+        if best:
+            self.report("best_metric", best_metric_of(best[-1]))
         self.weights.publish(self.model, self.version)
         self.pending: list[tuple[int, int, int]] = []  # (slot, actor_idx, actor generation)
-        self.generation = self.buffers.generation.numpy()
+        self.bind_views()
         self.discarded_rollouts = 0
-        self.last_save = time.monotonic()
+        self.last_save = self.last_milestone = time.monotonic()
         self.activity = "waiting for rollouts"
+
+    _view_attrs = ("generation",)
+
+    def bind_views(self) -> None:
+        self.generation = self.buffers.generation.numpy()
 
     def on_message(self, msg: tuple) -> None:
         if msg[0] == ROLLOUT:
             _, actor_idx, slot, gen = msg
             self.pending.append((slot, actor_idx, gen))
+        elif msg[0] == SAVE_BEST:
+            path = save_best_checkpoint(self.ckpt_dir, self._state(), self.version, self.env_steps, msg[1])
+            self.report("best_checkpoint", str(path))
         else:
             raise RuntimeError(f"learner {self.policy_id}: unexpected message {msg!r}")
 
@@ -91,8 +112,12 @@ class Learner(Component):
         self._drop_stale()
         while len(self.pending) >= self.slots_per_iteration and not self.stopped:
             self._iteration()
-        if time.monotonic() - self.last_save > self.cfg.save_every_sec:
+        now = time.monotonic()
+        if now - self.last_save > self.cfg.save_every_sec:
             self.save()
+        if 0 < self.cfg.save_milestones_sec < now - self.last_milestone:
+            self.last_milestone = now
+            save_milestone(self.ckpt_dir, self._state(), self.version, self.env_steps)
 
     def _iteration(self) -> None:
         taken, self.pending = self.pending[: self.slots_per_iteration], self.pending[self.slots_per_iteration :]
@@ -133,16 +158,21 @@ class Learner(Component):
         for (w, gen), slots in by_worker.items():
             self.channels.actor[w].put((FREE_SLOTS, slots, gen))
 
-    def save(self) -> None:
-        self.activity = "saving a checkpoint"
-        state = {
+    def _state(self) -> dict:
+        """Everything needed to continue training exactly: weights, optimizer, counters, RNG."""
+        return {
             "model": self.model.state_dict(),
             "algo": self.algo.state_dict(),
             "policy_version": self.version,
             "env_steps": self.env_steps,
+            "rng": torch.get_rng_state(),
             "cfg": vars(self.cfg),
         }
+
+    def save(self) -> None:
+        self.activity = "saving a checkpoint"
         t0 = time.perf_counter()
+        state = self._state()
         path = save_checkpoint(self.ckpt_dir, state, self.version, self.env_steps, self.cfg.keep_checkpoints)
         self.timing["save_checkpoint"] += time.perf_counter() - t0
         self.last_save = time.monotonic()

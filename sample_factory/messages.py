@@ -10,6 +10,7 @@ runner restarts it) and `seq` the split's request number: receivers drop message
 - policy worker -> actor:                (ACTIONS_READY, [(split_idx, seq), ...], gen)
 - actor -> learner of policy p:          (ROLLOUT, actor_idx, slot, gen)
 - learner -> actor:                      (FREE_SLOTS, [slot, ...], gen)
+- runner -> learner:                     (SAVE_BEST, metric_value)  the run's metric improved
 - runner -> actors:                      (RESEND,)  re-send outstanding requests (a policy worker was restarted)
 - anyone -> runner (report channel):     (REPORT, role, index, kind, payload)
 - runner -> any component:               (STOP,)
@@ -33,6 +34,7 @@ FREE_SLOTS = 3
 REPORT = 4
 STOP = 5
 RESEND = 6
+SAVE_BEST = 7
 
 
 class Channel(Protocol):

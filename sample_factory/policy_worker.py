@@ -44,11 +44,17 @@ class PolicyWorker(Component):
         self.device = resolve_device(self.cfg)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
         self.version = self.weights.load_into(self.model)
-        self.generation = self.buffers.generation.numpy()  # shared views: which requests are still current
-        self.request_seq = self.buffers.request_seq.numpy()
+        self.bind_views()
         self.requests_served = 0
         self.batches = 0
         self.activity = "waiting for requests"
+
+    _view_attrs = ("generation", "request_seq")
+
+    def bind_views(self) -> None:
+        # Shared views: which requests are still current.
+        self.generation = self.buffers.generation.numpy()
+        self.request_seq = self.buffers.request_seq.numpy()
 
     def on_messages(self, msgs: list) -> None:
         gen, seq = self.generation, self.request_seq

@@ -15,14 +15,16 @@ import numpy as np
 import torch
 
 from sample_factory.actor_worker import ActorWorker
+from sample_factory.checkpoint import checkpoint_dir, list_checkpoints
 from sample_factory.component import Component, SerialDriver
 from sample_factory.envs.env_utils import probe_env_spaces
 from sample_factory.experiment import prepare_experiment_dir
 from sample_factory.heartbeat import enable_stack_dumps
 from sample_factory.learner import Learner
-from sample_factory.messages import REPORT, Channels
+from sample_factory.messages import REPORT, SAVE_BEST, Channels
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.policy_worker import PolicyWorker
+from sample_factory.serial_snapshot import load_snapshot, save_snapshot
 from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
 from sample_factory.summaries import ProgressTracker, SummaryWriters
 from sample_factory.supervisor import RESTARTABLE, Supervisor
@@ -45,6 +47,7 @@ class Runner:
         self.stop_reason: str | None = None
         self.exit_code = 0
         self.signals_received = 0
+        self.best_metric: list[float | None] = [None] * cfg.num_policies
 
     # ---- set-up -------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -139,15 +142,49 @@ class Runner:
         if self.cfg.serial_mode:
             # Every component shares this process; its thread count is the learner's.
             torch.set_num_threads(self.cfg.learner_main_loop_num_cores)
-            self.driver = SerialDriver(self.components)
-            self.driver.init()
+            if self._restore_serial_snapshot():
+                self.driver = SerialDriver(self.components)
+            else:
+                self.driver = SerialDriver(self.components)
+                self.driver.init()
             return
         for c in self.components:
             self.supervisor.start(c)
 
+    def _learners(self) -> list[Learner]:
+        return [c for c in self.components if isinstance(c, Learner)]
+
+    def _restore_serial_snapshot(self) -> bool:
+        latest = list_checkpoints(checkpoint_dir(self.cfg, 0))
+        key = tuple(int(x) for x in latest[-1].stem.split("_")[1:3]) if latest else None
+        state, why = load_snapshot(self.exp_dir, self.cfg, key)
+        if state is None:
+            if key is not None:
+                log(f"{why}: resuming from the checkpoint instead")
+            return False
+        self.components, self.channels, self.buffers = state["components"], state["channels"], state["buffers"]
+        for p, steps in enumerate(state["counters"]["env_steps"]):
+            self.progress.resume(p, steps)
+        log(f"{why} at {sum(state['counters']['env_steps'])} env steps")
+        return True
+
+    def _save_serial_snapshot(self) -> None:
+        learner = self._learners()[0]
+        counters = {"checkpoint": (learner.version, learner.env_steps), "env_steps": list(self.progress.env_steps)}
+        save_snapshot(self.exp_dir, self.cfg, self.components, self.channels, self.buffers, counters)
+
+    def _maybe_save_best(self) -> None:
+        if self.progress.total_env_steps() < self.cfg.save_best_after:
+            return
+        for p in range(self.cfg.num_policies):
+            value = self.progress.metric(p, self.cfg.save_best_metric)
+            if value is not None and (self.best_metric[p] is None or value > self.best_metric[p]):
+                self.best_metric[p] = value
+                self.channels.learner[p].put((SAVE_BEST, value))
+
     def _main_loop(self) -> None:
         cfg = self.cfg
-        last_print = last_summary = time.monotonic()
+        last_print = last_summary = last_best = time.monotonic()
         while self.stop_reason is None:
             if self.driver is not None:
                 for _ in range(20):
@@ -163,6 +200,9 @@ class Runner:
                 last_print = now
                 log(self.progress.line())
                 self.summaries.progress_row(self.progress)
+            if now - last_best >= cfg.save_best_every_sec:
+                last_best = now
+                self._maybe_save_best()
             if now - last_summary >= cfg.experiment_summaries_interval:
                 last_summary = now
                 self.summaries.write(self.progress)
@@ -188,6 +228,8 @@ class Runner:
         elif kind == "resumed":
             self.progress.resume(index, payload["env_steps"])
             log(f"policy {index} resumed from {payload['path']} at {payload['env_steps']} env steps")
+        elif kind == "best_metric":
+            self.best_metric[index] = payload
         elif kind == "checkpoint":
             self.progress.last_checkpoint[index] = payload
         elif kind == "timing":
@@ -230,6 +272,8 @@ class Runner:
         order = ("actor", "policy", "learner")
         if self.driver is not None:
             try:
+                if self.exit_code == 0:
+                    self._save_serial_snapshot()
                 self.driver.finish()
             except Exception as e:
                 log(f"ERROR during shutdown: {type(e).__name__}: {e}")
@@ -242,6 +286,7 @@ class Runner:
             )
             self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
         self._final_report()
+        self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
         self.summaries.close()
         self.channels.close()

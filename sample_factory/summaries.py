@@ -68,6 +68,13 @@ class ProgressTracker:
         eps = self.episodes[policy]
         return float(np.mean([r for r, _ in eps])) if eps else float("nan")
 
+    def metric(self, policy: int, name: str) -> float | None:
+        """The value of --save_best_metric: mean episode reward (once some episodes finished) or a learner stat."""
+        if name == "reward":
+            return self.reward_mean(policy) if len(self.episodes[policy]) >= min(10, self.cfg.stats_avg) else None
+        value = self.train_stats[policy].get(name)
+        return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
+
     def solved(self, target: float) -> bool:
         """Every policy has a full --stats_avg window of episodes with a mean reward >= target."""
         return all(len(e) == e.maxlen and self.reward_mean(p) >= target for p, e in enumerate(self.episodes))

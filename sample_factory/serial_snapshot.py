@@ -1,0 +1,84 @@
+"""Exact resume in serial mode: at a clean stop the whole single-process system is saved (components with their
+envs and RNGs, in-flight messages, trajectory buffers, global RNG states), so that "train N steps, stop, resume,
+train M more" ends bit-identical to "train N + M steps".
+
+A snapshot is used only if it belongs to the latest checkpoint (same policy version and env steps) and the run's
+configuration differs from it only in flags that do not affect training (budgets, logging, checkpoint cadence).
+Otherwise resuming falls back to the checkpoint (weights, optimizer, counters; fresh envs).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+SNAPSHOT_NAME = "serial_state.pth"
+# Flags that may change between the stop and the resume without breaking exactness.
+SAFE_TO_CHANGE = {
+    "train_for_env_steps",
+    "train_for_seconds",
+    "stop_at_reward",
+    "save_every_sec",
+    "keep_checkpoints",
+    "report_interval_sec",
+    "experiment_summaries_interval",
+    "heartbeat_interval",
+    "heartbeat_timeout_sec",
+    "shutdown_timeout_sec",
+    "restart_behavior",
+    "command_line",
+    "cli_flags",
+    "train_dir",
+    "save_best_every_sec",
+    "save_best_after",
+    "save_milestones_sec",
+}
+
+
+def _fingerprint(cfg: Any) -> dict:
+    return {k: v for k, v in vars(cfg).items() if k not in SAFE_TO_CHANGE}
+
+
+def save_snapshot(exp_dir: Path, cfg: Any, components: list, channels: Any, buffers: Any, counters: dict) -> Path:
+    state = {
+        "cfg": _fingerprint(cfg),
+        "components": components,
+        "channels": channels,
+        "buffers": buffers,
+        "counters": counters,
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+    }
+    path = exp_dir / SNAPSHOT_NAME
+    tmp = exp_dir / f".{SNAPSHOT_NAME}.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_snapshot(exp_dir: Path, cfg: Any, latest_checkpoint: tuple[int, int] | None) -> tuple[dict | None, str]:
+    """Returns (state, why) — state is None when the snapshot cannot be used, with the reason."""
+    path = exp_dir / SNAPSHOT_NAME
+    if not path.exists():
+        return None, "no serial snapshot"
+    try:
+        state = torch.load(path, weights_only=False)
+    except Exception as e:
+        return None, f"serial snapshot unreadable ({type(e).__name__})"
+    if state["cfg"] != _fingerprint(cfg):
+        changed = sorted(
+            k for k in set(state["cfg"]) | set(_fingerprint(cfg)) if state["cfg"].get(k) != getattr(cfg, k, None)
+        )
+        return None, f"configuration changed since the snapshot ({', '.join(changed)})"
+    if latest_checkpoint != state["counters"]["checkpoint"]:
+        return None, "the snapshot is older than the latest checkpoint"
+    for c in state["components"]:
+        c.cfg = cfg  # budgets and cadences of this run
+    torch.set_rng_state(state["rng"]["torch"])
+    np.random.set_state(state["rng"]["numpy"])
+    random.setstate(state["rng"]["python"])
+    return state, "exact resume from the serial snapshot"

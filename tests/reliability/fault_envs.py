@@ -1,0 +1,115 @@
+"""Misbehaving CartPole variants for the reliability tests, registered with gymnasium on import.
+
+Use them from a worker process with `--env=tests.reliability.fault_envs:<Id>` (cwd = repo root): make_env imports
+the module first, so the ids exist in every process.
+
+Every env counts its own steps; the fault happens once that counter reaches `SF_FAULT_AT_STEP` (default 100,
+larger than the up-to-2*rollout random decorrelation steps an actor takes at start, which bypass the checks).
+
+- RaiseAtStep-v0   raises RuntimeError once (see "once" below), then behaves.
+- AbortAtStep-v0   os.abort() once: the worker dies from SIGABRT like a segfaulting native env.
+- NanObs-v0        NaN observations from the fault step on, always.
+- WrongShape-v0    observations of shape (5,) instead of (4,) from the fault step on, always.
+- NanReward-v0     NaN rewards from the fault step on, always.
+
+"Once": the first env (in any process) that reaches the fault step creates the file named by
+`SF_FAULT_ONCE_FILE` with O_EXCL and faults; every env that finds the file already there behaves normally, so a
+restarted worker runs on. Without the variable the fault happens every time.
+"""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+FAULT_AT_STEP_VAR = "SF_FAULT_AT_STEP"
+ONCE_FILE_VAR = "SF_FAULT_ONCE_FILE"
+
+
+def fault_step() -> int:
+    return int(os.environ.get(FAULT_AT_STEP_VAR, "100"))
+
+
+def claim_once() -> bool:
+    """True when this caller is the one that should fault (first to create the once-file, or no once-file)."""
+    path = os.environ.get(ONCE_FILE_VAR)
+    if not path:
+        return True
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    return True
+
+
+class FaultyCartPole(CartPoleEnv):
+    """CartPole with a per-env step counter (not reset by episode ends) and a fault hook."""
+
+    once = False  # fault one time only (see the module docstring)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.steps_taken = 0
+        self.at = fault_step()
+        self.faulted = False
+
+    def step(self, action):
+        obs, reward, term, trunc, info = super().step(action)
+        self.steps_taken += 1
+        if self.steps_taken >= self.at and not self.faulted:
+            if not self.once or claim_once():
+                obs, reward = self.fault(obs, reward)
+            elif self.once:
+                self.faulted = True  # someone else already had the one fault: never check the file again
+        return obs, reward, term, trunc, info
+
+    def fault(self, obs, reward):
+        return obs, reward
+
+
+class RaiseAtStep(FaultyCartPole):
+    once = True
+
+    def fault(self, obs, reward):
+        self.faulted = True
+        raise RuntimeError(f"injected fault: RaiseAtStep-v0 at step {self.steps_taken} (pid {os.getpid()})")
+
+
+class AbortAtStep(FaultyCartPole):
+    once = True
+
+    def fault(self, obs, reward):
+        os.abort()
+
+
+class NanObs(FaultyCartPole):
+    def fault(self, obs, reward):
+        return np.full_like(obs, np.nan), reward
+
+
+class WrongShape(FaultyCartPole):
+    def fault(self, obs, reward):
+        return np.zeros(5, dtype=np.float32), reward
+
+
+class NanReward(FaultyCartPole):
+    def fault(self, obs, reward):
+        return obs, float("nan")
+
+
+IDS = {
+    "RaiseAtStep-v0": RaiseAtStep,
+    "AbortAtStep-v0": AbortAtStep,
+    "NanObs-v0": NanObs,
+    "WrongShape-v0": WrongShape,
+    "NanReward-v0": NanReward,
+}
+
+for _env_id, _cls in IDS.items():
+    if _env_id not in gym.registry:
+        gym.register(id=_env_id, entry_point=f"{__name__}:{_cls.__name__}", max_episode_steps=500)
