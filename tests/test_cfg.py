@@ -14,15 +14,13 @@ def _defaults():
 
 
 def _parse_error(capsys, argv) -> str:
-    """Parse argv expecting argparse's usage error; returns the error line of stderr (not the usage text, which
-    names every flag)."""
+    """Parse argv expecting a usage error: stderr must be exactly one line naming the problem."""
     with pytest.raises(SystemExit) as exc:
         parse_cfg(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: ")
-    lines = [ln for ln in err.splitlines() if ": error: " in ln]
-    assert len(lines) == 1, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("train.py: error: "), err
     return lines[0]
 
 
