@@ -28,7 +28,7 @@ from sample_factory.checkpoint import (
     save_milestone,
 )
 from sample_factory.component import Component
-from sample_factory.messages import FREE_SLOTS, ROLLOUT, SAVE_BEST, Channels
+from sample_factory.messages import FREE_SLOTS, ROLLOUT, SAVE_BEST, SAVE_NOW, Channels
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.policy_worker import resolve_device
 from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers
@@ -66,7 +66,7 @@ class Learner(Component):
         self.version = 0
         self.env_steps = 0
         self.ckpt_dir = checkpoint_dir(cfg, self.policy_id)
-        loaded = load_latest_checkpoint(self.ckpt_dir, map_location=self.device)
+        loaded = self._load_checkpoint()
         if loaded is not None:
             state, path = loaded
             self.model.load_state_dict(state["model"])
@@ -94,6 +94,8 @@ class Learner(Component):
         if msg[0] == ROLLOUT:
             _, actor_idx, slot, gen = msg
             self.pending.append((slot, actor_idx, gen))
+        elif msg[0] == SAVE_NOW:
+            self.save()
         elif msg[0] == SAVE_BEST:
             path = save_best_checkpoint(self.ckpt_dir, self._state(), self.version, self.env_steps, msg[1])
             self.report("best_checkpoint", str(path))
@@ -178,6 +180,17 @@ class Learner(Component):
         self.last_save = time.monotonic()
         self.report("checkpoint", str(path))
 
+    def _load_checkpoint(self) -> tuple[dict, object] | None:
+        if getattr(self.cfg, "evaluation_run", False) and self.cfg.load_checkpoint_kind == "best":
+            best = list_best_checkpoints(self.ckpt_dir)
+            if not best:
+                raise FileNotFoundError(f"no best checkpoint (best_*.pth) in {self.ckpt_dir}")
+            return torch.load(best[-1], map_location=self.device, weights_only=False), best[-1]
+        loaded = load_latest_checkpoint(self.ckpt_dir, map_location=self.device)
+        if loaded is None and getattr(self.cfg, "evaluation_run", False):
+            raise FileNotFoundError(f"no checkpoint in {self.ckpt_dir}")
+        return loaded
+
     def finish(self) -> None:
-        if hasattr(self, "algo"):
+        if hasattr(self, "algo") and not getattr(self.cfg, "evaluation_run", False):
             self.save()

@@ -11,6 +11,7 @@ runner restarts it) and `seq` the split's request number: receivers drop message
 - actor -> learner of policy p:          (ROLLOUT, actor_idx, slot, gen)
 - learner -> actor:                      (FREE_SLOTS, [slot, ...], gen)
 - runner -> learner:                     (SAVE_BEST, metric_value)  the run's metric improved
+- runner -> learner:                     (SAVE_NOW,)  write a checkpoint now (periodic evaluation)
 - runner -> actors:                      (RESEND,)  re-send outstanding requests (a policy worker was restarted)
 - anyone -> runner (report channel):     (REPORT, role, index, kind, payload)
 - runner -> any component:               (STOP,)
@@ -35,6 +36,7 @@ REPORT = 4
 STOP = 5
 RESEND = 6
 SAVE_BEST = 7
+SAVE_NOW = 8
 
 
 class Channel(Protocol):

@@ -44,6 +44,7 @@ class PolicyWorker(Component):
         self.device = resolve_device(self.cfg)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
         self.version = self.weights.load_into(self.model)
+        self.deterministic = bool(getattr(self.cfg, "evaluation_run", False) and self.cfg.eval_deterministic)
         self.bind_views()
         self.requests_served = 0
         self.batches = 0
@@ -81,6 +82,7 @@ class PolicyWorker(Component):
     def _maybe_update_weights(self) -> None:
         if self.weights.version != self.version:
             self.version = self.weights.load_into(self.model)
+        self.deterministic = bool(getattr(self.cfg, "evaluation_run", False) and self.cfg.eval_deterministic)
 
     @torch.inference_mode()
     def _serve(self, requests: list[tuple]) -> None:
@@ -96,7 +98,7 @@ class PolicyWorker(Component):
             h = (b.rnn_states[slots, ts] * keep).reshape(R * n, -1).to(dev)
         params, values, h_new = self.model.forward_step(obs, h)
         dist = self.model.distribution(params)
-        actions = dist.sample()
+        actions = dist.mode() if self.deterministic else dist.sample()
         log_probs = dist.log_prob(actions)
         b.actions[slots, ts] = actions.reshape(R, n, *b.actions.shape[3:]).to("cpu", b.actions.dtype)
         b.log_probs[slots, ts] = log_probs.view(R, n).cpu()

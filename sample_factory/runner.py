@@ -18,11 +18,12 @@ from sample_factory.actor_worker import ActorWorker
 from sample_factory.checkpoint import checkpoint_dir, list_checkpoints
 from sample_factory.component import Component, SerialDriver
 from sample_factory.envs.env_utils import probe_env_spaces
-from sample_factory.experiment import prepare_experiment_dir
+from sample_factory.experiment import experiment_dir, prepare_experiment_dir
 from sample_factory.heartbeat import enable_stack_dumps
 from sample_factory.learner import Learner
-from sample_factory.messages import REPORT, SAVE_BEST, Channels
+from sample_factory.messages import REPORT, SAVE_BEST, SAVE_NOW, Channels
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.periodic_eval import PeriodicEvaluator
 from sample_factory.policy_worker import PolicyWorker
 from sample_factory.serial_snapshot import load_snapshot, save_snapshot
 from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
@@ -54,7 +55,13 @@ class Runner:
         cfg = self.cfg
         enable_stack_dumps()
         # First the folder (lock, resume merge: the saved cfg may change what follows), then the env.
-        self.exp_dir, what, self.lock = prepare_experiment_dir(cfg)
+        if getattr(cfg, "evaluation_run", False):
+            # Evaluation reads the experiment and writes only eval_results.json: no lock, no cfg.json rewrite.
+            self.exp_dir, what, self.lock = experiment_dir(cfg), "evaluating", None
+            if not (self.exp_dir / "cfg.json").exists():
+                raise FileNotFoundError(f"no experiment at {self.exp_dir}")
+        else:
+            self.exp_dir, what, self.lock = prepare_experiment_dir(cfg)
         log(f"{what}: {self.exp_dir}")
         resolve_device_flag(cfg)
         if cfg.seed is not None:
@@ -81,7 +88,10 @@ class Runner:
         self.channels = Channels(cfg.num_workers, cfg.num_policies, kind)
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
-        self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies)
+        self.evaluator = PeriodicEvaluator(cfg, self.exp_dir, lambda: self.channels.learner[0].put((SAVE_NOW,)), log)
+        self.summaries = SummaryWriters(
+            self.exp_dir, cfg.num_policies, enabled=not getattr(cfg, "evaluation_run", False)
+        )
         self.supervisor = (
             None
             if cfg.serial_mode
@@ -173,6 +183,19 @@ class Runner:
         counters = {"checkpoint": (learner.version, learner.env_steps), "env_steps": list(self.progress.env_steps)}
         save_snapshot(self.exp_dir, self.cfg, self.components, self.channels, self.buffers, counters)
 
+    def _periodic_eval(self) -> None:
+        if not self.evaluator.enabled:
+            return
+        self.evaluator.on_env_steps(self.progress.total_env_steps())
+        results = self.evaluator.poll()
+        if results is not None:
+            log(
+                f"evaluation at {results['env_steps']} env steps: reward {results['reward_mean']:.2f} "
+                f"+- {results['reward_std']:.2f} over {results['episodes']} episodes"
+            )
+            self.summaries.add_scalar(0, "eval/reward_mean", results["reward_mean"], results["env_steps"])
+            self.summaries.add_scalar(0, "eval/episode_length", results["length_mean"], results["env_steps"])
+
     def _maybe_save_best(self) -> None:
         if self.progress.total_env_steps() < self.cfg.save_best_after:
             return
@@ -200,6 +223,7 @@ class Runner:
                 last_print = now
                 log(self.progress.line())
                 self.summaries.progress_row(self.progress)
+            self._periodic_eval()
             if now - last_best >= cfg.save_best_every_sec:
                 last_best = now
                 self._maybe_save_best()
@@ -232,6 +256,8 @@ class Runner:
             self.best_metric[index] = payload
         elif kind == "checkpoint":
             self.progress.last_checkpoint[index] = payload
+            if index == 0:
+                self.evaluator.on_checkpoint(payload)
         elif kind == "timing":
             self.progress.timing[role].append(payload)
         elif kind == "discarded_rollouts":
@@ -247,6 +273,11 @@ class Runner:
 
     def _check_stop(self, now: float) -> None:
         cfg = self.cfg
+        if getattr(cfg, "evaluation_run", False):
+            if sum(self.progress.num_episodes) >= cfg.max_num_episodes:
+                self.stop_reason = f"evaluated {cfg.max_num_episodes} episodes"
+            elif self.progress.total_env_steps() - sum(self.progress.resumed_steps) >= cfg.max_num_frames:
+                self.stop_reason = f"evaluated {int(cfg.max_num_frames)} env steps"
         if self.progress.total_env_steps() >= cfg.train_for_env_steps:
             self.stop_reason = f"reached {cfg.train_for_env_steps} env steps"
         elif now - self.start_time >= cfg.train_for_seconds:
@@ -285,12 +316,15 @@ class Runner:
                 order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=lambda: self.signals_received > 1
             )
             self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
+        if hasattr(self, "evaluator"):
+            self.evaluator.stop()
         self._final_report()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
         self.summaries.close()
         self.channels.close()
-        self.lock.release()
+        if self.lock is not None:
+            self.lock.release()
 
     def _drain_reports(self, timeout: float) -> None:
         for r in self.channels.report.get_many(block=timeout > 0, timeout=timeout):

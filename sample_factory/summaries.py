@@ -23,6 +23,7 @@ class ProgressTracker:
         self.resumed_steps = [0] * P
         self.episodes = [collections.deque(maxlen=cfg.stats_avg) for _ in range(P)]
         self.num_episodes = [0] * P
+        self.all_episodes: list[list[tuple[float, int]]] = [[] for _ in range(P)]  # kept for evaluation runs
         self.train_stats: list[dict] = [{} for _ in range(P)]
         self.samples_trained = [0] * P
         self.dropped_samples = [0] * P
@@ -42,6 +43,8 @@ class ProgressTracker:
     def add_samples(self, policy: int, steps: int, episodes: list[tuple[float, int]]) -> None:
         self.env_steps[policy] += steps
         self.episodes[policy].extend(episodes)
+        if getattr(self.cfg, "evaluation_run", False):
+            self.all_episodes[policy].extend(episodes)
         self.num_episodes[policy] += len(episodes)
         now = time.monotonic()
         if now - self.history[-1][0] > 0.2:
@@ -125,12 +128,16 @@ class ProgressTracker:
 class SummaryWriters:
     """One TensorBoard writer per policy under <experiment>/.summary/<policy>/, x axis = env steps."""
 
-    def __init__(self, exp_dir: Path, num_policies: int):
+    def __init__(self, exp_dir: Path, num_policies: int, enabled: bool = True):
+        self.enabled = enabled
+        self.pending_train: list[list[dict]] = [[] for _ in range(num_policies)]
+        if not enabled:  # evaluation runs leave the training summaries alone
+            self.writers, self.csv = [], None
+            return
         self.writers = [SummaryWriter(str(exp_dir / ".summary" / str(p)), flush_secs=10) for p in range(num_policies)]
         self.csv = open(exp_dir / "progress.csv", "a")
         if self.csv.tell() == 0:
             self.csv.write("time_s,env_steps,fps_10s," + ",".join(f"reward_p{p}" for p in range(num_policies)) + "\n")
-        self.pending_train: list[list[dict]] = [[] for _ in range(num_policies)]
 
     def add_train_stats(self, policy: int, stats: dict) -> None:
         self.pending_train[policy].append(stats)
@@ -152,12 +159,19 @@ class SummaryWriters:
             self.pending_train[p] = []
 
     def progress_row(self, progress: ProgressTracker) -> None:
+        if not self.enabled:
+            return
         rewards = ",".join(f"{progress.reward_mean(p):.3f}" for p in range(len(self.writers)))
         elapsed = time.monotonic() - progress.start
         self.csv.write(f"{elapsed:.2f},{progress.total_env_steps()},{progress.fps(10):.1f},{rewards}\n")
         self.csv.flush()
 
+    def add_scalar(self, policy: int, tag: str, value: float, step: int) -> None:
+        if self.enabled:
+            self.writers[policy].add_scalar(tag, value, step)
+
     def close(self) -> None:
         for w in self.writers:
             w.close()
-        self.csv.close()
+        if self.csv is not None:
+            self.csv.close()
