@@ -1,5 +1,5 @@
 # Developer / CI entry points. Works from a fresh clone with only python3 + pip available.
-#   make venv       create .venv and install the package (editable) with the [dev,onnx,plot] extras, pinned
+#   make venv       create .venv and install the package (editable) with the [dev,onnx,plot,video] extras, pinned
 #   make test       lint (ruff format --check, ruff check) + pytest
 #   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2")
 #   make format     auto-format and auto-fix lint
@@ -31,7 +31,7 @@ $(VENV_PY):
 # successful install, so an interrupted install is retried on the next run.
 $(STAMP): $(VENV_PY) setup.py constraints.txt
 	$(VENV_PY) -m pip install $(PIP_FLAGS) --upgrade pip -c constraints.txt
-	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot]'
+	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot,video]'
 	touch $@
 
 lint: venv

@@ -30,12 +30,25 @@ UNSAFE_ON_RESUME = (
 _NOT_FROM_SAVED = ("command_line", "cli_flags", "restart_behavior", "train_dir", "experiment", "device")
 
 
+DEFAULT_TRAIN_DIR = "./train_dir"  # the default of --train_dir
+
+
 class ExperimentError(RuntimeError):
     """A problem with the experiment folder; the message says what to do."""
 
 
 def experiment_dir(cfg: Any) -> Path:
     return Path(cfg.train_dir) / cfg.experiment
+
+
+def resolve_experiment_dir(experiment: str | Path, train_dir: str | Path | None = None) -> Path:
+    """For tools that take an experiment name: <train_dir>/<experiment> when train_dir is given; otherwise
+    `experiment` itself if it is an experiment folder, else ./train_dir/<experiment> (the training default)."""
+    if train_dir is not None:
+        return Path(train_dir) / experiment
+    if (Path(experiment) / "cfg.json").exists():
+        return Path(experiment)
+    return Path(DEFAULT_TRAIN_DIR) / experiment
 
 
 class ExperimentLock:

@@ -23,8 +23,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from sample_factory.experiment import resolve_experiment_dir
 from sample_factory.model.actor_critic import ActorCritic
-from sample_factory.policy_api import Policy, load_policy, resolve_experiment_dir
+from sample_factory.policy_api import Policy, load_policy
 
 OPSET = 17  # supported by every onnxruntime from 1.14 on; the ops used here (Gemm, GRU-cell math, ArgMax) are old
 

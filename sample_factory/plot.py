@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-DEFAULT_TRAIN_DIR = "./train_dir"  # same default as train.py's --train_dir
+from sample_factory.experiment import DEFAULT_TRAIN_DIR, resolve_experiment_dir
+
 PANELS = (("reward/mean", "mean episode reward"), ("perf/fps", "FPS"))
 
 
@@ -96,13 +97,6 @@ def read_scalars(event_dir: str | Path, verify: bool = True) -> dict[str, list[t
     return scalars
 
 
-def experiment_dir(experiment: str, train_dir: str | None) -> Path:
-    """<train_dir>/<experiment>; without train_dir, `experiment` itself when it is a folder, else ./train_dir/..."""
-    if train_dir is None and Path(experiment, ".summary").is_dir():
-        return Path(experiment)
-    return Path(train_dir or DEFAULT_TRAIN_DIR) / experiment
-
-
 def import_pyplot() -> Any:
     try:
         import matplotlib
@@ -119,7 +113,10 @@ def plot_experiments(
 ) -> Path:
     """Write the two-panel PNG for `experiments` to `output`; returns its path."""
     plt = import_pyplot()
-    curves = {name: read_scalars(experiment_dir(name, train_dir) / ".summary" / str(policy_id)) for name in experiments}
+    curves = {
+        name: read_scalars(resolve_experiment_dir(name, train_dir) / ".summary" / str(policy_id))
+        for name in experiments
+    }
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(9, 3.2 * len(PANELS)), sharex=True, squeeze=False)
     try:
         for ax, (tag, label) in zip(axes[:, 0], PANELS):

@@ -28,26 +28,17 @@ import numpy as np
 import torch
 
 from sample_factory.cfg import build_parser
-from sample_factory.checkpoint import load_latest_checkpoint
+from sample_factory.checkpoint import list_best_checkpoints, load_latest_checkpoint
 from sample_factory.envs.env_utils import make_env
+from sample_factory.experiment import resolve_experiment_dir
 from sample_factory.model.actor_critic import ActorCritic
 
 State = np.ndarray | torch.Tensor | None
 
 
-def resolve_experiment_dir(experiment: str | Path, train_dir: str | Path | None = None) -> Path:
-    """<train_dir>/<experiment> when train_dir is given; otherwise `experiment` itself if it is an experiment folder,
-    else ./train_dir/<experiment> (the training default)."""
-    if train_dir is not None:
-        return Path(train_dir) / experiment
-    if (Path(experiment) / "cfg.json").exists():
-        return Path(experiment)
-    return Path(build_parser().get_default("train_dir")) / experiment
-
-
 def find_best_checkpoint(ckpt_dir: Path) -> Path:
-    """The newest `best_*.pth` in a checkpoint folder (each one is written when the best score improves)."""
-    found = sorted(ckpt_dir.glob("best_*.pth"), key=lambda p: (p.stat().st_mtime, p.name))
+    """The best checkpoint of a checkpoint folder (the learner keeps one, replaced when the metric improves)."""
+    found = list_best_checkpoints(ckpt_dir)
     if not found:
         raise FileNotFoundError(
             f"no best checkpoint (best_*.pth) in {ckpt_dir}; this run did not save one, use checkpoint='latest'"
