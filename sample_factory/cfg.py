@@ -386,7 +386,7 @@ def build_parser(defaults: bool = True) -> argparse.ArgumentParser:
     return p
 
 
-def _suggest_flag(argv: Sequence[str]) -> str | None:
+def suggest_flag(argv: Sequence[str]) -> str | None:
     known = {f"--{n}" for opts in OPTIONS.values() for n, al, *_ in opts for n in (n, *al)} | {"--help"}
     for a in argv:
         if a.startswith("--"):
@@ -407,7 +407,7 @@ def parse_cfg(argv: Sequence[str] | None = None, evaluation: bool = False) -> ar
     """Parse, apply the env-family preset to flags not typed, and validate. Raises SystemExit on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    unknown_msg = _suggest_flag(argv)
+    unknown_msg = suggest_flag(argv)
     if unknown_msg:
         parser.error(unknown_msg)
     cfg = parser.parse_args(argv)

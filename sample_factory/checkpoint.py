@@ -74,6 +74,22 @@ def best_metric_of(path: Path) -> float:
     return float(_BEST.match(path.name).group(3))
 
 
+def load_policy_checkpoint(cfg: Any, policy_id: int, map_location: Any = "cpu") -> tuple[dict, Path] | None:
+    """The checkpoint a run starts from: the latest one, or for an evaluation with --load_checkpoint_kind=best the
+    best one. An evaluation without a checkpoint is an error; a training run without one starts fresh."""
+    directory = checkpoint_dir(cfg, policy_id)
+    evaluating = getattr(cfg, "evaluation_run", False)
+    if evaluating and cfg.load_checkpoint_kind == "best":
+        best = list_best_checkpoints(directory)
+        if not best:
+            raise FileNotFoundError(f"no best checkpoint (best_*.pth) in {directory}")
+        return torch.load(best[-1], map_location=map_location, weights_only=False), best[-1]
+    loaded = load_latest_checkpoint(directory, map_location=map_location)
+    if loaded is None and evaluating:
+        raise FileNotFoundError(f"no checkpoint in {directory}")
+    return loaded
+
+
 def load_latest_checkpoint(directory: Path, map_location: Any = "cpu") -> tuple[dict, Path] | None:
     """The newest checkpoint that loads; unreadable newer files are reported and skipped, never ignored silently."""
     errors = []

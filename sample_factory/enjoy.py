@@ -1,84 +1,424 @@
-"""`python enjoy.py --env=... --experiment=... --train_dir=...`: evaluate the latest checkpoint of an experiment.
+"""`python enjoy.py --env=... --experiment=... --train_dir=...`: evaluate a trained policy.
 
-Loads cfg.json (flags typed now override it), runs --max_num_episodes episodes with the trained policy (core state
-carried across steps and reset at episode ends), and prints each episode's return and length and the mean +- std.
+The experiment's cfg.json is the base; flags typed now override it. Evaluation flags (the "Evaluation (enjoy.py)"
+group of cfg.py) always come from this command line or their defaults, never from cfg.json.
+
+Single process (the default, and whenever --num_workers is not typed here): the policy is loaded with
+`policy_api.load_policy` (--load_checkpoint_kind latest|best) and plays --max_num_episodes episodes in one env
+(recurrent state carried across steps, reset at episode ends; --eval_deterministic takes the most likely action).
+It renders on screen unless --no_render (falling back to headless, with a one-line notice, when the env cannot),
+or records mp4 files with --save_video.
+
+Parallel (--num_workers=N typed, N > 1): the training machinery evaluates instead (actor workers step the envs,
+policy workers act, the learner only loads the checkpoint; see `Runner` with `cfg.evaluation_run`).
+
+Both print each episode's reward and length, the mean +- std, and write a JSON summary to --eval_results_file
+(default <experiment>/eval_results.json). Problems (no experiment, no checkpoint, ...) are one line on stderr,
+"enjoy: error: ...", and exit code 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
-from sample_factory.cfg import build_parser, finalize_cfg, typed_flags
-from sample_factory.checkpoint import checkpoint_dir, load_latest_checkpoint
+from sample_factory.cfg import OPTIONS, build_parser, finalize_cfg, suggest_flag, typed_flags
+from sample_factory.checkpoint import checkpoint_dir, list_best_checkpoints, list_checkpoints
 from sample_factory.envs.env_utils import make_env
-from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.policy_api import load_policy
+from sample_factory.runner import Runner
+
+EVAL_FLAGS = {name for name, *_ in OPTIONS["Evaluation (enjoy.py)"]}
 
 
+class EnjoyError(RuntimeError):
+    """A problem the user can fix; shown as one line."""
+
+
+def notice(msg: str) -> None:
+    print(f"enjoy: {msg}", flush=True)
+
+
+# ---- configuration -----------------------------------------------------------------------------------------
 def load_experiment_cfg(argv: Sequence[str]) -> argparse.Namespace:
+    """Parser defaults <- the experiment's cfg.json (except evaluation flags) <- flags typed now.
+    `cfg.cli_flags` lists the flags typed on this command line."""
+    argv = list(argv)
+    parser = build_parser()
+    parser.prog = "enjoy.py"
+    unknown = suggest_flag(argv)
+    if unknown:
+        parser.error(unknown)
+    cfg = parser.parse_args(argv)
     typed = typed_flags(argv)
-    cfg = build_parser().parse_args(list(argv))
     path = Path(cfg.train_dir) / cfg.experiment / "cfg.json"
     if not path.exists():
-        raise FileNotFoundError(f"no experiment at {path.parent} (cfg.json not found)")
-    saved = json.loads(path.read_text())
+        raise EnjoyError(f"no experiment at {path.parent} (cfg.json not found)")
+    try:
+        saved = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise EnjoyError(f"{path} is corrupted ({e})") from None
+    saved = {k: v for k, v in saved.items() if k not in EVAL_FLAGS}
     merged = {**vars(cfg), **saved, **typed}
+    # Where the experiment was found now, not where it was trained (the folder may have been moved since).
+    merged["train_dir"], merged["experiment"] = cfg.train_dir, cfg.experiment
     merged["device"] = typed.get("device", "cpu")
+    merged["cli_flags"] = sorted(typed)
+    merged["command_line"] = " ".join(argv)
     return finalize_cfg(argparse.Namespace(**merged))
 
 
-@torch.inference_mode()
-def evaluate(cfg: argparse.Namespace, policy_id: int = 0) -> list[tuple[float, int]]:
+def is_parallel(cfg: argparse.Namespace) -> bool:
+    return "num_workers" in cfg.cli_flags and cfg.num_workers > 1
+
+
+def experiment_path(cfg: argparse.Namespace) -> Path:
+    return Path(cfg.train_dir) / cfg.experiment
+
+
+def check_checkpoint_exists(cfg: argparse.Namespace) -> None:
+    """Fail fast, in one line, before any env or process is started."""
+    d = checkpoint_dir(cfg, 0)
+    if cfg.load_checkpoint_kind == "best":
+        if not list_best_checkpoints(d):
+            raise EnjoyError(
+                f"no best checkpoint (best_*.pth) in {d}: this run saved none (see --save_best_after); "
+                f"use --load_checkpoint_kind=latest"
+            )
+    elif not list_checkpoints(d):
+        raise EnjoyError(f"no checkpoint in {d}: the run has not saved one yet")
+
+
+def torch_device(cfg: argparse.Namespace) -> str:
+    if cfg.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if cfg.device == "gpu" else "cpu"
+
+
+# ---- envs with rendering -----------------------------------------------------------------------------------
+def make_env_with_render_mode(cfg: argparse.Namespace, render_mode: str) -> gym.Env:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # gymnasium warns about a mode the env lacks; the caller checks it
+        return make_env(cfg, render_mode=render_mode)
+
+
+def _no_display() -> str | None:
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return "no display (DISPLAY is not set)"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def open_eval_env(cfg: argparse.Namespace) -> tuple[gym.Env, str | None, Any]:
+    """(env, the render mode really used, the first observation). human -> headless fallback with a notice;
+    rgb_array (for --save_video) must work, else a one-line error."""
+    wanted = "rgb_array" if cfg.save_video else None if cfg.no_render else "human"
+    if cfg.save_video and not cfg.no_render:
+        notice("--save_video renders off-screen into the video; no window is shown")
+    if wanted == "human" and (why := _no_display()):
+        notice(f"{why}: evaluating headless (pass --no_render=True to skip this check)")
+        wanted = None
+    if wanted is not None:
+        env = None
+        try:
+            env = make_env_with_render_mode(cfg, wanted)
+            if getattr(env, "render_mode", None) != wanted:
+                modes = env.metadata.get("render_modes", [])
+                raise EnjoyError(f"env {cfg.env} has no {wanted!r} render mode (it has {modes})")
+            obs, _ = env.reset(seed=cfg.seed)  # human: the window opens here
+            if wanted == "rgb_array":
+                frame = env.render()
+                shape = getattr(frame, "shape", ())
+                if not (len(shape) == 2 or (len(shape) == 3 and shape[2] in (3, 4))):
+                    raise EnjoyError(f"render() returned {type(frame).__name__} {shape}, not an image")
+            return env, wanted, obs
+        except Exception as e:  # a missing renderer (pygame), no display, no such mode, ...
+            if env is not None:
+                try:
+                    env.close()
+                except Exception:
+                    pass
+            if wanted == "rgb_array":
+                raise EnjoyError(f"--save_video: env {cfg.env} cannot render frames: {_first_line(e)}") from None
+            # A headless env that fails too raises its own error below.
+            notice(f"cannot render on screen ({_first_line(e)}): evaluating headless")
     env = make_env(cfg)
-    model = ActorCritic(cfg, env.observation_space, env.action_space).eval()
-    loaded = load_latest_checkpoint(checkpoint_dir(cfg, policy_id))
-    if loaded is None:
-        raise FileNotFoundError(f"no checkpoint in {checkpoint_dir(cfg, policy_id)}")
-    state, path = loaded
-    model.load_state_dict(state["model"])
-    print(f"loaded {path} (policy version {state['policy_version']}, {state['env_steps']} env steps)")
-    episodes: list[tuple[float, int]] = []
-    frames = 0
     obs, _ = env.reset(seed=cfg.seed)
-    h = torch.zeros(1, model.rnn_state_size) if model.recurrent else None
-    ret, length = 0.0, 0
-    while len(episodes) < cfg.max_num_episodes and frames < cfg.max_num_frames:
-        params, _, h = model.forward_step(torch.as_tensor(np.asarray(obs)).unsqueeze(0), h)
-        dist = model.distribution(params)
-        action = (dist.mode() if cfg.eval_deterministic else dist.sample())[0].numpy()
-        obs, reward, term, trunc, _ = env.step(action)
-        ret, length, frames = ret + float(reward), length + 1, frames + 1
-        if term or trunc:
-            episodes.append((ret, length))
-            print(f"episode {len(episodes)}: reward {ret:.2f}, length {length}")
-            ret, length = 0.0, 0
-            obs, _ = env.reset()
-            if h is not None:
-                h = torch.zeros_like(h)
-    env.close()
-    return episodes
+    return env, None, obs
+
+
+# ---- video ---------------------------------------------------------------------------------------------------
+def _video_frame(frame: np.ndarray) -> np.ndarray:
+    """HxWx3 uint8 with even H and W (libx264 with yuv420p needs even sizes; the last row/column is repeated)."""
+    f = np.asarray(frame)
+    if f.dtype != np.uint8:
+        f = np.clip(f, 0, 255).astype(np.uint8)
+    if f.ndim == 2:
+        f = np.repeat(f[:, :, None], 3, axis=2)
+    elif f.shape[2] == 4:
+        f = f[:, :, :3]
+    pad = ((0, f.shape[0] % 2), (0, f.shape[1] % 2), (0, 0))
+    return np.pad(f, pad, mode="edge") if any(p[1] for p in pad[:2]) else f
+
+
+class VideoRecorder:
+    """Streams frames into mp4 files in the experiment folder: `<base>_ep<N>.mp4` per episode (N from 1), or
+    `<base>.mp4` for all episodes; at most `max_frames` frames per file. An episode's video holds the frame after
+    reset and one after every step: episode length + 1 frames (fewer when capped)."""
+
+    def __init__(self, directory: Path, base: str, per_episode: bool, max_frames: int, fps: float):
+        try:
+            import imageio.v2 as imageio
+            import imageio_ffmpeg  # noqa: F401  (the bundled ffmpeg binary)
+        except ImportError:
+            raise EnjoyError("--save_video needs imageio and imageio-ffmpeg: pip install -e '.[video]'") from None
+        self._imageio = imageio
+        self.directory, self.per_episode = directory, per_episode
+        self.base = base[:-4] if base.endswith(".mp4") else base
+        self.max_frames, self.fps = max_frames, fps
+        self.episode = 1
+        self.writer = None
+        self.frames_in_file = 0
+        self.paths: list[Path] = []
+
+    @property
+    def wants_frame(self) -> bool:
+        return self.frames_in_file < self.max_frames
+
+    def add(self, frame: np.ndarray) -> None:
+        if not self.wants_frame:
+            return
+        if self.writer is None:
+            name = f"{self.base}_ep{self.episode}.mp4" if self.per_episode else f"{self.base}.mp4"
+            path = self.directory / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.writer = self._imageio.get_writer(
+                path,
+                format="FFMPEG",
+                mode="I",
+                fps=self.fps,
+                codec="libx264",
+                pixelformat="yuv420p",
+                macro_block_size=1,
+                ffmpeg_log_level="error",
+            )
+            self.paths.append(path)
+        self.writer.append_data(_video_frame(frame))
+        self.frames_in_file += 1
+
+    def end_episode(self) -> None:
+        self.episode += 1
+        if self.per_episode:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        self.frames_in_file = 0
+
+    def close(self) -> None:
+        self._close_file()
+
+
+# ---- evaluation ----------------------------------------------------------------------------------------------
+def evaluate_single(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
+    """Episodes [(return, length)] and the checkpoint info, evaluated in this process."""
+    if cfg.seed is not None:
+        torch.manual_seed(cfg.seed)  # sampled actions are reproducible too
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one observation at a time: more threads only add overhead
+    try:
+        return _play(cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _play(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
+    env, render_mode, obs = open_eval_env(cfg)
+    video = None
+    try:
+        # The spaces of the env evaluated on; a checkpoint that does not fit them fails to load.
+        policy = load_policy(
+            experiment_path(cfg),
+            device=torch_device(cfg),
+            checkpoint=cfg.load_checkpoint_kind,
+            obs_space=env.observation_space,
+            action_space=env.action_space,
+        )
+        info = {
+            "checkpoint": str(policy.checkpoint_path),
+            "checkpoint_policy_version": policy.policy_version,
+            "checkpoint_env_steps": policy.env_steps,
+        }
+        print(
+            f"loaded {policy.checkpoint_path} (policy version {policy.policy_version}, {policy.env_steps} env steps)"
+            f", {'deterministic' if cfg.eval_deterministic else 'sampled'} actions",
+            flush=True,
+        )
+        if render_mode == "rgb_array":
+            fps = cfg.fps if cfg.fps > 0 else float(env.metadata.get("render_fps") or 30)
+            base = cfg.video_name or cfg.experiment
+            video = VideoRecorder(experiment_path(cfg), base, cfg.video_per_episode, int(cfg.video_frames), fps)
+            video.add(env.render())
+        frame_period = 1.0 / cfg.fps if render_mode == "human" and cfg.fps > 0 else 0.0
+        next_frame = time.monotonic() + frame_period
+        episodes: list[tuple[float, int]] = []
+        state = policy.initial_state()
+        ret, length, frames = 0.0, 0, 0
+        try:
+            while len(episodes) < cfg.max_num_episodes and frames < cfg.max_num_frames:
+                action, state = policy.act(obs, state, deterministic=cfg.eval_deterministic)
+                obs, reward, term, trunc, _ = env.step(action)
+                ret, length, frames = ret + float(reward), length + 1, frames + 1
+                if frame_period:
+                    time.sleep(max(0.0, next_frame - time.monotonic()))
+                    next_frame = max(next_frame + frame_period, time.monotonic())
+                if video is not None and video.wants_frame:
+                    video.add(env.render())
+                if term or trunc:
+                    episodes.append((ret, length))
+                    print(f"episode {len(episodes)}: reward {ret:.2f}, length {length}", flush=True)
+                    ret, length = 0.0, 0
+                    if video is not None:
+                        video.end_episode()
+                    if len(episodes) >= cfg.max_num_episodes or frames >= cfg.max_num_frames:
+                        break
+                    obs, _ = env.reset()
+                    state = policy.initial_state()
+                    if video is not None and video.wants_frame:
+                        video.add(env.render())
+        except KeyboardInterrupt:
+            notice(f"interrupted after {len(episodes)} finished episodes")
+    finally:
+        if video is not None:
+            video.close()
+            for p in video.paths:
+                print(f"video: {p}")
+        env.close()
+    return episodes, info
+
+
+class EvalRunner(Runner):
+    """A Runner (with cfg.evaluation_run) that also remembers which checkpoint the learner loaded."""
+
+    def __init__(self, cfg: Any):
+        super().__init__(cfg)
+        self.loaded: dict = {}
+
+    def _on_report(self, r: tuple) -> None:
+        if r[3] == "resumed":  # (REPORT, role, index, kind, payload)
+            self.loaded = dict(r[4])
+        super()._on_report(r)
+
+
+def evaluate_parallel(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
+    """Through the runner: --num_workers actor processes x --num_envs_per_worker envs, policy workers acting
+    (the mode when --eval_deterministic), a learner that only loads the checkpoint."""
+    if cfg.save_video:
+        raise EnjoyError("--save_video works in single-process evaluation only (leave out --num_workers)")
+    if not cfg.no_render:
+        notice("parallel evaluation is headless")
+    cfg.evaluation_run = True
+    cfg.sampler_only = True
+    cfg.serial_mode = False  # a serial runner would write serial_state.pth into the experiment at the end
+    cfg.decorrelate_envs_on_one_worker = False
+    cfg.train_for_env_steps = 10**18  # the runner stops at --max_num_episodes / --max_num_frames
+    cfg.train_for_seconds = 1e18
+    cfg.stop_at_reward = None
+    # Nothing may be written into the experiment: no periodic / best / milestone checkpoints, no nested evals.
+    cfg.save_every_sec = 10**9
+    cfg.save_best_after = float("inf")
+    cfg.save_milestones_sec = -1
+    cfg.eval_every_env_steps = -1
+    runner = EvalRunner(cfg)
+    rc = runner.run()
+    if rc != 0:
+        raise EnjoyError("parallel evaluation failed (see the log above)")
+    # The first episodes to finish: with many envs running at once they are biased toward short episodes
+    # (a long episode is still running when the short ones have finished and the count is reached).
+    episodes = runner.progress.all_episodes[0][: cfg.max_num_episodes]
+    for i, (ret, length) in enumerate(episodes, 1):
+        print(f"episode {i}: reward {ret:.2f}, length {length}")
+    loaded = runner.loaded
+    info = {
+        "checkpoint": loaded.get("path"),
+        "checkpoint_policy_version": loaded.get("version"),
+        "checkpoint_env_steps": loaded.get("env_steps"),
+    }
+    return episodes, info
+
+
+# ---- results -------------------------------------------------------------------------------------------------
+def summarize(episodes: list[tuple[float, int]], cfg: argparse.Namespace, info: dict) -> dict:
+    rewards = [float(r) for r, _ in episodes]
+    lengths = [int(n) for _, n in episodes]
+
+    def stat(values: list, fn) -> float | None:
+        return float(fn(values)) if values else None  # JSON has no NaN: null when no episode finished
+
+    return {
+        "episodes": len(episodes),
+        "reward_mean": stat(rewards, np.mean),
+        "reward_std": stat(rewards, np.std),
+        "length_mean": stat(lengths, np.mean),
+        "length_std": stat(lengths, np.std),
+        "rewards": rewards,
+        "lengths": lengths,
+        **info,
+        "deterministic": bool(cfg.eval_deterministic),
+        "load_checkpoint_kind": cfg.load_checkpoint_kind,
+        "num_workers": cfg.num_workers if is_parallel(cfg) else 1,
+    }
+
+
+def write_results(results: dict, cfg: argparse.Namespace) -> Path:
+    path = Path(cfg.eval_results_file) if cfg.eval_results_file else experiment_path(cfg) / "eval_results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    os.replace(tmp, path)  # a reader (the periodic evaluator) never sees half a file
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         cfg = load_experiment_cfg(argv)
-        episodes = evaluate(cfg)
-    except (FileNotFoundError, RuntimeError, ValueError) as e:
-        print(f"enjoy: {e}", file=sys.stderr)
+        check_checkpoint_exists(cfg)
+        episodes, info = evaluate_parallel(cfg) if is_parallel(cfg) else evaluate_single(cfg)
+    except (EnjoyError, FileNotFoundError, ValueError, RuntimeError, OSError) as e:
+        if os.environ.get("SF_DEBUG"):
+            raise
+        print(f"enjoy: error: {_first_line(e)}", file=sys.stderr)
         return 1
-    if episodes:
-        r = np.array([e[0] for e in episodes])
-        n = np.array([e[1] for e in episodes])
-        print(
-            f"{len(episodes)} episodes: reward {r.mean():.2f} +- {r.std():.2f}, length {n.mean():.1f} +- {n.std():.1f}"
-        )
+    results = summarize(episodes, cfg, info)
+    path = write_results(results, cfg)
+    if not episodes:
+        msg = f"no episode finished within --max_num_frames={int(cfg.max_num_frames)}"
+        print(f"enjoy: error: {msg}", file=sys.stderr)
+        print(f"results: {path}")
+        return 1
+    print(
+        f"{results['episodes']} episodes: reward {results['reward_mean']:.2f} +- {results['reward_std']:.2f}, "
+        f"length {results['length_mean']:.1f} +- {results['length_std']:.1f}"
+    )
+    print(f"results: {path}")
     return 0
 
 

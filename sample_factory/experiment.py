@@ -124,6 +124,14 @@ def prepare_experiment_dir(cfg: Any) -> tuple[Path, str, ExperimentLock]:
     existed = (d / "cfg.json").exists()
     lock = ExperimentLock(d)
     lock.acquire()  # before touching anything: a running experiment is never archived or deleted
+    try:
+        return _prepare_locked(cfg, d, existed, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _prepare_locked(cfg: Any, d: Path, existed: bool, lock: ExperimentLock) -> tuple[Path, str, ExperimentLock]:
     what = "new experiment"
     if existed and cfg.restart_behavior in ("overwrite", "restart"):
         if cfg.restart_behavior == "overwrite":
@@ -147,6 +155,5 @@ def prepare_experiment_dir(cfg: Any) -> tuple[Path, str, ExperimentLock]:
         tmp.write_text(json.dumps(vars(cfg), indent=2, sort_keys=True))
         os.replace(tmp, d / "cfg.json")
     except OSError as e:
-        lock.release()
         raise ExperimentError(f"cannot write the experiment folder {d}: {e.strerror}") from None
     return d, what, lock

@@ -22,7 +22,7 @@ from sample_factory.checkpoint import (
     best_metric_of,
     checkpoint_dir,
     list_best_checkpoints,
-    load_latest_checkpoint,
+    load_policy_checkpoint,
     save_best_checkpoint,
     save_checkpoint,
     save_milestone,
@@ -66,7 +66,7 @@ class Learner(Component):
         self.version = 0
         self.env_steps = 0
         self.ckpt_dir = checkpoint_dir(cfg, self.policy_id)
-        loaded = self._load_checkpoint()
+        loaded = load_policy_checkpoint(self.cfg, self.policy_id, map_location=self.device)
         if loaded is not None:
             state, path = loaded
             self.model.load_state_dict(state["model"])
@@ -114,6 +114,8 @@ class Learner(Component):
         self._drop_stale()
         while len(self.pending) >= self.slots_per_iteration and not self.stopped:
             self._iteration()
+        if getattr(self.cfg, "evaluation_run", False):
+            return  # an evaluation never writes into the experiment
         now = time.monotonic()
         if now - self.last_save > self.cfg.save_every_sec:
             self.save()
@@ -179,17 +181,6 @@ class Learner(Component):
         self.timing["save_checkpoint"] += time.perf_counter() - t0
         self.last_save = time.monotonic()
         self.report("checkpoint", str(path))
-
-    def _load_checkpoint(self) -> tuple[dict, object] | None:
-        if getattr(self.cfg, "evaluation_run", False) and self.cfg.load_checkpoint_kind == "best":
-            best = list_best_checkpoints(self.ckpt_dir)
-            if not best:
-                raise FileNotFoundError(f"no best checkpoint (best_*.pth) in {self.ckpt_dir}")
-            return torch.load(best[-1], map_location=self.device, weights_only=False), best[-1]
-        loaded = load_latest_checkpoint(self.ckpt_dir, map_location=self.device)
-        if loaded is None and getattr(self.cfg, "evaluation_run", False):
-            raise FileNotFoundError(f"no checkpoint in {self.ckpt_dir}")
-        return loaded
 
     def finish(self) -> None:
         if hasattr(self, "algo") and not getattr(self.cfg, "evaluation_run", False):

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from sample_factory.actor_worker import ActorWorker
-from sample_factory.checkpoint import checkpoint_dir, list_checkpoints
+from sample_factory.checkpoint import checkpoint_dir, list_checkpoints, load_policy_checkpoint
 from sample_factory.component import Component, SerialDriver
 from sample_factory.envs.env_utils import probe_env_spaces
 from sample_factory.experiment import experiment_dir, prepare_experiment_dir
@@ -80,9 +80,14 @@ class Runner:
         spec = make_buffer_spec(cfg, self.obs_space, self.action_space, model.rnn_state_size)
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
         self.weights = []
-        for _ in range(cfg.num_policies):
+        for p in range(cfg.num_policies):
+            # Resumed or evaluated runs publish the checkpoint's weights: no worker ever acts with random ones.
+            loaded, version = load_policy_checkpoint(cfg, p), 0
+            if loaded is not None:
+                model.load_state_dict(loaded[0]["model"])
+                version = loaded[0]["policy_version"]
             w = SharedWeights.for_model(model)
-            w.publish(model, 0)
+            w.publish(model, version)
             self.weights.append(w)
         kind = "local" if cfg.serial_mode else cfg.message_queue
         self.channels = Channels(cfg.num_workers, cfg.num_policies, kind)
@@ -197,7 +202,7 @@ class Runner:
             self.summaries.add_scalar(0, "eval/episode_length", results["length_mean"], results["env_steps"])
 
     def _maybe_save_best(self) -> None:
-        if self.progress.total_env_steps() < self.cfg.save_best_after:
+        if getattr(self.cfg, "evaluation_run", False) or self.progress.total_env_steps() < self.cfg.save_best_after:
             return
         for p in range(self.cfg.num_policies):
             value = self.progress.metric(p, self.cfg.save_best_metric)
@@ -303,7 +308,7 @@ class Runner:
         order = ("actor", "policy", "learner")
         if self.driver is not None:
             try:
-                if self.exit_code == 0:
+                if self.exit_code == 0 and not getattr(self.cfg, "evaluation_run", False):
                     self._save_serial_snapshot()
                 self.driver.finish()
             except Exception as e:

@@ -50,15 +50,19 @@ def _missing_extra_hint(env_name: str) -> str:
     return ""
 
 
-def make_env(cfg: Any, env_config: dict | None = None) -> gym.Env:
+def make_env(cfg: Any, env_config: dict | None = None, render_mode: str | None = None) -> gym.Env:
     """`--env` is a registered custom name, a gymnasium id, or `module:EnvId` (the module is imported first, so
-    envs registered by it exist in every worker process too)."""
+    envs registered by it exist in every worker process too). A render mode goes to gym.make, or to a custom
+    env's factory as env_config["render_mode"]."""
     name = cfg.env
     if ":" in name:
         module, name = name.split(":", 1)
         importlib.import_module(module)
     if name in _ENV_REGISTRY:
-        return _ENV_REGISTRY[name](cfg, env_config or {})
+        config = dict(env_config or {})
+        if render_mode is not None:
+            config["render_mode"] = render_mode
+        return _ENV_REGISTRY[name](cfg, config)
     if name not in gym.registry:
         hint = _missing_extra_hint(name)
         if not hint:
@@ -66,7 +70,7 @@ def make_env(cfg: Any, env_config: dict | None = None) -> gym.Env:
             hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown env {name!r}{hint}")
     try:
-        return gym.make(name)
+        return gym.make(name, render_mode=render_mode) if render_mode else gym.make(name)
     except gym.error.DependencyNotInstalled as e:
         raise ValueError(f"env {name!r} cannot be created: {e}{_missing_extra_hint(name)}") from None
 

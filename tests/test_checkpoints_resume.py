@@ -1,0 +1,245 @@
+"""Checkpoints and resume, end to end on CartPole: keep-N rotation, the best checkpoint, bit-identical serial
+resume, resume after SIGINT (multi-process), refusal of an architecture change, and falling back to the previous
+checkpoint when the latest one is corrupted."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import sample_factory.learner as learner_module
+from sample_factory.checkpoint import best_metric_of, list_best_checkpoints, list_checkpoints
+from sample_factory.messages import SAVE_BEST
+from sample_factory.runner import Runner
+from sample_factory.train import main as train_main
+from tests.policy_helpers import one_torch_thread
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SERIAL = [
+    "--env=CartPole-v1",
+    "--serial_mode=True",
+    "--num_workers=1",
+    "--num_envs_per_worker=8",
+    "--batch_size=256",
+    "--rollout=32",
+    "--seed=1",
+    "--device=cpu",
+]
+RESUMED = re.compile(r"policy 0 resumed from (\S+) at (\d+) env steps")
+
+
+def train(train_dir: Path, experiment: str, *extra: str) -> int:
+    with one_torch_thread():
+        return train_main([*SERIAL, f"--experiment={experiment}", f"--train_dir={train_dir}", *extra])
+
+
+def ckpt_key(path: Path) -> tuple[int, int]:
+    """(policy version, env steps) from checkpoint_<version>_<steps>.pth."""
+    _, version, steps = path.stem.split("_")
+    return int(version), int(steps)
+
+
+@pytest.fixture(scope="module")
+def saves(tmp_path_factory):
+    """A serial run of 3.5 s that saves every second (keep 2) and checks the best metric every second from the
+    first step on. The learner's save functions are wrapped (serial mode: the learner runs in this process) to
+    record every save: the paths written and the metric of each best checkpoint."""
+    td = tmp_path_factory.mktemp("saves")
+    record = SimpleNamespace(checkpoints=[], best=[])
+    orig_save, orig_best = learner_module.save_checkpoint, learner_module.save_best_checkpoint
+
+    def save_checkpoint(directory, state, version, env_steps, keep):
+        path = orig_save(directory, state, version, env_steps, keep)
+        record.checkpoints.append(path)
+        return path
+
+    def save_best_checkpoint(directory, state, version, env_steps, metric):
+        path = orig_best(directory, state, version, env_steps, metric)
+        record.best.append((metric, path))
+        return path
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(learner_module, "save_checkpoint", save_checkpoint)
+    mp.setattr(learner_module, "save_best_checkpoint", save_best_checkpoint)
+    try:
+        flags = ["--train_for_seconds=3.5", "--save_every_sec=1", "--keep_checkpoints=2"]
+        flags += ["--save_best_after=0", "--save_best_every_sec=1"]
+        assert train(td, "saves", *flags) == 0
+    finally:
+        mp.undo()
+    record.train_dir, record.exp_dir = td, td / "saves"
+    return record
+
+
+def test_keep_n_leaves_exactly_n(saves):
+    assert len(saves.checkpoints) >= 3, f"expected several saves in 3.5 s, got {saves.checkpoints}"
+    left = list_checkpoints(saves.exp_dir / "checkpoint_p0")
+    assert left == saves.checkpoints[-2:], (left, saves.checkpoints)
+    assert sorted(p.name for p in left[0].parent.glob("checkpoint_*.pth")) == [p.name for p in left]
+    assert not list(left[0].parent.glob(".*.tmp")), "a temporary file of an atomic write was left behind"
+
+
+def test_best_checkpoint_is_the_best_metric_seen(saves):
+    """The observable: the metric of every best checkpoint written (what the runner measured at its checks, the
+    mean reward of the last --stats_avg episodes) must strictly increase, exactly one best_*.pth remains, and it
+    is the last (= highest) one, with that metric in its name and matching counters inside."""
+    metrics = [m for m, _ in saves.best]
+    assert metrics, "no best checkpoint written"
+    assert all(b > a for a, b in zip(metrics, metrics[1:])), f"a best checkpoint without improvement: {metrics}"
+    (best,) = list_best_checkpoints(saves.exp_dir / "checkpoint_p0")
+    assert best == saves.best[-1][1]
+    assert best_metric_of(best) == pytest.approx(max(metrics), abs=5e-5)
+    version, steps = (int(x) for x in best.stem.split("_")[1:3])
+    state = torch.load(best, weights_only=False)
+    assert (state["policy_version"], state["env_steps"]) == (version, steps)
+
+
+def _best_check_runner(best: float | None = None) -> tuple[Runner, list]:
+    sent: list = []
+    r = Runner.__new__(Runner)  # only what _maybe_save_best uses
+    r.cfg = SimpleNamespace(num_policies=1, save_best_after=0, save_best_metric="reward")
+    r.best_metric = [best]
+    r.channels = SimpleNamespace(learner=[SimpleNamespace(put=sent.append)])
+    r.progress = SimpleNamespace(total_env_steps=lambda: 10**6, value=None)
+    r.progress.metric = lambda policy, name: r.progress.value
+    return r, sent
+
+
+def test_best_saved_only_on_improvement():
+    """The runner's rule, driven with a fake metric sequence: SAVE_BEST only for a new maximum; None (too few
+    episodes yet) never; a best found on resume (reported by the learner) is the bar to beat."""
+    r, sent = _best_check_runner()
+    for value in (None, 5.0, 3.0, 5.0, 7.5, 7.0, 9.0):
+        r.progress.value = value
+        r._maybe_save_best()
+    assert sent == [(SAVE_BEST, 5.0), (SAVE_BEST, 7.5), (SAVE_BEST, 9.0)]
+    r, sent = _best_check_runner(best=8.0)
+    for value in (7.0, 8.0, 8.5):
+        r.progress.value = value
+        r._maybe_save_best()
+    assert sent == [(SAVE_BEST, 8.5)]
+
+
+def test_exact_serial_resume(tmp_path, capsys):
+    """train 8000, stop, resume to 20000  ==  train 20000: identical final checkpoint, bit for bit."""
+    assert train(tmp_path, "split", "--train_for_env_steps=8000") == 0
+    capsys.readouterr()
+    assert train(tmp_path, "split", "--train_for_env_steps=20000") == 0
+    out = capsys.readouterr().out
+    assert re.search(r"exact resume from the serial snapshot at \d+ env steps", out), out
+    assert train(tmp_path, "straight", "--train_for_env_steps=20000") == 0
+
+    (a_path,), (b_path,) = (list_checkpoints(tmp_path / e / "checkpoint_p0")[-1:] for e in ("split", "straight"))
+    assert a_path.name == b_path.name
+    a, b = (torch.load(p, weights_only=False) for p in (a_path, b_path))
+    assert a["model"].keys() == b["model"].keys()
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"]), "weights differ"
+    opt_a, opt_b = a["algo"]["optimizer"]["state"], b["algo"]["optimizer"]["state"]
+    assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in opt_a[i]), "optimizer state differs"
+
+
+class Run:
+    """train.py in a subprocess (own session), output collected by a thread; killed by pid at teardown."""
+
+    def __init__(self, args: list[str]):
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("SF_DEBUG", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "train.py", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(ln.rstrip("\n") for ln in self.proc.stdout))
+        self.reader.start()
+
+    @property
+    def output(self) -> str:
+        return "\n".join(list(self.lines))
+
+    def samples_trained(self) -> int:
+        found = re.findall(r"samples collected/trained: \d+/(\d+)", self.output)
+        return int(found[-1]) if found else 0
+
+    def wait(self, timeout: float) -> int:
+        rc = self.proc.wait(timeout)
+        self.reader.join(10)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the session this test started, by its id
+            self.proc.wait(10)
+        self.reader.join(10)
+
+
+@pytest.fixture
+def runs():
+    started: list[Run] = []
+    yield lambda args: started.append(Run(args)) or started[-1]
+    for r in started:
+        r.kill()
+
+
+@pytest.mark.timeout(120)
+def test_resume_after_sigint(tmp_path, runs):
+    base = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=mp", "--num_workers=2", "--device=cpu"]
+    base += ["--report_interval_sec=0.5"]
+    first = runs([*base, "--train_for_env_steps=100000000"])
+    deadline = time.monotonic() + 60
+    while first.samples_trained() == 0 and first.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # the learner has trained: the checkpoint saved at the stop has policy version > 0
+    assert first.samples_trained() > 0, first.output
+    first.proc.send_signal(signal.SIGINT)
+    assert first.wait(30) == 0, first.output
+    assert "stopping: SIGINT received" in first.output
+    v1, s1 = ckpt_key(list_checkpoints(tmp_path / "mp" / "checkpoint_p0")[-1])
+    assert v1 > 0 and s1 > 0
+
+    second = runs([*base, f"--train_for_env_steps={s1 + 20000}"])
+    assert second.wait(90) == 0, second.output
+    m = RESUMED.search(second.output)
+    assert m and Path(m.group(1)).name == f"checkpoint_{v1:09d}_{s1}.pth" and int(m.group(2)) == s1, second.output
+    # A checkpoint counts the env steps the learner trained on; the budget counts collected ones (more).
+    v2, s2 = ckpt_key(list_checkpoints(tmp_path / "mp" / "checkpoint_p0")[-1])
+    assert v2 > v1 and s2 > s1, (v1, s1, v2, s2)
+
+
+def test_resume_refuses_architecture_change(saves):
+    """A subprocess: the CLI user's view (and a refused run leaves its lock behind in the calling process)."""
+    args = [*SERIAL, f"--train_dir={saves.train_dir}", "--experiment=saves", "--encoder_mlp_layers=32,32"]
+    p = subprocess.run([sys.executable, "train.py", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1
+    out = p.stdout + p.stderr
+    assert "Traceback" not in out, out
+    errors = [ln for ln in out.splitlines() if "encoder_mlp_layers" in ln]
+    assert len(errors) == 1 and "cannot change on resume" in errors[0], out
+
+
+def test_corrupted_latest_checkpoint_falls_back(saves, capsys):
+    ckpt_dir = saves.exp_dir / "checkpoint_p0"
+    previous, latest = list_checkpoints(ckpt_dir)[-2:]
+    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])  # truncated, as by a full disk
+    # The serial snapshot names the latest checkpoint and holds the learner's whole state, so a serial resume
+    # would not read the checkpoint at all: remove it to resume from the checkpoint files.
+    (saves.exp_dir / "serial_state.pth").unlink()
+    capsys.readouterr()
+    assert train(saves.train_dir, "saves", f"--train_for_env_steps={ckpt_key(previous)[1] + 2048}") == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint {latest} failed to load" in out and "trying the previous one" in out, out
+    m = RESUMED.search(out)
+    assert m and Path(m.group(1)) == previous and int(m.group(2)) == ckpt_key(previous)[1], out

@@ -1,0 +1,261 @@
+"""enjoy.py on an experiment trained here (CartPole, serial mode, in-process): headless evaluation, its printed
+lines and eval_results.json, deterministic actions (checked against a rollout of our own), latest/best
+checkpoints, mp4 videos, parallel evaluation through the runner, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from sample_factory.checkpoint import list_checkpoints, save_best_checkpoint
+from sample_factory.enjoy import main as enjoy_main
+from sample_factory.policy_api import load_policy
+from sample_factory.train import main as train_main
+from tests.policy_helpers import fake_experiment, one_torch_thread
+from tests.render_envs import ENV_ID as RENDER_ENV_ID
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TRAIN = [
+    "--env=CartPole-v1",
+    "--serial_mode=True",
+    "--num_workers=1",
+    "--num_envs_per_worker=8",
+    "--batch_size=256",
+    "--train_for_env_steps=20000",
+    "--seed=1",
+    "--device=cpu",
+]
+EPISODE_LINE = re.compile(r"^episode (\d+): reward (-?[\d.]+), length (\d+)$", re.M)
+SUMMARY_LINE = re.compile(r"^(\d+) episodes: reward (-?[\d.]+) \+- ([\d.]+), length ([\d.]+) \+- ([\d.]+)$", re.M)
+
+
+@pytest.fixture(scope="module")
+def train_dir(tmp_path_factory) -> Path:
+    """`cp`: trained for 20000 steps (~6 s). `cp_best`: a copy with a best checkpoint added (the latest weights
+    saved under best_* with policy version 1, so a test can tell which file was loaded)."""
+    td = tmp_path_factory.mktemp("enjoy")
+    with one_torch_thread():
+        assert train_main([*TRAIN, "--experiment=cp", f"--train_dir={td}"]) == 0
+    shutil.copytree(td / "cp", td / "cp_best")
+    latest = list_checkpoints(td / "cp_best" / "checkpoint_p0")[-1]
+    state = torch.load(latest, weights_only=False)
+    state["policy_version"], state["env_steps"] = 1, 64
+    save_best_checkpoint(td / "cp_best" / "checkpoint_p0", state, version=1, env_steps=64, metric=9.5)
+    return td
+
+
+def enjoy(td: Path, *args: str, experiment: str = "cp") -> int:
+    with one_torch_thread():
+        return enjoy_main([f"--experiment={experiment}", f"--train_dir={td}", *args])
+
+
+def enjoy_subprocess(td: Path, *args: str, experiment: str = "cp", env: dict | None = None, timeout: float = 60):
+    return subprocess.run(
+        [sys.executable, "enjoy.py", f"--experiment={experiment}", f"--train_dir={td}", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def results(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def check_printed_matches_results(out: str, res: dict) -> None:
+    eps = [(int(i), float(r), int(n)) for i, r, n in EPISODE_LINE.findall(out)]
+    assert [i for i, _, _ in eps] == list(range(1, res["episodes"] + 1)), out
+    assert [r for _, r, _ in eps] == pytest.approx(res["rewards"], abs=0.005)
+    assert [n for _, _, n in eps] == res["lengths"]
+    (summary,) = SUMMARY_LINE.findall(out)
+    assert int(summary[0]) == res["episodes"]
+    assert float(summary[1]) == pytest.approx(np.mean(res["rewards"]), abs=0.005)
+    assert float(summary[2]) == pytest.approx(np.std(res["rewards"]), abs=0.005)
+    assert res["reward_mean"] == pytest.approx(np.mean(res["rewards"]))
+    assert res["reward_std"] == pytest.approx(np.std(res["rewards"]))
+    assert res["length_mean"] == pytest.approx(np.mean(res["lengths"]))
+    assert res["length_std"] == pytest.approx(np.std(res["lengths"]))
+
+
+def test_headless_episodes_and_results_file(train_dir, capsys):
+    assert enjoy(train_dir, "--no_render=True", "--max_num_episodes=3") == 0
+    out = capsys.readouterr().out
+    res = results(train_dir / "cp" / "eval_results.json")
+    assert res["episodes"] == 3 and len(res["rewards"]) == len(res["lengths"]) == 3
+    check_printed_matches_results(out, res)
+    assert res["rewards"] == [float(n) for n in res["lengths"]]  # CartPole: +1 per step
+    assert res["length_mean"] > 50, "a random policy lasts ~20 steps: the trained weights were not used"
+    latest = list_checkpoints(train_dir / "cp" / "checkpoint_p0")[-1]
+    assert res["checkpoint"] == str(latest) and res["checkpoint_env_steps"] > 0
+    assert res["deterministic"] is False and res["load_checkpoint_kind"] == "latest"
+
+
+def test_cli_renders_headless_when_no_window_can_open(train_dir, tmp_path):
+    """Without --no_render: with DISPLAY pointing nowhere (and no pygame here) the window cannot open; enjoy says
+    so in one line and evaluates anyway. --eval_results_file puts the summary elsewhere."""
+    out_file = tmp_path / "sub" / "r.json"
+    p = enjoy_subprocess(train_dir, "--max_num_episodes=2", f"--eval_results_file={out_file}", env={"DISPLAY": ":97"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
+    notices = [ln for ln in p.stdout.splitlines() if "evaluating headless" in ln]
+    assert len(notices) == 1, p.stdout
+    res = results(out_file)
+    assert res["episodes"] == 2
+    check_printed_matches_results(p.stdout, res)
+
+
+def test_no_display_notice(train_dir, capsys, monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert enjoy(train_dir, "--max_num_episodes=1") == 0
+    assert "no display" in capsys.readouterr().out
+
+
+def _rollout_lengths(policy, env_id: str, seed: int, episodes: int, deterministic: bool) -> list[int]:
+    """What enjoy should do: reset(seed) once, carry the state, reset it at episode ends."""
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=seed)
+    lengths = []
+    state, n = policy.initial_state(), 0
+    while len(lengths) < episodes:
+        action, state = policy.act(obs, state, deterministic=deterministic)
+        obs, _, term, trunc, _ = env.step(action)
+        n += 1
+        if term or trunc:
+            lengths.append(n)
+            n = 0
+            obs, _ = env.reset()
+            state = policy.initial_state()
+    env.close()
+    return lengths
+
+
+def test_deterministic_matches_own_rollout(train_dir, capsys):
+    assert enjoy(train_dir, "--no_render=True", "--max_num_episodes=2", "--eval_deterministic=True") == 0
+    res = results(train_dir / "cp" / "eval_results.json")
+    assert res["deterministic"] is True
+    assert "deterministic actions" in capsys.readouterr().out
+    with one_torch_thread():
+        expected = _rollout_lengths(load_policy("cp", train_dir=train_dir), "CartPole-v1", 1, 2, True)
+    assert res["lengths"] == expected
+
+
+def test_recurrent_state_carried_and_reset(tmp_path, capsys):
+    """A GRU policy with random weights (short episodes): enjoy's episodes equal a rollout that carries the state
+    and zeroes it at every episode start."""
+    env = gym.make("CartPole-v1")
+    argv = ["--env=CartPole-v1", "--use_rnn=True", "--rnn_size=16", "--encoder_mlp_layers=16", "--seed=3"]
+    fake_experiment(tmp_path, "rnn", argv, env.observation_space, env.action_space)
+    assert enjoy(tmp_path, "--no_render=True", "--max_num_episodes=4", "--eval_deterministic", experiment="rnn") == 0
+    res = results(tmp_path / "rnn" / "eval_results.json")
+    policy = load_policy("rnn", train_dir=tmp_path)
+    assert policy.recurrent
+    with one_torch_thread():
+        assert res["lengths"] == _rollout_lengths(policy, "CartPole-v1", 3, 4, True)
+
+
+def test_max_num_frames_stops_early(tmp_path, capsys):
+    env = gym.make("CartPole-v1")
+    argv = ["--env=CartPole-v1", "--use_rnn=False", "--encoder_mlp_layers=16", "--seed=0"]
+    fake_experiment(tmp_path, "ff", argv, env.observation_space, env.action_space)
+    assert enjoy(tmp_path, "--no_render", "--max_num_episodes=1000", "--max_num_frames=100", experiment="ff") == 0
+    res = results(tmp_path / "ff" / "eval_results.json")
+    assert 1 <= res["episodes"] < 1000 and sum(res["lengths"]) <= 100
+
+
+def test_best_checkpoint(train_dir, capsys):
+    assert enjoy(train_dir, "--no_render=True", "--load_checkpoint_kind=best") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no best checkpoint" in err[0] and "--load_checkpoint_kind=latest" in err[0], err
+
+    args = ("--no_render=True", "--max_num_episodes=2", "--load_checkpoint_kind=best")
+    assert enjoy(train_dir, *args, experiment="cp_best") == 0
+    res = results(train_dir / "cp_best" / "eval_results.json")
+    assert Path(res["checkpoint"]).name == "best_000000001_64_9.5000.pth"
+    assert res["checkpoint_policy_version"] == 1 and res["load_checkpoint_kind"] == "best"
+    assert res["episodes"] == 2
+
+
+def _frames(path: Path) -> tuple[int, tuple]:
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(path)
+    try:
+        return reader.count_frames(), reader.get_data(0).shape
+    finally:
+        reader.close()
+
+
+def test_save_video(train_dir, capsys):
+    """An episode's video has the frame after reset plus one per step: length + 1 frames (63x95 frames are padded
+    to 64x96). --video_frames caps each file; --video_per_episode=False writes one file for all episodes."""
+    pytest.importorskip("imageio_ffmpeg")
+    exp = train_dir / "cp"
+    common = (f"--env=tests.render_envs:{RENDER_ENV_ID}", "--no_render=True", "--save_video=True")
+
+    assert enjoy(train_dir, *common, "--max_num_episodes=2") == 0
+    out = capsys.readouterr().out
+    lengths = results(exp / "eval_results.json")["lengths"]
+    for i, n in enumerate(lengths, 1):
+        path = exp / f"cp_ep{i}.mp4"
+        assert f"video: {path}" in out
+        assert _frames(path) == (n + 1, (64, 96, 3))
+
+    assert enjoy(train_dir, *common, "--max_num_episodes=2", "--video_frames=10", "--video_name=capped") == 0
+    assert [_frames(exp / f"capped_ep{i}.mp4")[0] for i in (1, 2)] == [10, 10]
+
+    one = ("--max_num_episodes=2", "--video_per_episode=False", "--video_name=all.mp4")
+    assert enjoy(train_dir, *common, *one) == 0
+    lengths = results(exp / "eval_results.json")["lengths"]
+    assert _frames(exp / "all.mp4")[0] == sum(n + 1 for n in lengths)
+    assert not (exp / "all_ep1.mp4").exists()
+    capsys.readouterr()
+
+    try:
+        import pygame  # noqa: F401
+    except ImportError:  # CartPole-v1's own renderer needs pygame: a clear error, not a traceback
+        assert enjoy(train_dir, "--save_video=True", "--no_render=True") == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "cannot render frames" in err[0] and "pygame" in err[0], err
+
+
+def test_parallel_evaluation_through_runner(train_dir):
+    """--num_workers=2: actor and policy worker processes evaluate; the learner only loads the best checkpoint.
+    Nothing in the experiment folder but eval_results.json changes."""
+    exp = train_dir / "cp_best"
+    before = {p.name: p.stat().st_mtime_ns for p in exp.rglob("*") if p.is_file() and p.name != "eval_results.json"}
+    args = ["--num_workers=2", "--max_num_episodes=4", "--no_render=True", "--load_checkpoint_kind=best"]
+    p = enjoy_subprocess(train_dir, *args, experiment="cp_best", timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = results(exp / "eval_results.json")
+    assert res["episodes"] == 4 and res["num_workers"] == 2
+    check_printed_matches_results(p.stdout, res)
+    assert Path(res["checkpoint"]).name.startswith("best_") and res["checkpoint_policy_version"] == 1
+    # Policy workers act with the checkpoint's weights from the first step (a random policy lasts ~20 steps).
+    assert res["length_mean"] > 50, res
+    after = {p.name: p.stat().st_mtime_ns for p in exp.rglob("*") if p.is_file() and p.name != "eval_results.json"}
+    assert after == before
+
+
+def test_missing_experiment_or_checkpoint(train_dir, tmp_path, capsys):
+    p = enjoy_subprocess(tmp_path, experiment="nope")
+    assert p.returncode == 1
+    assert p.stderr.strip() == f"enjoy: error: no experiment at {tmp_path / 'nope'} (cfg.json not found)", p.stderr
+
+    (tmp_path / "empty").mkdir()
+    shutil.copy(train_dir / "cp" / "cfg.json", tmp_path / "empty" / "cfg.json")
+    assert enjoy(tmp_path, "--no_render=True", experiment="empty") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("enjoy: error: no checkpoint in"), err
