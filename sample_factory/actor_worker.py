@@ -90,12 +90,7 @@ class ActorWorker(Component):
         group = self.groups[s]
         group.reset()
         if self.cfg.decorrelate_envs_on_one_worker:
-            for i, env in enumerate(group.envs):
-                for _ in range(int(self.rng.integers(0, 2 * self.T))):
-                    o, _, term, trunc, _ = env.step(env.action_space.sample())
-                    if term or trunc:
-                        o, _ = env.reset()
-                    group.obs[i] = o
+            group.random_steps([int(self.rng.integers(0, 2 * self.T)) for _ in group.envs])
         slot = self.pool.acquire()
         assert slot is not None, "a fresh worker always has a slot per split"
         self.slot[s], self.t[s] = slot, 0
@@ -130,6 +125,7 @@ class ActorWorker(Component):
             for s, msg_s in enumerate(self.last_request):
                 if self.request_time[s] and now - self.request_time[s] > 0.2:
                     self.channels.policy[self.policy[s]].put(msg_s)
+                    self.request_time[s] = now  # the replacement policy worker gets a full timeout
         else:
             raise RuntimeError(f"actor {self.index}: unexpected message {msg!r}")
 
@@ -197,9 +193,12 @@ class ActorWorker(Component):
     def on_idle(self) -> None:
         now = time.monotonic()
         limit = self.cfg.heartbeat_timeout_sec
+        # Longer than the runner's detection of a hung policy worker (limit) plus its restart, so a policy-worker
+        # hang costs one restart, not one per actor waiting on it.
+        actions_limit = 2 * limit
         for s in range(self.num_splits):
-            if self.request_time[s] and now - self.request_time[s] > limit:
-                raise RuntimeError(f"split {s}: no actions from the policy workers for {limit:.0f} s")
+            if self.request_time[s] and now - self.request_time[s] > actions_limit:
+                raise RuntimeError(f"split {s}: no actions from the policy workers for {actions_limit:.0f} s")
         for s in self.waiting:
             if now - self.wait_since[s] > limit:
                 raise RuntimeError(f"split {s}: no trajectory buffer returned by the learner for {limit:.0f} s")

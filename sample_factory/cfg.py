@@ -263,7 +263,7 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             (),
             float,
             60.0,
-            "A process silent for this long is reported as stuck and the run stops.",
+            "A process silent this long is killed; actor/policy workers are restarted, a silent learner stops the run.",
             {},
         ),
         (

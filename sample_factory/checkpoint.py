@@ -12,6 +12,12 @@ import torch
 _NAME = re.compile(r"^checkpoint_(\d+)_(\d+)\.pth$")
 
 
+class CheckpointError(RuntimeError):
+    """Checkpoints cannot be read or written; the message says which and what to do (shown without traceback)."""
+
+    user_facing = True
+
+
 def checkpoint_dir(cfg: Any, policy_id: int) -> Path:
     return Path(cfg.train_dir) / cfg.experiment / f"checkpoint_p{policy_id}"
 
@@ -34,6 +40,9 @@ def _atomic_save(path: Path, state: dict) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # atomic: readers see the old file set or the complete new file
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(f"could not write checkpoint {path}: {e.strerror or e}") from e
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -74,7 +83,9 @@ def best_metric_of(path: Path) -> float:
     return float(_BEST.match(path.name).group(3))
 
 
-def load_policy_checkpoint(cfg: Any, policy_id: int, map_location: Any = "cpu") -> tuple[dict, Path] | None:
+def load_policy_checkpoint(
+    cfg: Any, policy_id: int, map_location: Any = "cpu", quiet: bool = False
+) -> tuple[dict, Path] | None:
     """The checkpoint a run starts from: the latest one, or for an evaluation with --load_checkpoint_kind=best the
     best one. An evaluation without a checkpoint is an error; a training run without one starts fresh."""
     directory = checkpoint_dir(cfg, policy_id)
@@ -84,21 +95,27 @@ def load_policy_checkpoint(cfg: Any, policy_id: int, map_location: Any = "cpu") 
         if not best:
             raise FileNotFoundError(f"no best checkpoint (best_*.pth) in {directory}")
         return torch.load(best[-1], map_location=map_location, weights_only=False), best[-1]
-    loaded = load_latest_checkpoint(directory, map_location=map_location)
+    loaded = load_latest_checkpoint(directory, map_location=map_location, quiet=quiet)
     if loaded is None and evaluating:
         raise FileNotFoundError(f"no checkpoint in {directory}")
     return loaded
 
 
-def load_latest_checkpoint(directory: Path, map_location: Any = "cpu") -> tuple[dict, Path] | None:
+def load_latest_checkpoint(directory: Path, map_location: Any = "cpu", quiet: bool = False) -> tuple[dict, Path] | None:
     """The newest checkpoint that loads; unreadable newer files are reported and skipped, never ignored silently."""
     errors = []
     for path in reversed(list_checkpoints(directory)):
         try:
             return torch.load(path, map_location=map_location, weights_only=False), path
         except Exception as e:
-            errors.append(f"{path}: {type(e).__name__}: {e}")
-            print(f"[sample_factory] checkpoint {path} failed to load ({type(e).__name__}), trying the previous one")
+            errors.append(f"{path.name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            if not quiet:
+                print(
+                    f"[sample_factory] checkpoint {path} failed to load ({type(e).__name__}), trying the previous one"
+                )
     if errors:
-        raise RuntimeError("no checkpoint could be loaded: " + "; ".join(errors))
+        raise CheckpointError(
+            f"no checkpoint could be loaded from {directory} ({'; '.join(errors)}); move the broken files away to "
+            f"resume from older ones, or start over with --restart_behavior=restart"
+        )
     return None

@@ -108,7 +108,9 @@ def process_main(component: Component, heartbeat_interval: float, runner_pid: in
                 if not process_alive(runner_pid):
                     break
     except Exception as e:
-        component.report("error", (f"{type(e).__name__}: {e}", traceback.format_exc()))
+        # Errors whose message says it all (user_facing) travel without a traceback unless SF_DEBUG is set.
+        quiet = getattr(e, "user_facing", False) and not os.environ.get("SF_DEBUG")
+        component.report("error", (f"{type(e).__name__}: {e}", "" if quiet else traceback.format_exc()))
         exit_code = 1
     finally:
         try:

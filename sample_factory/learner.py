@@ -66,7 +66,8 @@ class Learner(Component):
         self.version = 0
         self.env_steps = 0
         self.ckpt_dir = checkpoint_dir(cfg, self.policy_id)
-        loaded = load_policy_checkpoint(self.cfg, self.policy_id, map_location=self.device)
+        # The runner already loaded (and reported on) the same files.
+        loaded = load_policy_checkpoint(self.cfg, self.policy_id, map_location=self.device, quiet=True)
         if loaded is not None:
             state, path = loaded
             self.model.load_state_dict(state["model"])
@@ -84,6 +85,7 @@ class Learner(Component):
         self.discarded_rollouts = 0
         self.last_save = self.last_milestone = time.monotonic()
         self.activity = "waiting for rollouts"
+        self.ready = True  # only a learner that started properly may write checkpoints
 
     _view_attrs = ("generation",)
 
@@ -183,5 +185,5 @@ class Learner(Component):
         self.report("checkpoint", str(path))
 
     def finish(self) -> None:
-        if hasattr(self, "algo") and not getattr(self.cfg, "evaluation_run", False):
+        if getattr(self, "ready", False) and not getattr(self.cfg, "evaluation_run", False):
             self.save()

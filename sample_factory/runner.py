@@ -54,6 +54,7 @@ class Runner:
     def setup(self) -> None:
         cfg = self.cfg
         enable_stack_dumps()
+        resolve_device_flag(cfg)  # --device is never taken from cfg.json: check it before creating anything
         # First the folder (lock, resume merge: the saved cfg may change what follows), then the env.
         if getattr(cfg, "evaluation_run", False):
             # Evaluation reads the experiment and writes only eval_results.json: no lock, no cfg.json rewrite.
@@ -63,7 +64,6 @@ class Runner:
         else:
             self.exp_dir, what, self.lock = prepare_experiment_dir(cfg)
         log(f"{what}: {self.exp_dir}")
-        resolve_device_flag(cfg)
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed)
             np.random.seed(cfg.seed)
@@ -268,7 +268,7 @@ class Runner:
         elif kind == "discarded_rollouts":
             self.progress.discarded_rollouts += payload
         elif kind == "error":
-            log(f"ERROR in {role} {index}: {payload[0]}\n{payload[1]}")
+            log(f"ERROR in {role} {index}: {payload[0]}" + (f"\n{payload[1]}" if payload[1] else ""))
             if sup is None or role not in RESTARTABLE:
                 self.exit_code = 1
                 self.stop_reason = self.stop_reason or f"{role} {index} failed: {payload[0]}"

@@ -61,10 +61,10 @@ class ProgressTracker:
 
     def fps(self, window: float) -> float:
         now = time.monotonic()
-        t_last, s_last = self.history[-1]
+        s_last = self.history[-1][1]
         for t, s in self.history:
-            if now - t <= window:
-                return (s_last - s) / max(t_last - t, 1e-6) if t_last > t else 0.0
+            if now - t <= window:  # up to now, not to the last sample: a stalled run shows its FPS falling
+                return (s_last - s) / max(now - t, 1e-6)
         return 0.0
 
     def reward_mean(self, policy: int) -> float:
@@ -102,6 +102,9 @@ class ProgressTracker:
                     f"p{p} lag min/avg/max {st['policy_lag_min']:.0f}/{st['policy_lag_avg']:.1f}/"
                     f"{st['policy_lag_max']:.0f}"
                 )
+        for p, st in enumerate(self.train_stats):
+            if st.get("skipped_updates"):
+                parts.append(f"p{p} skipped NaN/inf updates: {st['skipped_updates']}")
         for p in range(len(self.episodes)):
             parts.append(f"p{p} reward {self.reward_mean(p):.1f} ({self.num_episodes[p]} episodes)")
         return " | ".join(parts)

@@ -64,8 +64,8 @@ class Supervisor:
         self.monitor.seen(key, "starting")
 
     def on_finished(self, key: tuple, exit_code: int) -> None:
-        self.monitor.forget(key)
-        if exit_code == 0:
+        if exit_code == 0:  # otherwise _on_death still needs the last activity
+            self.monitor.forget(key)
             self.finished.add(key)
 
     def check(self, stopping: bool) -> str | None:
@@ -78,11 +78,10 @@ class Supervisor:
             if fatal:
                 return fatal
         for key, silent_for, activity in self.monitor.stale():
-            why = f"silent for {silent_for:.0f} s (last activity: {activity})"
+            why = f"silent for {silent_for:.0f} s"
             if key[0] not in RESTARTABLE or stopping:
-                return f"{key[0]} {key[1]} {why}"
-            self.log(f"{key[0]} {key[1]} {why}: killing it")
-            self.monitor.forget(key)
+                return f"{key[0]} {key[1]} {why} (last activity: {activity})"
+            self.log(f"{key[0]} {key[1]} {why} (last activity: {activity}): killing it")
             self.processes[key].kill()
             self.processes[key].join(2.0)
             fatal = self._on_death(key, why, stopping)

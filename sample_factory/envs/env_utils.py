@@ -174,6 +174,18 @@ class EnvGroup:
         self.episode_len[:] = 0
         return self.obs
 
+    def random_steps(self, counts: list[int]) -> None:
+        """Step env i `counts[i]` times with random actions (decorrelates episodes), with the same checks."""
+        for i, env in enumerate(self.envs):
+            o = None
+            for _ in range(counts[i]):
+                o, _, term, trunc, _ = self._call(i, "step", env.step, env.action_space.sample())
+                if term or trunc:
+                    o, _ = self._call(i, "reset", env.reset)
+            if o is not None:
+                self.obs[i] = self._checked(i, o, "step")
+        self._check_finite_obs("step")
+
     def _check_finite_obs(self, where: str) -> None:
         if self.check_finite and not np.isfinite(self.obs).all():
             bad = int(np.argwhere(~np.isfinite(self.obs.reshape(self.n, -1)))[0][0])
