@@ -55,7 +55,8 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             (),
             str,
             None,
-            "Environment name: any registered gymnasium id (CartPole-v1) or a registered custom env.",
+            "Environment: a gymnasium id (CartPole-v1), a custom env registered with register_env, or module:EnvId "
+            "(the module is imported first, in every process).",
             {},
         ),
         ("experiment", (), str, "default_experiment", "Experiment name; its folder is <train_dir>/<experiment>.", {}),

@@ -101,6 +101,9 @@ def process_main(component: Component, heartbeat_interval: float, runner_pid: in
             component.on_idle()
             heartbeat.beat(component.activity)
             if terminated:
+                # Killed from outside (not asked to STOP by the runner): counts as a crash, so it is restarted.
+                component.report("error", ("terminated by SIGTERM", ""))
+                exit_code = 1
                 break
             now = time.monotonic()
             if now > next_runner_check:

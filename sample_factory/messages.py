@@ -24,6 +24,7 @@ import pickle
 import queue
 import select
 import socket
+import time
 from typing import Any, Protocol
 
 import faster_fifo
@@ -68,11 +69,18 @@ class SocketChannel:
             return
         except BlockingIOError:
             pass
-        # Full: wait for room, but never forever (the reader is gone or stuck).
-        _, writable, _ = select.select([], [self.writer], [], timeout)
-        if not writable:
-            raise queue.Full(f"channel full for {timeout} s")
-        self.writer.send(data, socket.MSG_DONTWAIT)
+        # Full: wait for room, but never forever (the reader is gone or stuck). Another writer may take the room
+        # first, so wait again until the deadline.
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([], [self.writer], [], remaining)[1]:
+                raise queue.Full(f"channel full for {timeout} s")
+            try:
+                self.writer.send(data, socket.MSG_DONTWAIT)
+                return
+            except BlockingIOError:
+                continue
 
     def get_many(self, block: bool = True, timeout: float = 0.1, max_messages: int = 1_000_000) -> list:
         out: list = []

@@ -257,6 +257,8 @@ class Runner:
         elif kind == "resumed":
             self.progress.resume(index, payload["env_steps"])
             log(f"policy {index} resumed from {payload['path']} at {payload['env_steps']} env steps")
+        elif kind == "best_checkpoint":
+            log(f"policy {index}: new best checkpoint {payload}")
         elif kind == "best_metric":
             self.best_metric[index] = payload
         elif kind == "checkpoint":

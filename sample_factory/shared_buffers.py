@@ -196,7 +196,8 @@ class SharedWeights:
     The learner writes the buffer readers are not pointed at, points `active` at it, then bumps `seq`. A buffer
     is rewritten only two publishes after it became active, so a policy worker's copy is intact if `seq` did not
     move while it copied; otherwise it copies again (publishes are rare next to a copy).
-    No semaphore is involved, so nothing named is left in /dev/shm if a process is SIGKILLed.
+    No semaphore is involved, so nothing named is left in /dev/shm if a process is SIGKILLed. The ordering relies
+    on x86-64's total store order (the platform we test); weakly ordered CPUs (ARM) would need explicit fences.
     """
 
     def __init__(self, num_values: int):

@@ -94,7 +94,7 @@ class ProgressTracker:
         if target < 1e10:
             f10 = self.fps(10)
             eta = (target - total) / f10 if f10 > 0 else float("inf")
-            parts[-1] += f" ({100 * total / target:.1f}%, ETA {eta:.0f} s)"
+            parts[-1] += f" ({100 * total / target:.1f}%, ETA {max(eta, 0.0):.0f} s)"
         parts.append(f"samples collected/trained: {total - sum(self.resumed_steps)}/{sum(self.samples_trained)}")
         for p, st in enumerate(self.train_stats):
             if "policy_lag_min" in st:
