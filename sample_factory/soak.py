@@ -98,11 +98,11 @@ def survivors(seen: dict[int, float]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sample_factory.soak", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--sample_every_sec", type=float, default=60.0)
-    parser.add_argument("--warmup_samples", type=int, default=2)
-    parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--train_dir", default=None, help="default: a new temporary folder")
+    parser.add_argument("--minutes", type=float, default=30.0, help="How long the soak runs.")
+    parser.add_argument("--sample_every_sec", type=float, default=60.0, help="Seconds between resource samples.")
+    parser.add_argument("--warmup_samples", type=int, default=2, help="Samples left out of the slopes (start-up).")
+    parser.add_argument("--env", type=str, default="CartPole-v1", help="Env to train on.")
+    parser.add_argument("--train_dir", type=str, default=None, help="Where the run lives (default: a temp folder).")
     args, train_flags = parser.parse_known_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # samples show up at once in a log file too
     train_dir = args.train_dir or tempfile.mkdtemp(prefix="sf_soak_")
