@@ -139,6 +139,9 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             "or faster_fifo.",
             {"choices": ["socket", "faster_fifo"]},
         ),
+        ("env_frameskip", (), int, 4, "Atari: frames per agent step (max-pooled over the last two).", {}),
+        ("env_framestack", (), int, 4, "Atari: stacked frames per observation.", {}),
+        ("env_sticky_actions", (), float, 0.25, "Atari: probability of repeating the previous action.", {}),
         ("env_seed_offset", (), int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env).", {}),
     ],
     "Learner": [
@@ -207,6 +210,15 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
     ],
     "Model": [
         ("encoder_mlp_layers", (), int_list, [512, 512], "Hidden layer sizes of the MLP encoder, e.g. 64,64.", {}),
+        (
+            "encoder_conv_architecture",
+            (),
+            str,
+            "convnet_simple",
+            "Conv net for image observations (then --encoder_mlp_layers): convnet_simple (3 conv layers) or "
+            "convnet_nature (the DQN Nature paper's).",
+            {"choices": ["convnet_simple", "convnet_nature"]},
+        ),
         (
             "nonlinearity",
             (),
@@ -350,12 +362,35 @@ PRESETS: dict[str, dict[str, Any]] = {
         "reward_scale": 0.1,
         "adam_eps": 1e-5,
     },
+    # Atari (atari_* and ALE/* names): uint8 frames, a conv net, no RNN; clipped rewards as in the DQN setup.
+    "atari": {
+        "num_envs_per_worker": 16,
+        "worker_num_splits": 2,
+        "rollout": 32,
+        "batch_size": 1024,
+        "num_batches_per_epoch": 1,
+        "num_epochs": 1,
+        "use_rnn": False,
+        "encoder_conv_architecture": "convnet_simple",
+        "encoder_mlp_layers": [512],
+        "nonlinearity": "relu",
+        "learning_rate": 2.5e-4,
+        "gamma": 0.99,
+        "ppo_clip_ratio": 0.1,
+        "ppo_clip_value": 1.0,
+        "exploration_loss_coeff": 0.01,
+        "max_grad_norm": 0.5,
+        "reward_clip": 1.0,
+        "learner_main_loop_num_cores": 2,
+    },
 }
 
 
 def preset_name_for_env(env: str | None) -> str | None:
     if env in CLASSIC_CONTROL_ENVS:
         return "classic_control"
+    if env and (env.startswith("atari_") or env.startswith("ALE/")):
+        return "atari"
     return None
 
 
@@ -504,7 +539,7 @@ def markdown_reference() -> str:
         lines.append("")
     lines += ["## Presets", "", "Applied by env family to flags not given on the command line; see `cfg.json`.", ""]
     for preset, values in PRESETS.items():
-        envs = ", ".join(CLASSIC_CONTROL_ENVS) if preset == "classic_control" else ""
+        envs = ", ".join(CLASSIC_CONTROL_ENVS) if preset == "classic_control" else "atari_*, ALE/*"
         lines += [f"### {preset} ({envs})", "", "| flag | value |", "|---|---|"]
         lines += [f"| `--{k}` | `{v}` |" for k, v in values.items()]
         lines.append("")

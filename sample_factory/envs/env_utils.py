@@ -13,6 +13,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from sample_factory.envs.atari import atari_env_id, make_atari_env
+
 _ENV_REGISTRY: dict[str, Callable[..., gym.Env]] = {}
 
 
@@ -55,6 +57,9 @@ def make_env(cfg: Any, env_config: dict | None = None, render_mode: str | None =
     envs registered by it exist in every worker process too). A render mode goes to gym.make, or to a custom
     env's factory as env_config["render_mode"]."""
     name = cfg.env
+    ale_id = atari_env_id(name)
+    if ale_id is not None:
+        return make_atari_env(cfg, ale_id, render_mode)
     if ":" in name:
         module, name = name.split(":", 1)
         importlib.import_module(module)

@@ -1,8 +1,5 @@
-"""Actor-critic model: encoder -> optional recurrent core -> policy and value heads.
-
-The encoder is chosen from the observation space (`make_encoder`); vector observations get an MLP. Later
-encoders (conv nets, Dict observations) plug into `make_encoder` without touching the rest.
-"""
+"""Actor-critic model: encoder (model/encoders.py, chosen from the observation space) -> optional recurrent core
+-> policy and value heads."""
 
 from __future__ import annotations
 
@@ -14,31 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from sample_factory.algo.distributions import make_distribution, num_action_params
-
-_NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
-
-
-class MlpEncoder(nn.Module):
-    """[B, *obs_shape] -> [B, out_size]."""
-
-    def __init__(self, obs_space: gym.Space, layers: list[int], nonlinearity: str):
-        super().__init__()
-        in_size = int(math.prod(obs_space.shape))
-        mods: list[nn.Module] = [nn.Flatten()]
-        for size in layers:
-            mods += [nn.Linear(in_size, size), _NONLINEARITIES[nonlinearity]()]
-            in_size = size
-        self.net = nn.Sequential(*mods)
-        self.out_size = in_size
-
-    def forward(self, obs: Tensor) -> Tensor:
-        return self.net(obs.float())
-
-
-def make_encoder(cfg: Any, obs_space: gym.Space) -> nn.Module:
-    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1:
-        return MlpEncoder(obs_space, cfg.encoder_mlp_layers, cfg.nonlinearity)
-    raise ValueError(f"no encoder for observation space {obs_space} yet (vector Box observations are supported)")
+from sample_factory.model.encoders import make_encoder
 
 
 class GruCore(nn.Module):
@@ -93,7 +66,7 @@ class ActorCritic(nn.Module):
         if kind == "torch_default":
             return
         for m in self.modules():
-            if isinstance(m, nn.Linear):
+            if isinstance(m, (nn.Linear, nn.Conv2d)):
                 if kind == "orthogonal":
                     nn.init.orthogonal_(m.weight, gain=math.sqrt(2))
                 else:

@@ -1,0 +1,68 @@
+"""Observation encoders, chosen from the observation space: an MLP for vectors, a conv net (then an MLP) for
+images [C, H, W]. Image observations arrive as uint8 and are scaled to [0, 1] here, so buffers and queues carry
+4x fewer bytes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import Tensor, nn
+
+NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
+
+# (out channels, kernel, stride) per conv layer
+CONV_ARCHITECTURES = {
+    "convnet_simple": [(32, 8, 4), (64, 4, 2), (128, 3, 2)],
+    "convnet_nature": [(32, 8, 4), (64, 4, 2), (64, 3, 1)],
+}
+
+
+def _mlp(in_size: int, layers: list[int], nonlinearity: str) -> tuple[nn.Sequential, int]:
+    mods: list[nn.Module] = []
+    for size in layers:
+        mods += [nn.Linear(in_size, size), NONLINEARITIES[nonlinearity]()]
+        in_size = size
+    return nn.Sequential(*mods), in_size
+
+
+class MlpEncoder(nn.Module):
+    """[B, *obs_shape] -> [B, out_size]."""
+
+    def __init__(self, obs_space: gym.Space, layers: list[int], nonlinearity: str):
+        super().__init__()
+        mlp, self.out_size = _mlp(int(math.prod(obs_space.shape)), layers, nonlinearity)
+        self.net = nn.Sequential(nn.Flatten(), mlp)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return self.net(obs.float())
+
+
+class ConvEncoder(nn.Module):
+    """[B, C, H, W] (uint8 or float) -> [B, out_size]: conv layers, flatten, MLP."""
+
+    def __init__(self, obs_space: gym.spaces.Box, architecture: str, layers: list[int], nonlinearity: str):
+        super().__init__()
+        c, h, w = obs_space.shape
+        convs: list[nn.Module] = []
+        for out_c, k, stride in CONV_ARCHITECTURES[architecture]:
+            convs += [nn.Conv2d(c, out_c, k, stride), NONLINEARITIES[nonlinearity]()]
+            c = out_c
+        self.convs = nn.Sequential(*convs, nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, *obs_space.shape)).shape[1]
+        self.mlp, self.out_size = _mlp(flat, layers, nonlinearity)
+        self.scale = 1.0 / 255.0 if obs_space.dtype == "uint8" else 1.0
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return self.mlp(self.convs(obs.float() * self.scale))
+
+
+def make_encoder(cfg: Any, obs_space: gym.Space) -> nn.Module:
+    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1:
+        return MlpEncoder(obs_space, cfg.encoder_mlp_layers, cfg.nonlinearity)
+    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3:
+        return ConvEncoder(obs_space, cfg.encoder_conv_architecture, cfg.encoder_mlp_layers, cfg.nonlinearity)
+    raise ValueError(f"no encoder for observation space {obs_space} (vector and [C, H, W] image Box spaces work)")
