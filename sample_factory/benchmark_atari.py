@@ -1,0 +1,98 @@
+"""Atari throughput: `python -m sample_factory.benchmark_atari [--env=atari_pong] [--seconds=60]`.
+
+Prints, measured in one run on the same machine:
+- the raw ceiling: N plain processes (N = --num_workers) stepping the same wrapped env with random actions;
+- sampler-only throughput of `train.py --env=... --num_workers=N --sampler_only=True` (actors + policy workers,
+  no training) and its ratio to the ceiling;
+- full-training throughput of `train.py --env=... --num_workers=N` with the atari preset, and its per-component
+  timing breakdown.
+Frames = env steps x --env_frameskip (4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+from sample_factory.benchmark import REPO
+from sample_factory.cfg import parse_cfg
+
+_DONE = re.compile(r"done: (\d+) env steps in ([\d.]+) s, (\d+) FPS overall")
+_FPS10 = re.compile(r"FPS 10s/60s/300s: ([\d.]+)/")
+
+
+def _step_randomly(env_name: str, seconds: float, out) -> None:
+    from sample_factory.envs.env_utils import make_env
+
+    env = make_env(parse_cfg([f"--env={env_name}"]))
+    env.reset(seed=0)
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        _, _, term, trunc, _ = env.step(env.action_space.sample())
+        steps += 1
+        if term or trunc:
+            env.reset()
+    out.put(steps / (time.perf_counter() - t0))
+
+
+def raw_ceiling(env_name: str, processes: int, seconds: float) -> float:
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_step_randomly, args=(env_name, seconds, q)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    rates = [q.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(rates)
+
+
+def run_train(args: list[str], seconds: float) -> tuple[dict, list[str]]:
+    with tempfile.TemporaryDirectory() as td:
+        cmd = [sys.executable, str(REPO / "train.py"), f"--train_dir={td}", "--experiment=bench"]
+        cmd += [f"--train_for_seconds={seconds}", *args]
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO).stdout.splitlines()
+    result = {}
+    for line in out:
+        if m := _DONE.search(line):
+            result = {"env_steps": int(m.group(1)), "seconds": float(m.group(2)), "fps": int(m.group(3))}
+        if m := _FPS10.search(line):
+            result["fps10"] = float(m.group(1))
+    summary = [ln for ln in out if ln.startswith("  ") or "done:" in ln]
+    return result, summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", type=str, default="atari_pong", help="Atari env name.")
+    p.add_argument("--num_workers", type=int, default=2, help="Actor workers and raw-ceiling processes.")
+    p.add_argument("--seconds", type=float, default=60.0, help="Length of each measured run.")
+    p.add_argument("--frameskip", type=int, default=4, help="Frames per env step (the preset's --env_frameskip).")
+    args, extra = p.parse_known_args(argv)
+    k = args.frameskip
+    ceiling = raw_ceiling(args.env, args.num_workers, min(args.seconds, 20.0))
+    print(
+        f"raw ceiling, {args.num_workers} processes, random actions: "
+        f"{ceiling:,.0f} steps/s = {ceiling * k:,.0f} frames/s"
+    )
+    base = [f"--env={args.env}", f"--num_workers={args.num_workers}", *extra]
+    sampler, s_summary = run_train([*base, "--sampler_only=True"], args.seconds)
+    fps = sampler.get("fps10", 0.0)
+    print(f"sampler only: {fps * k:,.0f} frames/s (10 s window at the end), ratio to the ceiling {fps / ceiling:.2f}")
+    print("\n".join(s_summary))
+    train, t_summary = run_train(base, args.seconds)
+    print(
+        f"full training: {train.get('fps10', 0.0) * k:,.0f} frames/s (10 s window at the end), "
+        f"{train.get('fps', 0) * k:,} frames/s overall"
+    )
+    print("\n".join(t_summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
