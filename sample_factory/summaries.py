@@ -4,6 +4,7 @@ line, TensorBoard summaries per policy (tensorboardX) and `progress.csv`."""
 from __future__ import annotations
 
 import collections
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,12 @@ class SummaryWriters:
         if not enabled:  # evaluation runs leave the training summaries alone
             self.writers, self.csv = [], None
             return
-        self.writers = [SummaryWriter(str(exp_dir / ".summary" / str(p)), flush_secs=10) for p in range(num_policies)]
+        # Event file names carry only seconds: a unique suffix keeps a quick resume from overwriting the last file.
+        suffix = f".{os.getpid()}.{time.time_ns()}"
+        self.writers = [
+            SummaryWriter(str(exp_dir / ".summary" / str(p)), flush_secs=10, filename_suffix=suffix)
+            for p in range(num_policies)
+        ]
         self.csv = open(exp_dir / "progress.csv", "a")
         if self.csv.tell() == 0:
             self.csv.write("time_s,env_steps,fps_10s," + ",".join(f"reward_p{p}" for p in range(num_policies)) + "\n")
