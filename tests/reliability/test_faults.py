@@ -343,7 +343,7 @@ BAD_INPUT = {
     ),
     "recurrence_not_dividing_rollout": (["--recurrence=5", "--rollout=32"], "CartPole-v1", ["--recurrence"]),
     "unknown_env": (["--num_workers=2"], "CartPol-v1", ["CartPol-v1", "did you mean", "CartPole-v1"]),
-    "env_extra_missing": (["--num_workers=2"], "ALE/Pong-v5", ["pip install -e .[atari]"]),
+    "env_extra_missing": (["--num_workers=2"], "doom_basic", ["pip install -e .[vizdoom]"]),
     "gpu_without_gpu": (["--device=gpu", "--num_workers=2"], "CartPole-v1", ["--device=gpu"]),
 }
 
@@ -413,9 +413,9 @@ def test_bad_input_enjoy_nonexistent_experiment(tmp_path):
 def trained_experiment(tmp_path_factory):
     """A real short run with two checkpoints (copied by each test that corrupts them)."""
     td = tmp_path_factory.mktemp("trained")
-    run = TrainRun([*CARTPOLE, "--train_for_seconds=3", "--save_every_sec=1"], td, experiment="x")
+    run = TrainRun([*CARTPOLE, "--train_for_seconds=8", "--save_every_sec=1"], td, experiment="x")
     try:
-        assert run.wait(timeout=60) == 0, run.describe()
+        assert run.wait(timeout=90) == 0, run.describe()
         run.assert_no_leftovers()
     finally:
         run.kill()
