@@ -236,7 +236,7 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             {"choices": ["orthogonal", "xavier_uniform", "torch_default"]},
         ),
         ("use_rnn", (), _BOOL, True, "Recurrent core after the encoder.", {}),
-        ("rnn_type", (), str, "gru", "Recurrent core type.", {"choices": ["gru"]}),
+        ("rnn_type", (), str, "gru", "Recurrent core type.", {"choices": ["gru", "lstm"]}),
         ("rnn_size", ("hidden_size",), int, 512, "Size of the recurrent state.", {}),
         ("rnn_num_layers", (), int, 1, "Stacked recurrent layers.", {}),
         ("recurrence", (), int, -1, "BPTT length (-1: --rollout with an RNN, else 1). Divides --rollout.", {}),

@@ -33,13 +33,37 @@ class GruCore(nn.Module):
         return x, torch.cat(new, dim=1)
 
 
+class LstmCore(nn.Module):
+    """Stacked LSTM cells. State is [B, num_layers * 2 * size]: (h, c) of each layer side by side."""
+
+    def __init__(self, in_size: int, size: int, num_layers: int):
+        super().__init__()
+        self.cells = nn.ModuleList([nn.LSTMCell(in_size if i == 0 else size, size) for i in range(num_layers)])
+        self.size = size
+        self.state_size = 2 * size * num_layers
+
+    def forward(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        """x [B, in], state [B, L*2*size] -> (out [B, size], new state [B, L*2*size])."""
+        chunks = state.split(self.size, dim=1)
+        new = []
+        for i, cell in enumerate(self.cells):
+            h, c = cell(x, (chunks[2 * i], chunks[2 * i + 1]))
+            new += [h, c]
+            x = h
+        return x, torch.cat(new, dim=1)
+
+
+CORES = {"gru": GruCore, "lstm": LstmCore}
+
+
 class _Tower(nn.Module):
     """Encoder + optional core: one for both heads when weights are shared, one each otherwise."""
 
     def __init__(self, cfg: Any, obs_space: gym.Space):
         super().__init__()
         self.encoder = make_encoder(cfg, obs_space)
-        self.core = GruCore(self.encoder.out_size, cfg.rnn_size, cfg.rnn_num_layers) if cfg.use_rnn else None
+        core_type = CORES[cfg.rnn_type]
+        self.core = core_type(self.encoder.out_size, cfg.rnn_size, cfg.rnn_num_layers) if cfg.use_rnn else None
         self.out_size = cfg.rnn_size if cfg.use_rnn else self.encoder.out_size
         self.state_size = self.core.state_size if self.core else 0
 
@@ -72,7 +96,7 @@ class ActorCritic(nn.Module):
                 else:
                     nn.init.xavier_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.GRUCell):
+            elif isinstance(m, (nn.GRUCell, nn.LSTMCell)):
                 nn.init.orthogonal_(m.weight_hh)
                 nn.init.xavier_uniform_(m.weight_ih)
                 nn.init.zeros_(m.bias_ih)

@@ -142,9 +142,10 @@ def _sequence_inputs(L, H):
     return obs, stored, is_first
 
 
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
 @pytest.mark.parametrize("share", [True, False])
-def test_forward_sequence_rnn_full_bptt_equals_manual_steps(share):
-    m = _model(*RNN, f"--actor_critic_share_weights={share}")
+def test_forward_sequence_rnn_full_bptt_equals_manual_steps(share, rnn_type):
+    m = _model(*RNN, f"--actor_critic_share_weights={share}", f"--rnn_type={rnn_type}")
     L = 8
     obs, stored, is_first = _sequence_inputs(L, m.rnn_state_size)
     params, values = m.forward_sequence(obs, stored, is_first, recurrence=L)
@@ -168,10 +169,11 @@ def test_forward_sequence_rnn_full_bptt_equals_manual_steps(share):
     assert not torch.allclose(v3[1, 0], values[1, 0])
 
 
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
 @pytest.mark.parametrize("recurrence", [1, 2, 4])
 @pytest.mark.parametrize("share", [True, False])
-def test_forward_sequence_rnn_restarts_from_stored_states(recurrence, share):
-    m = _model(*RNN, f"--actor_critic_share_weights={share}")
+def test_forward_sequence_rnn_restarts_from_stored_states(recurrence, share, rnn_type):
+    m = _model(*RNN, f"--actor_critic_share_weights={share}", f"--rnn_type={rnn_type}")
     L = 8
     obs, stored, is_first = _sequence_inputs(L, m.rnn_state_size)
     is_first[1, recurrence] = False  # make sure env 1 really continues from the stored state at the restart
@@ -246,3 +248,12 @@ def test_discrete_model_has_no_log_std():
 def test_unsupported_observation_space():
     with pytest.raises(ValueError, match="no encoder"):
         _model(obs_space=gym.spaces.Box(0, 1, (2, 3), np.float32))
+
+
+def test_lstm_state_holds_h_and_c_per_layer():
+    m = _model(*RNN, "--rnn_type=lstm", "--rnn_num_layers=2")
+    assert m.rnn_state_size == 2 * 2 * 16  # (h, c) x layers x size
+    obs = torch.randn(B, 4)
+    _, _, h1 = m.forward_step(obs, torch.zeros(B, m.rnn_state_size))
+    _, _, h2 = m.forward_step(obs, h1)
+    assert h1.shape == (B, m.rnn_state_size) and not torch.allclose(h1, h2)  # the state carries memory
