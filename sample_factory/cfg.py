@@ -242,6 +242,14 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
         ("recurrence", (), int, -1, "BPTT length (-1: --rollout with an RNN, else 1). Divides --rollout.", {}),
         ("actor_critic_share_weights", (), _BOOL, True, "Actor and critic share encoder and core.", {}),
         ("initial_stddev", (), float, 1.0, "Initial standard deviation of Gaussian actions.", {}),
+        (
+            "normalize_input",
+            (),
+            _BOOL,
+            False,
+            "Normalize float observations with running mean/std (updated by the learner, shared with the workers).",
+            {},
+        ),
     ],
     "Run control and logging": [
         ("train_for_env_steps", (), _num, 1e10, "Stop after this many env steps (all policies together).", {}),

@@ -24,6 +24,7 @@ UNSAFE_ON_RESUME = (
     "rnn_size",
     "rnn_num_layers",
     "actor_critic_share_weights",
+    "normalize_input",
     "num_policies",
 )
 # Bookkeeping that always comes from the current command.

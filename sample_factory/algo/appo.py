@@ -72,6 +72,7 @@ class PPOAlgorithm:
         lag = policy_version - b["policy_version"][:, :T]  # [M, T]
         valid = lag <= cfg.max_policy_lag
 
+        self.model.update_normalizers(obs[:, :T].reshape(-1, *obs.shape[2:]))  # before the values are recomputed
         gae_adv = gae_ret = None
         if not cfg.with_vtrace:
             adv, ret = calculate_gae(rewards.T, dones.T, old_values.T, cfg.gamma, cfg.gae_lambda)

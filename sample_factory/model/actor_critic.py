@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from sample_factory.algo.distributions import make_distribution, num_action_params
 from sample_factory.model.encoders import make_encoder
+from sample_factory.model.normalization import RunningMeanStd
 
 
 class GruCore(nn.Module):
@@ -76,6 +77,9 @@ class ActorCritic(nn.Module):
         if not cfg.actor_critic_share_weights:
             self.towers.append(_Tower(cfg, obs_space))
         self.recurrent = cfg.use_rnn
+        # Only float observations are normalized; image frames are scaled by their encoder.
+        is_float = isinstance(obs_space, gym.spaces.Box) and obs_space.dtype.kind == "f"
+        self.obs_normalizer = RunningMeanStd(tuple(obs_space.shape)) if cfg.normalize_input and is_float else None
         self.state_sizes = [t.state_size for t in self.towers]
         self.rnn_state_size = sum(self.state_sizes)  # 0 without a core
         self.policy_head = nn.Linear(self.towers[0].out_size, num_action_params(action_space))
@@ -111,6 +115,7 @@ class ActorCritic(nn.Module):
     def forward_step(self, obs: Tensor, rnn_state: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
         """One step for a batch: obs [B, *obs_shape], rnn_state [B, H] (already reset where needed) ->
         (action params [B, P], values [B], new rnn_state [B, H] or None)."""
+        obs = self.normalize_obs(obs)
         feats, new_states = [], []
         states = rnn_state.split(self.state_sizes, dim=1) if self.recurrent else [None] * len(self.towers)
         for tower, h in zip(self.towers, states, strict=True):
@@ -129,10 +134,11 @@ class ActorCritic(nn.Module):
         BPTT restarts every `recurrence` steps from the stored state; the state is zeroed where an episode starts.
         Returns (action params [B, L, P], values [B, L])."""
         B, L = obs.shape[:2]
-        if not self.recurrent:
+        if not self.recurrent:  # forward_step normalizes
             params, values, _ = self.forward_step(obs.reshape(B * L, *obs.shape[2:]), None)
             return params.view(B, L, -1), values.view(B, L)
         keep = (~is_first).float().unsqueeze(-1)  # [B, L, 1]
+        obs = self.normalize_obs(obs)
         encoded = [t.encoder(obs.reshape(B * L, *obs.shape[2:])).view(B, L, -1) for t in self.towers]
         feats_seq: list[list[Tensor]] = [[] for _ in self.towers]
         h = None
@@ -149,6 +155,14 @@ class ActorCritic(nn.Module):
         feats = [torch.stack(f, dim=1).reshape(B * L, -1) for f in feats_seq]
         params, values = self._heads(feats)
         return params.view(B, L, -1), values.view(B, L)
+
+    def normalize_obs(self, obs: Tensor) -> Tensor:
+        return obs if self.obs_normalizer is None else self.obs_normalizer(obs.float())
+
+    def update_normalizers(self, obs: Tensor) -> None:
+        """obs [N, *obs_shape] of a training batch."""
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.update(obs)
 
     def distribution(self, params: Tensor):
         return make_distribution(self.action_space, params, self.log_std)

@@ -1,0 +1,41 @@
+"""Running mean / std normalization of observations (--normalize_input).
+
+The statistics are buffers of the model: the learner updates them from each training batch, and they travel to the
+policy workers with the published weights and into checkpoints with the state dict, so every process normalizes
+with the same numbers."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class RunningMeanStd(nn.Module):
+    """Per-feature mean and variance over every sample seen (Chan et al.'s parallel update), in float64."""
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 5.0, eps: float = 1e-8):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.clip, self.eps = clip, eps
+
+    @torch.no_grad()
+    def update(self, x: Tensor) -> None:
+        """x [N, *shape]: a batch of samples."""
+        x = x.reshape(-1, *self.mean.shape).double()
+        n = x.shape[0]
+        if n == 0:
+            return
+        batch_mean = x.mean(dim=0)
+        batch_var = x.var(dim=0, unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean += delta * n / total
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x: Tensor) -> Tensor:
+        std = torch.sqrt(self.var + self.eps).to(x.dtype)
+        return ((x - self.mean.to(x.dtype)) / std).clamp(-self.clip, self.clip)

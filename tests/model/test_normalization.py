@@ -1,0 +1,39 @@
+import numpy as np
+import torch
+
+from sample_factory.cfg import parse_cfg
+from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.model.normalization import RunningMeanStd
+from sample_factory.shared_buffers import SharedWeights
+from tests.model.test_actor_critic import BOX_ACT as BOX
+from tests.model.test_actor_critic import BOX_OBS as OBS_SPACE
+
+
+def test_running_mean_std_matches_numpy_over_batches():
+    rng = np.random.default_rng(0)
+    data = rng.normal(loc=[3.0, -2.0, 0.5], scale=[1.0, 10.0, 0.1], size=(1000, 3))
+    rms = RunningMeanStd((3,))
+    for chunk in np.array_split(data, [1, 7, 300, 301, 650]):  # uneven batches, one of a single sample
+        rms.update(torch.as_tensor(chunk))
+    np.testing.assert_allclose(rms.mean.numpy(), data.mean(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(rms.var.numpy(), data.var(axis=0), rtol=1e-9)
+    assert float(rms.count) == 1000
+    out = rms(torch.as_tensor(data, dtype=torch.float32))
+    np.testing.assert_allclose(out.mean(0).numpy(), 0.0, atol=1e-4)
+    np.testing.assert_allclose(out.std(0).numpy(), 1.0, atol=1e-2)
+    assert float(rms(torch.full((1, 3), 1e6)).max()) == 5.0  # clipped
+
+
+def test_normalizer_stats_travel_with_published_weights_and_state_dict():
+    cfg = parse_cfg(["--env=SomeCustomEnv-v0", "--num_workers=1", "--use_rnn=False", "--normalize_input=True"])
+    learner_model, worker_model = ActorCritic(cfg, OBS_SPACE, BOX), ActorCritic(cfg, OBS_SPACE, BOX)
+    learner_model.update_normalizers(torch.randn(64, *OBS_SPACE.shape) * 4 + 2)
+    w = SharedWeights.for_model(learner_model)
+    w.publish(learner_model, 1)
+    w.load_into(worker_model)
+    torch.testing.assert_close(
+        worker_model.obs_normalizer.mean, learner_model.obs_normalizer.mean, atol=1e-6, rtol=1e-6
+    )
+    obs = torch.randn(5, *OBS_SPACE.shape)
+    torch.testing.assert_close(worker_model.forward_step(obs, None)[1], learner_model.forward_step(obs, None)[1])
+    assert "obs_normalizer.mean" in learner_model.state_dict()
