@@ -41,6 +41,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from sample_factory.algo.distributions import action_columns
+
 
 def torch_dtype(np_dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, dtype=np_dtype)).dtype
@@ -86,10 +88,9 @@ def slots_per_split_for(cfg, envs_per_split: int) -> int:
 
 def make_buffer_spec(cfg, obs_space: gym.Space, action_space: gym.Space, rnn_size: int) -> BufferSpec:
     envs_per_split = cfg.num_envs_per_worker // cfg.worker_num_splits
-    if isinstance(action_space, gym.spaces.Discrete):
-        action_shape, action_dtype = (), torch.int64
-    else:
-        action_shape, action_dtype = tuple(action_space.shape), torch.float32
+    action_shape = action_columns(action_space)
+    int_actions = isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
+    action_dtype = torch.int64 if int_actions else torch.float32
     return BufferSpec(
         num_workers=cfg.num_workers,
         splits_per_worker=cfg.worker_num_splits,

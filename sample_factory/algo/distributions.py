@@ -106,6 +106,70 @@ class DiagGaussianDist:
         return (0.5 * (var_ratio + mean_term - 1.0) - (self.log_std - other.log_std)).sum(dim=-1)
 
 
+class CompositeDist:
+    """Independent parts (MultiDiscrete, Tuple): actions are the parts side by side, [B, K] (a categorical part is
+    one column holding the action index); log-prob, entropy and KL are sums over the parts."""
+
+    def __init__(self, parts: list, widths: list[int], dtype: torch.dtype) -> None:
+        self.parts, self.widths, self.dtype = parts, widths, dtype
+
+    def _cat(self, xs: list[Tensor]) -> Tensor:
+        return torch.cat([x.reshape(x.shape[0], -1).to(self.dtype) for x in xs], dim=-1)
+
+    def _split(self, actions: Tensor) -> list[Tensor]:
+        cols = actions.split(self.widths, dim=-1)
+        return [c.squeeze(-1).long() if isinstance(d, CategoricalDist) else c for d, c in zip(self.parts, cols)]
+
+    def sample(self) -> Tensor:
+        return self._cat([d.sample() for d in self.parts])
+
+    def mode(self) -> Tensor:
+        return self._cat([d.mode() for d in self.parts])
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        return sum(d.log_prob(a) for d, a in zip(self.parts, self._split(actions)))
+
+    def entropy(self) -> Tensor:
+        return sum(d.entropy() for d in self.parts)
+
+    def kl(self, other: CompositeDist) -> Tensor:
+        return sum(d.kl(o) for d, o in zip(self.parts, other.parts))
+
+
+def _leaves(action_space: object) -> list:
+    """Discrete / 1-D Box leaves of a (nested) action space, in order."""
+    from gymnasium import spaces
+
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return [spaces.Discrete(int(n)) for n in action_space.nvec.reshape(-1)]
+    if isinstance(action_space, spaces.Tuple):
+        return [leaf for sub in action_space.spaces for leaf in _leaves(sub)]
+    _space_kind(action_space)  # validates
+    return [action_space]
+
+
+def is_composite(action_space: object) -> bool:
+    from gymnasium import spaces
+
+    return isinstance(action_space, (spaces.MultiDiscrete, spaces.Tuple))
+
+
+def action_columns(action_space: object) -> tuple[int, ...]:
+    """Shape of one action in the trajectory buffers: () for Discrete, (K,) otherwise."""
+    if _space_kind_or_composite(action_space) == "discrete":
+        return ()
+    return (sum(1 if _space_kind(s) == "discrete" else int(s.shape[0]) for s in _leaves(action_space)),)
+
+
+def gaussian_dims(action_space: object) -> int:
+    """How many log-stds the model owns: the Box dimensions of the space."""
+    return sum(int(s.shape[0]) for s in _leaves(action_space) if _space_kind(s) == "box")
+
+
+def _space_kind_or_composite(action_space: object) -> str:
+    return "composite" if is_composite(action_space) else _space_kind(action_space)
+
+
 def _space_kind(action_space: object) -> str:
     # Imported lazily so the math above stays usable without gymnasium installed.
     from gymnasium import spaces
@@ -116,7 +180,7 @@ def _space_kind(action_space: object) -> str:
         if len(action_space.shape) != 1:
             raise ValueError(f"Only 1-D Box action spaces are supported, got shape {action_space.shape}")
         return "box"
-    raise ValueError(f"Unsupported action space {action_space!r}; supported: Discrete, 1-D Box")
+    raise ValueError(f"Unsupported action space {action_space!r}; supported: Discrete, 1-D Box, MultiDiscrete, Tuple")
 
 
 def num_action_params(action_space: object) -> int:
@@ -124,6 +188,8 @@ def num_action_params(action_space: object) -> int:
 
     Discrete(n) -> n logits; Box(shape=(D,)) -> D means (the log-std is owned by the model separately).
     """
+    if is_composite(action_space):
+        return sum(num_action_params(leaf) for leaf in _leaves(action_space))
     if _space_kind(action_space) == "discrete":
         return int(action_space.n)
     return int(action_space.shape[0])
@@ -134,7 +200,7 @@ def make_distribution(
     params: Tensor,
     log_std: Tensor | None = None,
     mask: Tensor | None = None,
-) -> CategoricalDist | DiagGaussianDist:
+) -> CategoricalDist | DiagGaussianDist | CompositeDist:
     """Build the action distribution for ``action_space`` from policy-head outputs.
 
     Args:
@@ -143,6 +209,24 @@ def make_distribution(
         log_std: [B, D] or [D] log standard deviation; required for Box.
         mask: optional [B, A] bool action mask (Discrete only; True = allowed).
     """
+    if is_composite(action_space):
+        if mask is not None:
+            raise ValueError("action masks are only supported for Discrete action spaces")
+        parts, widths, p_off, s_off = [], [], 0, 0
+        for leaf in _leaves(action_space):
+            n = num_action_params(leaf)
+            if _space_kind(leaf) == "discrete":
+                parts.append(CategoricalDist(params[:, p_off : p_off + n]))
+                widths.append(1)
+            else:
+                parts.append(DiagGaussianDist(params[:, p_off : p_off + n], log_std[..., s_off : s_off + n]))
+                widths.append(n)
+                s_off += n
+            p_off += n
+        from gymnasium import spaces
+
+        dtype = torch.int64 if isinstance(action_space, spaces.MultiDiscrete) else torch.float32
+        return CompositeDist(parts, widths, dtype)
     kind = _space_kind(action_space)
     if kind == "discrete":
         return CategoricalDist(params, mask=mask)

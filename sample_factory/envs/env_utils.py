@@ -121,6 +121,29 @@ def probe_env_spaces(cfg: Any, ctx: Any = None) -> tuple[gym.Space, gym.Space]:
     return result[1]
 
 
+def tuple_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any] | None:
+    """Tuple actions are stored as one float row [K]; the env wants a (nested) tuple. None for other spaces."""
+    if not isinstance(space, gym.spaces.Tuple):
+        return None
+
+    def build(sp: gym.Space, row: np.ndarray, i: int) -> tuple[Any, int]:
+        if isinstance(sp, gym.spaces.Discrete):
+            return int(row[i]), i + 1
+        if isinstance(sp, gym.spaces.MultiDiscrete):
+            k = sp.nvec.size
+            return row[i : i + k].astype(np.int64), i + k
+        if isinstance(sp, gym.spaces.Tuple):
+            parts = []
+            for sub in sp.spaces:
+                part, i = build(sub, row, i)
+                parts.append(part)
+            return tuple(parts), i
+        k = int(sp.shape[0])
+        return row[i : i + k].astype(sp.dtype), i + k
+
+    return lambda row: build(space, row, 0)[0]
+
+
 class EnvError(RuntimeError):
     """An env raised or returned something invalid; the message names the env and the field."""
 
@@ -146,6 +169,7 @@ class EnvGroup:
         self.episode_return = np.zeros(self.n, dtype=np.float64)
         self.episode_len = np.zeros(self.n, dtype=np.int64)
         self.seeds = seeds
+        self.convert_action = tuple_action_converter(envs[0].action_space)
 
     def _checked(self, i: int, o: Any, where: str) -> Any:
         shape = getattr(o, "shape", None)
@@ -202,7 +226,8 @@ class EnvGroup:
         obs, rewards, dones, truncated = self.obs, self.rewards, self.dones, self.truncated
         for i, env in enumerate(self.envs):
             try:
-                o, r, term, trunc, _ = env.step(actions[i])
+                a = actions[i] if self.convert_action is None else self.convert_action(actions[i])
+                o, r, term, trunc, _ = env.step(a)
             except Exception as e:
                 raise EnvError(f"env {self.env_ids[i]} raised in step: {type(e).__name__}: {e}") from e
             o = self._checked(i, o, "step")

@@ -10,7 +10,7 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from sample_factory.algo.distributions import make_distribution, num_action_params
+from sample_factory.algo.distributions import gaussian_dims, make_distribution, num_action_params
 from sample_factory.model.encoders import make_encoder
 from sample_factory.model.normalization import RunningMeanStd
 
@@ -85,9 +85,8 @@ class ActorCritic(nn.Module):
         self.policy_head = nn.Linear(self.towers[0].out_size, num_action_params(action_space))
         self.value_head = nn.Linear(self.towers[-1].out_size, 1)
         self.log_std = None
-        if isinstance(action_space, gym.spaces.Box):
-            init = math.log(cfg.initial_stddev)
-            self.log_std = nn.Parameter(torch.full((int(math.prod(action_space.shape)),), init))
+        if gaussian_dims(action_space):  # Box actions (also inside a Tuple): state-independent learned std
+            self.log_std = nn.Parameter(torch.full((gaussian_dims(action_space),), math.log(cfg.initial_stddev)))
         self._initialize(cfg.policy_initialization)
 
     def _initialize(self, kind: str) -> None:
