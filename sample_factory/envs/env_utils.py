@@ -121,12 +121,17 @@ def probe_env_spaces(cfg: Any, ctx: Any = None) -> tuple[gym.Space, gym.Space]:
     return result[1]
 
 
-def tuple_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any] | None:
-    """Tuple actions are stored as one float row [K]; the env wants a (nested) tuple. None for other spaces."""
-    if not isinstance(space, gym.spaces.Tuple):
-        return None
+class TupleActionConverter:
+    """Tuple actions are stored as one float row [K]; the env wants a (nested) tuple. (A class, not a closure:
+    serial snapshots pickle the envs' group.)"""
 
-    def build(sp: gym.Space, row: np.ndarray, i: int) -> tuple[Any, int]:
+    def __init__(self, space: gym.spaces.Tuple):
+        self.space = space
+
+    def __call__(self, row: np.ndarray) -> Any:
+        return self._build(self.space, row, 0)[0]
+
+    def _build(self, sp: gym.Space, row: np.ndarray, i: int) -> tuple[Any, int]:
         if isinstance(sp, gym.spaces.Discrete):
             return int(row[i]), i + 1
         if isinstance(sp, gym.spaces.MultiDiscrete):
@@ -135,13 +140,11 @@ def tuple_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any] | No
         if isinstance(sp, gym.spaces.Tuple):
             parts = []
             for sub in sp.spaces:
-                part, i = build(sub, row, i)
+                part, i = self._build(sub, row, i)
                 parts.append(part)
             return tuple(parts), i
         k = int(sp.shape[0])
         return row[i : i + k].astype(sp.dtype), i + k
-
-    return lambda row: build(space, row, 0)[0]
 
 
 class EnvError(RuntimeError):
@@ -169,7 +172,8 @@ class EnvGroup:
         self.episode_return = np.zeros(self.n, dtype=np.float64)
         self.episode_len = np.zeros(self.n, dtype=np.int64)
         self.seeds = seeds
-        self.convert_action = tuple_action_converter(envs[0].action_space)
+        space = envs[0].action_space
+        self.convert_action = TupleActionConverter(space) if isinstance(space, gym.spaces.Tuple) else None
 
     def _checked(self, i: int, o: Any, where: str) -> Any:
         shape = getattr(o, "shape", None)
