@@ -215,9 +215,9 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             (),
             str,
             "convnet_simple",
-            "Conv net for image observations (then --encoder_mlp_layers): convnet_simple (3 conv layers) or "
-            "convnet_nature (the DQN Nature paper's).",
-            {"choices": ["convnet_simple", "convnet_nature"]},
+            "Conv net for image observations (then --encoder_mlp_layers): convnet_simple (3 conv layers), "
+            "convnet_nature (the DQN Nature paper's) or resnet_impala (IMPALA's 15-layer ResNet).",
+            {"choices": ["convnet_simple", "convnet_nature", "resnet_impala"]},
         ),
         (
             "nonlinearity",

@@ -40,6 +40,26 @@ class MlpEncoder(nn.Module):
         return self.net(obs.float())
 
 
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.conv2(torch.relu(self.conv1(torch.relu(x))))
+
+
+def _impala_resnet(in_channels: int) -> nn.Sequential:
+    """IMPALA's ResNet: 3 stages of (conv 3x3, max-pool 3x3 stride 2, 2 residual blocks) with 16, 32, 32 channels."""
+    mods: list[nn.Module] = []
+    for out_c in (16, 32, 32):
+        mods += [nn.Conv2d(in_channels, out_c, 3, padding=1), nn.MaxPool2d(3, 2, padding=1)]
+        mods += [_ResidualBlock(out_c), _ResidualBlock(out_c)]
+        in_channels = out_c
+    return nn.Sequential(*mods, nn.ReLU())
+
+
 class ConvEncoder(nn.Module):
     """[B, C, H, W] (uint8 or float) -> [B, out_size]: conv layers, flatten, MLP."""
 
@@ -47,9 +67,12 @@ class ConvEncoder(nn.Module):
         super().__init__()
         c, h, w = obs_space.shape
         convs: list[nn.Module] = []
-        for out_c, k, stride in CONV_ARCHITECTURES[architecture]:
-            convs += [nn.Conv2d(c, out_c, k, stride), NONLINEARITIES[nonlinearity]()]
-            c = out_c
+        if architecture == "resnet_impala":
+            convs.append(_impala_resnet(c))
+        else:
+            for out_c, k, stride in CONV_ARCHITECTURES[architecture]:
+                convs += [nn.Conv2d(c, out_c, k, stride), NONLINEARITIES[nonlinearity]()]
+                c = out_c
         self.convs = nn.Sequential(*convs, nn.Flatten())
         with torch.no_grad():
             flat = self.convs(torch.zeros(1, *obs_space.shape)).shape[1]

@@ -257,3 +257,18 @@ def test_lstm_state_holds_h_and_c_per_layer():
     _, _, h1 = m.forward_step(obs, torch.zeros(B, m.rnn_state_size))
     _, _, h2 = m.forward_step(obs, h1)
     assert h1.shape == (B, m.rnn_state_size) and not torch.allclose(h1, h2)  # the state carries memory
+
+
+@pytest.mark.parametrize("arch", ["convnet_simple", "convnet_nature", "resnet_impala"])
+def test_conv_encoders_take_uint8_frames(arch):
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    cfg = parse_cfg(
+        ["--env=SomeCustomEnv-v0", "--num_workers=1", "--use_rnn=False", f"--encoder_conv_architecture={arch}"]
+    )
+    m = ActorCritic(cfg, frames, gym.spaces.Discrete(6))
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    params, values, _ = m.forward_step(obs, None)
+    assert params.shape == (3, 6) and values.shape == (3,) and torch.isfinite(params).all()
+    # uint8 frames are scaled to [0, 1] inside the encoder (buffers and queues carry the raw bytes)
+    enc = m.towers[0].encoder
+    torch.testing.assert_close(enc(obs), enc.mlp(enc.convs(obs.float() / 255.0)))
