@@ -271,4 +271,4 @@ def test_conv_encoders_take_uint8_frames(arch):
     assert params.shape == (3, 6) and values.shape == (3,) and torch.isfinite(params).all()
     # uint8 frames are scaled to [0, 1] inside the encoder (buffers and queues carry the raw bytes)
     enc = m.towers[0].encoder
-    torch.testing.assert_close(enc(obs), enc.mlp(enc.convs(obs.float() / 255.0)))
+    torch.testing.assert_close(enc(obs), enc.mlp(enc.convs(obs.float() / 255.0)), atol=1e-4, rtol=1e-3)
