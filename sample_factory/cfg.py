@@ -243,6 +243,14 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
         ("actor_critic_share_weights", (), _BOOL, True, "Actor and critic share encoder and core.", {}),
         ("initial_stddev", (), float, 1.0, "Initial standard deviation of Gaussian actions.", {}),
         (
+            "normalize_returns",
+            (),
+            _BOOL,
+            False,
+            "The value head predicts returns normalized by their running mean/std (buffers keep real-scale values).",
+            {},
+        ),
+        (
             "normalize_input",
             (),
             _BOOL,

@@ -25,6 +25,7 @@ UNSAFE_ON_RESUME = (
     "rnn_num_layers",
     "actor_critic_share_weights",
     "normalize_input",
+    "normalize_returns",
     "num_policies",
 )
 # Bookkeeping that always comes from the current command.

@@ -97,6 +97,7 @@ class PolicyWorker(Component):
             keep = (~b.is_first[slots, ts]).unsqueeze(-1)  # [R, n, 1]
             h = (b.rnn_states[slots, ts] * keep).reshape(R * n, -1).to(dev)
         params, values, h_new = self.model.forward_step(obs, h)
+        values = self.model.denormalize_values(values)  # buffers hold real-scale values
         dist = self.model.distribution(params)
         actions = dist.mode() if self.deterministic else dist.sample()
         log_probs = dist.log_prob(actions)
@@ -125,6 +126,7 @@ class PolicyWorker(Component):
         final_obs = b.final_obs[actor_idx * self.num_splits + split_idx].to(self.device)
         h = b.rnn_states[slot, t].to(self.device) if self.model.recurrent else None  # state before the reset
         _, values, _ = self.model.forward_step(final_obs, h)
+        values = self.model.denormalize_values(values)
         b.final_values[slot, t - 1] = torch.where(mask, values.cpu(), torch.zeros(()))
 
     def on_idle(self) -> None:

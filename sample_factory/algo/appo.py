@@ -85,7 +85,9 @@ class PPOAlgorithm:
         for _ in range(cfg.num_epochs):
             perm = torch.randperm(M, device=dev)
             for mb in torch.tensor_split(perm, min(cfg.num_batches_per_epoch, M)):
+                # values: what the value head predicts (normalized with --normalize_returns); values_real: returns
                 params, values = self.model.forward_sequence(obs[mb], rnn_states[mb], is_first[mb], cfg.recurrence)
+                values_real = self.model.denormalize_values(values.detach())  # [B, T+1]
                 B = mb.numel()
                 dist = self.model.distribution(params[:, :T].reshape(B * T, -1))
                 log_probs = dist.log_prob(actions[mb].reshape(B * T, *actions.shape[2:]))  # [B*T]
@@ -95,7 +97,7 @@ class PPOAlgorithm:
                     vs, pg_adv = calculate_vtrace(
                         rewards[mb].T,
                         dones[mb].T,
-                        values.detach().T,
+                        values_real.T,
                         log_rhos.T,
                         cfg.gamma,
                         cfg.vtrace_rho,
@@ -113,10 +115,11 @@ class PPOAlgorithm:
                 policy_loss, pstats = ppo_policy_loss(
                     log_probs, old_log_probs[mb].reshape(-1), adv, cfg.ppo_clip_ratio, mask
                 )
+                self.model.update_returns_normalizer(targets[mask.view(B, T)])
                 value_loss = clipped_value_loss(
                     values[:, :T].reshape(-1),
-                    old_values[mb, :T].reshape(-1),
-                    targets.reshape(-1),
+                    self.model.normalize_values(old_values[mb, :T]).reshape(-1),
+                    self.model.normalize_values(targets).reshape(-1),
                     cfg.ppo_clip_value,
                     mask,
                 )
@@ -145,7 +148,7 @@ class PPOAlgorithm:
                     "value_loss": float(value_loss.detach()),
                     "entropy": float(masked_mean(entropy.detach(), mask)),
                     "grad_norm": float(grad_norm),
-                    "value": float(values.detach()[:, :T].mean()),
+                    "value": float(values_real[:, :T].mean()),
                     "value_target": float(targets.mean()),
                     "advantage_abs": float(adv.abs().mean()),
                     **{k: float(v) for k, v in pstats.items()},

@@ -80,6 +80,9 @@ class ActorCritic(nn.Module):
         # Only float observations are normalized; image frames are scaled by their encoder.
         is_float = isinstance(obs_space, gym.spaces.Box) and obs_space.dtype.kind == "f"
         self.obs_normalizer = RunningMeanStd(tuple(obs_space.shape)) if cfg.normalize_input and is_float else None
+        # With --normalize_returns the value head predicts normalized returns; everything outside the model (buffers,
+        # V-trace, GAE) sees real-scale values through denormalize_values.
+        self.returns_normalizer = RunningMeanStd(()) if cfg.normalize_returns else None
         self.state_sizes = [t.state_size for t in self.towers]
         self.rnn_state_size = sum(self.state_sizes)  # 0 without a core
         self.policy_head = nn.Linear(self.towers[0].out_size, num_action_params(action_space))
@@ -157,6 +160,16 @@ class ActorCritic(nn.Module):
 
     def normalize_obs(self, obs: Tensor) -> Tensor:
         return obs if self.obs_normalizer is None else self.obs_normalizer(obs.float())
+
+    def denormalize_values(self, values: Tensor) -> Tensor:
+        return values if self.returns_normalizer is None else self.returns_normalizer.denormalize(values)
+
+    def normalize_values(self, values: Tensor) -> Tensor:
+        return values if self.returns_normalizer is None else self.returns_normalizer.normalize(values)
+
+    def update_returns_normalizer(self, returns: Tensor) -> None:
+        if self.returns_normalizer is not None:
+            self.returns_normalizer.update(returns.reshape(-1))
 
     def update_normalizers(self, obs: Tensor) -> None:
         """obs [N, *obs_shape] of a training batch."""

@@ -36,6 +36,13 @@ class RunningMeanStd(nn.Module):
         self.var.copy_(m2 / total)
         self.count.copy_(total)
 
+    def normalize(self, x: Tensor) -> Tensor:
+        """Without clipping (value targets)."""
+        return (x - self.mean.to(x.dtype)) / torch.sqrt(self.var + self.eps).to(x.dtype)
+
+    def denormalize(self, x: Tensor) -> Tensor:
+        return x * torch.sqrt(self.var + self.eps).to(x.dtype) + self.mean.to(x.dtype)
+
     def forward(self, x: Tensor) -> Tensor:
         std = torch.sqrt(self.var + self.eps).to(x.dtype)
         return ((x - self.mean.to(x.dtype)) / std).clamp(-self.clip, self.clip)

@@ -37,3 +37,17 @@ def test_normalizer_stats_travel_with_published_weights_and_state_dict():
     obs = torch.randn(5, *OBS_SPACE.shape)
     torch.testing.assert_close(worker_model.forward_step(obs, None)[1], learner_model.forward_step(obs, None)[1])
     assert "obs_normalizer.mean" in learner_model.state_dict()
+
+
+def test_returns_normalizer_round_trip_and_identity_when_off():
+    cfg_on = parse_cfg(["--env=SomeCustomEnv-v0", "--num_workers=1", "--use_rnn=False", "--normalize_returns=True"])
+    cfg_off = parse_cfg(["--env=SomeCustomEnv-v0", "--num_workers=1", "--use_rnn=False"])
+    on, off = ActorCritic(cfg_on, OBS_SPACE, BOX), ActorCritic(cfg_off, OBS_SPACE, BOX)
+    returns = torch.randn(500) * 30 + 100
+    on.update_returns_normalizer(returns)
+    normalized = on.normalize_values(returns)
+    assert abs(float(normalized.mean())) < 1e-3 and abs(float(normalized.std()) - 1) < 1e-2
+    torch.testing.assert_close(on.denormalize_values(normalized), returns)
+    v = torch.randn(7)
+    assert torch.equal(off.normalize_values(v), v) and torch.equal(off.denormalize_values(v), v)
+    assert "returns_normalizer.var" in on.state_dict()
