@@ -45,6 +45,25 @@ _EXTRAS = (
 )
 
 
+# Short names for gymnasium's MuJoCo v5 envs (the [mujoco] extra).
+MUJOCO_NAMES = {
+    f"mujoco_{short}": f"{full}-v5"
+    for short, full in {
+        "halfcheetah": "HalfCheetah",
+        "ant": "Ant",
+        "hopper": "Hopper",
+        "walker": "Walker2d",
+        "humanoid": "Humanoid",
+        "humanoidstandup": "HumanoidStandup",
+        "swimmer": "Swimmer",
+        "reacher": "Reacher",
+        "pusher": "Pusher",
+        "invertedpendulum": "InvertedPendulum",
+        "inverteddoublependulum": "InvertedDoublePendulum",
+    }.items()
+}
+
+
 def _missing_extra_hint(env_name: str) -> str:
     for fragments, extra in _EXTRAS:
         if any(f in env_name for f in fragments):
@@ -56,7 +75,7 @@ def make_env(cfg: Any, env_config: dict | None = None, render_mode: str | None =
     """`--env` is a registered custom name, a gymnasium id, or `module:EnvId` (the module is imported first, so
     envs registered by it exist in every worker process too). A render mode goes to gym.make, or to a custom
     env's factory as env_config["render_mode"]."""
-    name = cfg.env
+    name = MUJOCO_NAMES.get(cfg.env, cfg.env)
     ale_id = atari_env_id(name)
     if ale_id is not None:
         return make_atari_env(cfg, ale_id, render_mode)
