@@ -355,6 +355,7 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
 # The classic-control preset is tuned for high FPS on small CPU machines: many cheap envs per worker so
 # each inference request carries a large batch, and several epochs because samples are cheap.
 CLASSIC_CONTROL_ENVS = ("CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3")
+CONTINUOUS_CONTROL_ENVS = ("Pendulum-v1", "MountainCarContinuous-v0", "LunarLanderContinuous-v3")
 PRESETS: dict[str, dict[str, Any]] = {
     "classic_control": {
         "num_envs_per_worker": 64,
@@ -377,6 +378,26 @@ PRESETS: dict[str, dict[str, Any]] = {
         "value_loss_coeff": 0.5,
         "reward_scale": 0.1,
         "adam_eps": 1e-5,
+    },
+    # Small continuous-action tasks: Gaussian actions, both normalizers, short horizon.
+    "continuous_control": {
+        "num_envs_per_worker": 16,
+        "worker_num_splits": 2,
+        "rollout": 64,
+        "batch_size": 2048,
+        "num_batches_per_epoch": 4,
+        "num_epochs": 8,
+        "num_minibatches_to_accumulate": 0,
+        "use_rnn": False,
+        "encoder_mlp_layers": [64, 64],
+        "nonlinearity": "tanh",
+        "learning_rate": 1e-3,
+        "gamma": 0.95,
+        "normalize_input": True,
+        "normalize_returns": True,
+        "exploration_loss_coeff": 0.0,
+        "ppo_clip_ratio": 0.2,
+        "max_grad_norm": 0.5,
     },
     # Atari (atari_* and ALE/* names): uint8 frames, a conv net, no RNN; clipped rewards as in the DQN setup.
     "atari": {
@@ -405,6 +426,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 def preset_name_for_env(env: str | None) -> str | None:
     if env in CLASSIC_CONTROL_ENVS:
         return "classic_control"
+    if env in CONTINUOUS_CONTROL_ENVS:
+        return "continuous_control"
     if env and (env.startswith("atari_") or env.startswith("ALE/")):
         return "atari"
     return None
@@ -555,7 +578,11 @@ def markdown_reference() -> str:
         lines.append("")
     lines += ["## Presets", "", "Applied by env family to flags not given on the command line; see `cfg.json`.", ""]
     for preset, values in PRESETS.items():
-        envs = ", ".join(CLASSIC_CONTROL_ENVS) if preset == "classic_control" else "atari_*, ALE/*"
+        envs = {
+            "classic_control": ", ".join(CLASSIC_CONTROL_ENVS),
+            "continuous_control": ", ".join(CONTINUOUS_CONTROL_ENVS),
+        }
+        envs = envs.get(preset, "atari_*, ALE/*")
         lines += [f"### {preset} ({envs})", "", "| flag | value |", "|---|---|"]
         lines += [f"| `--{k}` | `{v}` |" for k, v in values.items()]
         lines.append("")
