@@ -14,7 +14,7 @@ RUFF := $(VENV)/bin/ruff
 STAMP := $(VENV)/.installed
 
 # Top-level scripts (setup.py, train.py, enjoy.py); $(wildcard) avoids a literal '*.py' when none exist.
-LINT_PATHS := sample_factory tests $(wildcard *.py)
+LINT_PATHS := sample_factory tests examples $(wildcard *.py)
 PIP_FLAGS := --no-input $(if $(CI),--progress-bar off,)
 TRAIN_ARGS ?=
 ARGS ?=

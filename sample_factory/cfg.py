@@ -210,6 +210,7 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
     ],
     "Model": [
         ("encoder_mlp_layers", (), int_list, [512, 512], "Hidden layer sizes of the MLP encoder, e.g. 64,64.", {}),
+        ("encoder_custom", (), str, None, "Name of an encoder registered with register_encoder (custom models).", {}),
         (
             "encoder_conv_architecture",
             (),

@@ -18,6 +18,7 @@ from typing import Any
 UNSAFE_ON_RESUME = (
     "env",
     "encoder_mlp_layers",
+    "encoder_custom",
     "nonlinearity",
     "use_rnn",
     "rnn_type",

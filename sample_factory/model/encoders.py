@@ -5,6 +5,7 @@ images [C, H, W]. Image observations arrive as uint8 and are scaled to [0, 1] he
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -83,7 +84,22 @@ class ConvEncoder(nn.Module):
         return self.mlp(self.convs(obs.float() * self.scale))
 
 
+_CUSTOM_ENCODERS: dict[str, Callable[[Any, gym.Space], nn.Module]] = {}
+
+
+def register_encoder(name: str, factory: Callable[[Any, gym.Space], nn.Module]) -> None:
+    """Register a custom encoder, selected with --encoder_custom=name. `factory(cfg, obs_space)` returns an
+    nn.Module mapping a batch of observations [B, *obs_shape] to features [B, out_size] and having an `out_size`
+    attribute. Register at import time of the module that defines it (workers import it too: see
+    docs/custom-env-and-model.md)."""
+    _CUSTOM_ENCODERS[name] = factory
+
+
 def make_encoder(cfg: Any, obs_space: gym.Space) -> nn.Module:
+    if getattr(cfg, "encoder_custom", None):
+        if cfg.encoder_custom not in _CUSTOM_ENCODERS:
+            raise ValueError(f"--encoder_custom={cfg.encoder_custom} is not registered (register_encoder)")
+        return _CUSTOM_ENCODERS[cfg.encoder_custom](cfg, obs_space)
     if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1:
         return MlpEncoder(obs_space, cfg.encoder_mlp_layers, cfg.nonlinearity)
     if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3:
