@@ -55,12 +55,12 @@ def raw_ceiling(env_name: str, processes: int, seconds: float) -> float:
 def run_train(args: list[str], seconds: float) -> tuple[dict, list[str]]:
     with tempfile.TemporaryDirectory() as td:
         cmd = [sys.executable, str(REPO / "train.py"), f"--train_dir={td}", "--experiment=bench"]
-        cmd += [f"--train_for_seconds={seconds}", *args]
+        cmd += [f"--train_for_seconds={seconds}", "--report_interval_sec=2", *args]
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO).stdout.splitlines()
     result = {}
     for line in out:
         if m := _DONE.search(line):
-            result = {"env_steps": int(m.group(1)), "seconds": float(m.group(2)), "fps": int(m.group(3))}
+            result.update(env_steps=int(m.group(1)), seconds=float(m.group(2)), fps=int(m.group(3)))
         if m := _FPS10.search(line):
             result["fps10"] = float(m.group(1))
     summary = [ln for ln in out if ln.startswith("  ") or "done:" in ln]
