@@ -413,7 +413,9 @@ def test_bad_input_enjoy_nonexistent_experiment(tmp_path):
 def trained_experiment(tmp_path_factory):
     """A real short run with two checkpoints (copied by each test that corrupts them)."""
     td = tmp_path_factory.mktemp("trained")
-    run = TrainRun([*CARTPOLE, "--train_for_seconds=8", "--save_every_sec=1"], td, experiment="x")
+    run = TrainRun(
+        [*CARTPOLE, "--train_for_seconds=8", "--save_every_sec=1", "--save_best_after=1e12"], td, experiment="x"
+    )
     try:
         assert run.wait(timeout=90) == 0, run.describe()
         run.assert_no_leftovers()
