@@ -479,7 +479,7 @@ def typed_flags(argv: Sequence[str]) -> dict[str, Any]:
     return vars(build_parser(defaults=False).parse_args(list(argv)))
 
 
-def parse_cfg(argv: Sequence[str] | None = None, evaluation: bool = False) -> argparse.Namespace:
+def parse_cfg(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse, apply the env-family preset to flags not typed, and validate. Raises SystemExit on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()

@@ -175,7 +175,6 @@ class SlotPool:
     def __init__(self, slots: list[int]):
         self.owned = frozenset(slots)
         self.free = list(slots)
-        self.capacity = len(slots)
 
     def acquire(self) -> int | None:
         return self.free.pop(0) if self.free else None
