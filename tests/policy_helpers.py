@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import gymnasium as gym
@@ -65,3 +71,42 @@ def fake_experiment(
     state = {"model": model.state_dict(), "policy_version": 7, "env_steps": 123, "cfg": vars(cfg)}
     save_checkpoint(exp_dir / "checkpoint_p0", state, version=7, env_steps=123, keep=2)
     return exp_dir, model.eval()
+
+
+class Run:
+    """train.py in a subprocess (own session), output collected by a thread; killed by pid at teardown."""
+
+    def __init__(self, args: list[str]):
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("SF_DEBUG", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "train.py", *args],
+            cwd=Path(__file__).resolve().parent.parent,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(ln.rstrip("\n") for ln in self.proc.stdout))
+        self.reader.start()
+
+    @property
+    def output(self) -> str:
+        return "\n".join(list(self.lines))
+
+    def samples_trained(self) -> int:
+        found = re.findall(r"samples collected/trained: \d+/(\d+)", self.output)
+        return int(found[-1]) if found else 0
+
+    def wait(self, timeout: float) -> int:
+        rc = self.proc.wait(timeout)
+        self.reader.join(10)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the session this test started, by its id
+            self.proc.wait(10)
+        self.reader.join(10)

@@ -4,12 +4,10 @@ checkpoint when the latest one is corrupted."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,7 +20,7 @@ from sample_factory.checkpoint import best_metric_of, list_best_checkpoints, lis
 from sample_factory.messages import SAVE_BEST
 from sample_factory.runner import Runner
 from sample_factory.train import main as train_main
-from tests.policy_helpers import one_torch_thread
+from tests.policy_helpers import Run, one_torch_thread
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERIAL = [
@@ -146,45 +144,6 @@ def test_exact_serial_resume(tmp_path, capsys):
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"]), "weights differ"
     opt_a, opt_b = a["algo"]["optimizer"]["state"], b["algo"]["optimizer"]["state"]
     assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in opt_a[i]), "optimizer state differs"
-
-
-class Run:
-    """train.py in a subprocess (own session), output collected by a thread; killed by pid at teardown."""
-
-    def __init__(self, args: list[str]):
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop("SF_DEBUG", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "train.py", *args],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=lambda: self.lines.extend(ln.rstrip("\n") for ln in self.proc.stdout))
-        self.reader.start()
-
-    @property
-    def output(self) -> str:
-        return "\n".join(list(self.lines))
-
-    def samples_trained(self) -> int:
-        found = re.findall(r"samples collected/trained: \d+/(\d+)", self.output)
-        return int(found[-1]) if found else 0
-
-    def wait(self, timeout: float) -> int:
-        rc = self.proc.wait(timeout)
-        self.reader.join(10)
-        return rc
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the session this test started, by its id
-            self.proc.wait(10)
-        self.reader.join(10)
 
 
 @pytest.fixture

@@ -4,18 +4,15 @@ enjoy.py in a separate process, writes eval/eval_<env steps>.json and logs eval/
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from sample_factory.plot import read_scalars
+from tests.policy_helpers import Run
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EVALUATED = re.compile(r"evaluation at (\d+) env steps: reward (-?[\d.]+) \+- ([\d.]+) over (\d+) episodes")
@@ -25,20 +22,8 @@ EVALUATED = re.compile(r"evaluation at (\d+) env steps: reward (-?[\d.]+) \+- ([
 def test_periodic_evaluation(tmp_path):
     args = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=pe", "--num_workers=2", "--device=cpu"]
     args += ["--eval_every_env_steps=50000", "--eval_episodes=3", "--train_for_seconds=90", "--report_interval_sec=1"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("SF_DEBUG", None)
-    proc = subprocess.Popen(
-        [sys.executable, "train.py", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(ln.rstrip("\n") for ln in proc.stdout))
-    reader.start()
+    run = Run(args)
+    proc, lines = run.proc, run.lines
     try:
         # The first evaluation starts at 50000 env steps and takes a few seconds; then stop the run (SIGINT: a
         # clean stop that closes the TensorBoard writers, so the scalar is on disk).
@@ -49,10 +34,7 @@ def test_periodic_evaluation(tmp_path):
             proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0, "\n".join(lines)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the session this test started, by its id
-            proc.wait(10)
-        reader.join(10)
+        run.kill()
     out = "\n".join(lines)
     logged = [(int(s), float(r), int(n)) for s, r, _, n in EVALUATED.findall(out)]
     assert logged, out
