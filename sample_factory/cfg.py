@@ -139,7 +139,32 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             "or faster_fifo.",
             {"choices": ["socket", "faster_fifo"]},
         ),
-        ("env_frameskip", (), int, 4, "Atari: frames per agent step (max-pooled over the last two).", {}),
+        (
+            "env_backend",
+            (),
+            str,
+            "gymnasium",
+            "How an actor worker steps the envs of a split: gymnasium (one python env each) or envpool (one "
+            "batched EnvPool call per split; Atari and MuJoCo names, needs the [envpool] extra).",
+            {"choices": ["gymnasium", "envpool"]},
+        ),
+        (
+            "env_frameskip",
+            (),
+            int,
+            4,
+            "Atari and VizDoom: frames per agent step (Atari max-pools over the last two).",
+            {},
+        ),
+        (
+            "env_episodic_life",
+            (),
+            _BOOL,
+            True,
+            "Atari: a lost life ends the training episode (the game goes on); evaluation always plays whole games "
+            "and episode rewards are always reported per whole game.",
+            {},
+        ),
         ("env_framestack", (), int, 4, "Atari: stacked frames per observation.", {}),
         ("env_sticky_actions", (), float, 0.25, "Atari: probability of repeating the previous action.", {}),
         ("env_seed_offset", (), int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env).", {}),
