@@ -2,8 +2,8 @@
 the policy workers compute actions for one split, this process steps another).
 
 One env step of split s, in this file:
-  ACTIONS_READY(s) arrives -> actions are read from buffers.actions[slot, t] -> EnvGroup.step ->
-  rewards/dones/truncated written at [slot, t], next observations at obs[slot, t + 1] ->
+  ACTIONS_READY(s) arrives -> actions are read from buffers.actions[slot, t] -> EnvGroup.step (envs/env_group.py) ->
+  rewards/dones/truncated written at [slot, t], next observations at obs[key][slot, t + 1] ->
   REQUEST(slot, t + 1) to the policy workers.
 At t + 1 == T the request asks for the bootstrap position of the rollout; when it is served the slot goes to the
 learner (ROLLOUT) and the split continues in a fresh slot from this worker's pool, or waits for FREE_SLOTS.
@@ -18,12 +18,14 @@ import numpy as np
 import psutil
 
 from sample_factory.component import Component
-from sample_factory.envs.env_utils import EnvGroup, make_env
+from sample_factory.envs.env_group import EnvGroup
+from sample_factory.envs.env_utils import make_env
 from sample_factory.messages import ACTIONS_READY, FREE_SLOTS, REQUEST, RESEND, ROLLOUT, Channels
 from sample_factory.shared_buffers import SlotPool, TrajectoryBuffers
 
-# Position T of a finished slot that the next slot starts from: inputs, and (async) the outputs already computed.
-_CARRY_INPUTS = ("obs", "is_first")
+# Position T of a finished slot that the next slot starts from: inputs (and the observation dict), and (async) the
+# outputs already computed.
+_CARRY_INPUTS = ("is_first",)
 _CARRY_OUTPUTS = ("actions", "log_probs", "values", "policy_version")
 
 
@@ -52,20 +54,9 @@ class ActorWorker(Component):
             psutil.Process().cpu_affinity([cores[self.index % len(cores)]])
         self.bind_views()
         self.pool = SlotPool(self.buffers.slots_of_worker(self.index))
-        n = self.buffers.spec.envs_per_split
         base_seed = None if cfg.seed is None else cfg.seed * 1000 + cfg.env_seed_offset
         self.rng = np.random.default_rng(None if base_seed is None else base_seed + self.index)
-        self.groups = []
-        for s in range(self.num_splits):
-            envs, seeds = [], []
-            for e in range(n):
-                env_idx = (self.index * self.num_splits + s) * n + e
-                envs.append(make_env(cfg, {"worker_index": self.index, "split": s, "env_index": env_idx}))
-                seeds.append(None if base_seed is None else base_seed + env_idx)
-                if base_seed is not None:
-                    envs[-1].action_space.seed(base_seed + env_idx)
-            first = (self.index * self.num_splits + s) * n
-            self.groups.append(EnvGroup(envs, seeds, env_ids=list(range(first, first + n))))
+        self.groups = [self._make_group(s, base_seed) for s in range(self.num_splits)]
         self.policy = [policy_of_split(cfg, self.index, s) for s in range(self.num_splits)]
         self.slot: list[int | None] = [None] * self.num_splits
         self.t = [0] * self.num_splits
@@ -81,20 +72,41 @@ class ActorWorker(Component):
             self._start_split(s)
         self.activity = "stepping envs"
 
-    _view_attrs = ("np",)
+    def _make_group(self, s: int, base_seed: int | None) -> EnvGroup:
+        """The envs of split s: env ids (global, also the seed offsets) are consecutive per split."""
+        cfg, n = self.cfg, self.cfg.num_envs_per_worker // self.num_splits
+        first = (self.index * self.num_splits + s) * n
+        ids = list(range(first, first + n))
+        if cfg.env_backend == "envpool":
+            from sample_factory.envs.envpool_group import make_envpool_group
+
+            return make_envpool_group(cfg, n, None if base_seed is None else base_seed + first, ids)
+        envs, seeds = [], []
+        for env_idx in ids:
+            envs.append(make_env(cfg, {"worker_index": self.index, "split": s, "env_index": env_idx}))
+            seeds.append(None if base_seed is None else base_seed + env_idx)
+            if base_seed is not None:
+                envs[-1].action_space.seed(base_seed + env_idx)
+        return EnvGroup(envs, seeds, env_ids=ids, action_bounds=cfg.action_bounds)
+
+    _view_attrs = ("np", "np_obs", "np_final_obs")
 
     def bind_views(self) -> None:
-        self.np = {k: v.numpy() for k, v in self.buffers.tensors().items()}  # views of the shared tensors
+        # numpy views of the shared tensors
+        self.np = {k: v.numpy() for k, v in self.buffers.tensors().items()}
+        self.np_obs = {k: v.numpy() for k, v in self.buffers.obs.items()}
+        self.np_final_obs = {k: v.numpy() for k, v in self.buffers.final_obs.items()}
 
     def _start_split(self, s: int) -> None:
         group = self.groups[s]
         group.reset()
         if self.cfg.decorrelate_envs_on_one_worker:
-            group.random_steps([int(self.rng.integers(0, 2 * self.T)) for _ in group.envs])
+            group.random_steps([int(self.rng.integers(0, 2 * self.T)) for _ in range(group.num_envs)])
         slot = self.pool.acquire()
         assert slot is not None, "a fresh worker always has a slot per split"
         self.slot[s], self.t[s] = slot, 0
-        self.np["obs"][slot, 0] = group.obs
+        for k, v in group.obs.items():
+            self.np_obs[k][slot, 0] = v
         self.np["is_first"][slot, 0] = True
         self.np["rnn_states"][slot, 0] = 0.0
         self._request(s, has_truncations=False)
@@ -144,11 +156,15 @@ class ActorWorker(Component):
         b["rewards"][slot, t] = group.rewards
         b["dones"][slot, t] = group.dones
         b["truncated"][slot, t] = group.truncated
-        b["obs"][slot, t + 1] = group.obs
+        for k, v in group.obs.items():
+            self.np_obs[k][slot, t + 1] = v
         b["is_first"][slot, t + 1] = group.dones
+        b["active"][slot, t] = group.active
         has_truncations = bool(group.truncated.any())
         if has_truncations:
-            b["final_obs"][self.index * self.num_splits + s] = group.final_obs
+            split = self.index * self.num_splits + s
+            for k, v in group.final_obs.items():
+                self.np_final_obs[k][split] = v
         p = self.policy[s]
         self.env_steps[p] += group.n
         if finished:
@@ -160,6 +176,7 @@ class ActorWorker(Component):
         slot, T = self.slot[s], self.T
         # Keep position T before the slot leaves: the learner may return it and it may be reused at once.
         carry = {k: getattr(self.buffers, k)[slot, T].clone() for k in (*_CARRY_INPUTS, *_CARRY_OUTPUTS)}
+        carry["obs"] = {k: v[slot, T].clone() for k, v in self.buffers.obs.items()}
         carry["rnn_in"] = self.buffers.rnn_states[slot, T].clone()
         carry["rnn_out"] = self.buffers.rnn_states[slot, T + 1].clone()
         self.carry[s] = carry
@@ -179,6 +196,8 @@ class ActorWorker(Component):
         self.slot[s], self.t[s], self.carry[s] = slot, 0, None
         for k in _CARRY_INPUTS:
             getattr(buf, k)[slot, 0] = carry[k]
+        for k, v in carry["obs"].items():
+            buf.obs[k][slot, 0] = v
         buf.rnn_states[slot, 0] = carry["rnn_in"]
         self.activity = "stepping envs"
         if self.cfg.async_rl:

@@ -269,6 +269,31 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
         ("actor_critic_share_weights", (), _BOOL, True, "Actor and critic share encoder and core.", {}),
         ("initial_stddev", (), float, 1.0, "Initial standard deviation of Gaussian actions.", {}),
         (
+            "adaptive_stddev",
+            (),
+            _BOOL,
+            False,
+            "Gaussian actions: the policy head predicts the std per state (False: one learned std per dimension).",
+            {},
+        ),
+        (
+            "continuous_tanh_scale",
+            (),
+            float,
+            0.0,
+            "Gaussian actions: squash the predicted means to (-scale, scale) with scale * tanh(mean / scale) (0: off).",
+            {},
+        ),
+        (
+            "action_bounds",
+            (),
+            str,
+            "clip",
+            "How Box actions are brought into the action space's bounds before the env gets them: clip, tanh "
+            "(squash into the bounds; needs finite bounds), or none. Training always uses the unbounded sample.",
+            {"choices": ["clip", "tanh", "none"]},
+        ),
+        (
             "normalize_returns",
             (),
             _BOOL,
@@ -569,6 +594,8 @@ def finalize_cfg(cfg: argparse.Namespace) -> argparse.Namespace:
     if cfg.train_for_env_steps <= 0 or cfg.train_for_seconds <= 0:
         raise ConfigError("--train_for_env_steps and --train_for_seconds must be > 0")
     cfg.train_for_env_steps = int(cfg.train_for_env_steps)
+    if cfg.env_backend == "envpool" and cfg.serial_mode:
+        raise ConfigError("--env_backend=envpool does not run in --serial_mode (EnvPool batches cannot be snapshotted)")
     if cfg.num_policies != 1:
         raise ConfigError("--num_policies > 1 is not supported yet (multi-policy training comes with PBT)")
     if not cfg.async_rl:

@@ -1,7 +1,9 @@
 """`python -m sample_factory.export_onnx --experiment=NAME`: export the deterministic policy of a run to ONNX.
 
-Graph inputs:  obs [B, *obs_shape] (the env's dtype), and rnn_state [B, H] float32 for a recurrent model.
-Graph outputs: actions [B] int64 (argmax, Discrete) or [B, D] float32 (Gaussian mean, Box), values [B] float32,
+Graph inputs:  obs [B, *obs_shape] (the env's dtype) — for a Dict observation space one input per key, named by the
+key (an "action_mask" input masks the actions) — and rnn_state [B, H] float32 for a recurrent model.
+Graph outputs: actions [B] int64 (argmax, Discrete) or [B, D] float32 (Gaussian mean brought into the bounds as in
+training, --action_bounds: the same actions the Policy API returns), values [B] float32,
 and new_rnn_state [B, H] for a recurrent model. B is a dynamic axis. Feed zeros as rnn_state at an episode start.
 
 Needs the optional extra: pip install -e .[onnx]. Uses torch's TorchScript-based exporter (dynamo=False): with
@@ -19,10 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from sample_factory.envs.spaces import ACTION_MASK_KEY, ObsField
 from sample_factory.experiment import resolve_experiment_dir
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.policy_api import Policy, load_policy
@@ -41,36 +45,65 @@ def import_onnx() -> tuple[Any, Any]:
 
 
 class DeterministicPolicy(nn.Module):
-    """forward(obs [B, ...], rnn_state [B, H]?) -> (actions, values [B], new_rnn_state [B, H]?) for tracing."""
+    """forward(*observation inputs [B, ...], rnn_state [B, H]?) -> (actions, values [B], new_rnn_state [B, H]?)
+    for tracing; the observation inputs come in the order of `keys`."""
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, keys: list[str], action_bounds: str = "none"):
         super().__init__()
-        self.model = model
+        self.model, self.keys = model, keys
+        space = model.action_space
+        self.bounds = action_bounds if isinstance(space, gym.spaces.Box) else "none"
+        if self.bounds != "none":
+            self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32))
 
-    def forward(self, obs: Tensor, rnn_state: Tensor | None = None) -> tuple[Tensor, ...]:
+    def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        obs = dict(zip(self.keys, inputs, strict=False))
+        rnn_state = inputs[len(self.keys)] if len(inputs) > len(self.keys) else None
         params, values, new_state = self.model.forward_step(obs, rnn_state)
-        actions = self.model.distribution(params).mode()  # [B] argmax of logits, or [B, D] mean
+        # [B] argmax of the (masked) logits, or [B, D] mean
+        actions = self.model.distribution(params, obs.get(ACTION_MASK_KEY)).mode()
+        if self.bounds == "clip":  # as envs/actions.bound_box, in the graph
+            actions = torch.minimum(torch.maximum(actions, self.low), self.high)
+        elif self.bounds == "tanh":
+            actions = self.low + (torch.tanh(actions) + 1.0) * 0.5 * (self.high - self.low)
         return (actions, values) if new_state is None else (actions, values, new_state)
 
 
-def io_names(recurrent: bool) -> tuple[list[str], list[str]]:
+def io_names(keys: list[str], recurrent: bool) -> tuple[list[str], list[str]]:
     if recurrent:
-        return ["obs", "rnn_state"], ["actions", "values", "new_rnn_state"]
-    return ["obs"], ["actions", "values"]
+        return [*keys, "rnn_state"], ["actions", "values", "new_rnn_state"]
+    return list(keys), ["actions", "values"]
 
 
-def export_model(model: ActorCritic, obs_shape: Sequence[int], obs_dtype: Any, output: str | Path) -> Path:
+def example_inputs(fields: dict[str, ObsField], batch: int, rng: np.random.Generator | None = None) -> dict:
+    """key -> [batch, *shape] array: standard normal floats (zeros without rng), zero integers, all actions allowed."""
+    out = {}
+    for k, f in fields.items():
+        if k == ACTION_MASK_KEY:
+            out[k] = np.ones((batch, *f.shape), dtype=f.dtype)
+        elif f.dtype.kind == "f" and rng is not None:
+            out[k] = rng.standard_normal((batch, *f.shape)).astype(f.dtype)
+        else:
+            out[k] = np.zeros((batch, *f.shape), dtype=f.dtype)
+    return out
+
+
+def export_model(
+    model: ActorCritic, fields: dict[str, ObsField], output: str | Path, action_bounds: str = "clip"
+) -> Path:
     """Trace `model` (moved to CPU, eval mode) into an ONNX file and check it with onnx.checker."""
     onnx, _ = import_onnx()
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    wrapper = DeterministicPolicy(copy.deepcopy(model)).cpu().eval()  # a copy: the caller's model stays put
+    keys = list(fields)
+    # a copy: the caller's model stays put
+    wrapper = DeterministicPolicy(copy.deepcopy(model), keys, action_bounds).cpu().eval()
     # Batch 2, not 1: a size-1 dim is easily specialised away while tracing, dynamic_axes then lies.
-    obs = torch.as_tensor(np.zeros((2, *obs_shape), dtype=obs_dtype))
-    args: tuple[Tensor, ...] = (obs,)
+    args: tuple[Tensor, ...] = tuple(torch.as_tensor(v) for v in example_inputs(fields, 2).values())
     if model.recurrent:
         args += (torch.zeros(2, model.rnn_state_size),)
-    inputs, outputs = io_names(model.recurrent)
+    inputs, outputs = io_names(keys, model.recurrent)
     with torch.no_grad(), warnings.catch_warnings():
         # The TorchScript exporter announces its deprecation on every call; it is chosen on purpose (module doc).
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -90,21 +123,20 @@ def export_model(model: ActorCritic, obs_shape: Sequence[int], obs_dtype: Any, o
 
 def export_policy(policy: Policy, output: str | Path) -> Path:
     """The policy's deterministic graph to `output`; see the module doc for inputs and outputs."""
-    return export_model(policy.model, policy.obs_shape, policy.obs_space.dtype, output)
+    return export_model(policy.model, policy.fields, output, policy.action_bounds)
 
 
 def max_abs_diff_vs_torch(policy: Policy, onnx_path: str | Path, batch: int = 5, seed: int = 0) -> float:
     """Run the ONNX file with onnxruntime and the torch model on the same random inputs; the largest difference."""
     _, ort = import_onnx()
     rng = np.random.default_rng(seed)
-    obs = rng.standard_normal((batch, *policy.obs_shape)).astype(policy.obs_space.dtype)
-    feeds = {"obs": obs}
+    feeds = example_inputs(policy.fields, batch, rng)
     if policy.recurrent:
         feeds["rnn_state"] = rng.standard_normal((batch, policy.rnn_state_size)).astype(np.float32)
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     got = session.run(None, feeds)
     with torch.no_grad():
-        model = DeterministicPolicy(copy.deepcopy(policy.model)).cpu().eval()
+        model = DeterministicPolicy(copy.deepcopy(policy.model), list(policy.fields), policy.action_bounds).cpu().eval()
         want = model(*(torch.as_tensor(v) for v in feeds.values()))
     return max(float(np.max(np.abs(g.astype(np.float64) - w.numpy()))) for g, w in zip(got, want, strict=True))
 
@@ -131,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ImportError, FileNotFoundError, RuntimeError, ValueError) as e:
         print(f"export_onnx: {e}", file=sys.stderr)
         return 1
-    inputs, outputs = io_names(policy.recurrent)
+    inputs, outputs = io_names(list(policy.fields), policy.recurrent)
     print(f"wrote {output}: inputs {inputs}, outputs {outputs}; max |onnxruntime - torch| = {diff:.2e}")
     return 0
 

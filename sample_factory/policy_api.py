@@ -29,7 +29,9 @@ import torch
 
 from sample_factory.cfg import build_parser
 from sample_factory.checkpoint import list_best_checkpoints, load_latest_checkpoint
+from sample_factory.envs.actions import action_converter, bound_box
 from sample_factory.envs.env_utils import make_env
+from sample_factory.envs.spaces import ACTION_MASK_KEY, OBS_KEY, as_obs_dict, is_dict_space, obs_fields
 from sample_factory.experiment import resolve_experiment_dir
 from sample_factory.model.actor_critic import ActorCritic
 
@@ -98,8 +100,14 @@ class Policy:
         self.obs_space, self.action_space = obs_space, action_space
         self.device = device
         self.checkpoint_path, self.policy_version, self.env_steps = checkpoint_path, policy_version, env_steps
-        self.obs_shape = tuple(obs_space.shape)
+        self.fields = obs_fields(obs_space)
+        # () style shape of a plain observation; key -> shape for a Dict observation
+        self.obs_shape = (
+            {k: f.shape for k, f in self.fields.items()} if is_dict_space(obs_space) else self.fields[OBS_KEY].shape
+        )
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_bounds = getattr(cfg, "action_bounds", "clip")
+        self.convert_action = action_converter(action_space, self.action_bounds)
 
     @property
     def recurrent(self) -> bool:
@@ -128,13 +136,28 @@ class Policy:
         done = np.asarray(done_mask, dtype=bool)
         return np.where(done.reshape(-1, *([1] * (state.ndim - 1))), 0.0, state).astype(state.dtype, copy=False)
 
-    def _obs_tensor(self, obs: Any) -> torch.Tensor:
-        t = torch.as_tensor(np.asarray(obs)) if not isinstance(obs, torch.Tensor) else obs
-        if tuple(t.shape[1:]) != self.obs_shape:
-            raise ValueError(
-                f"expected observations of shape [B, {', '.join(map(str, self.obs_shape))}], got {list(t.shape)}"
-            )
-        return t.to(self.device)
+    def _is_single(self, obs: Any) -> bool:
+        """One observation (not a batch)?"""
+        d = as_obs_dict(obs, self.obs_space)
+        k = next(iter(self.fields))
+        return tuple(np.shape(d[k])) == self.fields[k].shape
+
+    def _obs_tensors(self, obs: Any, single: bool = False) -> dict[str, torch.Tensor]:
+        """An observation batch (array, tensor, or dict of them for Dict spaces) -> {key: [B, *shape]} on device."""
+        d = as_obs_dict(obs, self.obs_space)
+        out = {}
+        for k, f in self.fields.items():
+            if k not in d:
+                raise ValueError(f"observation key {k!r} is missing (expected keys {sorted(self.fields)})")
+            v = d[k]
+            t = v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v, dtype=f.dtype))
+            if single:
+                t = t.unsqueeze(0)
+            if tuple(t.shape[1:]) != f.shape:
+                what = "observations" if k == OBS_KEY else f"observation {k!r}"
+                raise ValueError(f"expected {what} of shape [B, {', '.join(map(str, f.shape))}], got {list(t.shape)}")
+            out[k] = t.to(self.device)
+        return out
 
     def _state_tensor(self, state: State, batch: int) -> torch.Tensor | None:
         if not self.recurrent:
@@ -155,27 +178,39 @@ class Policy:
 
     @torch.inference_mode()
     def act_batch(self, obs: Any, state: State = None, deterministic: bool = False) -> tuple[np.ndarray, State]:
-        """obs [B, *obs_shape], state [B, H] or None (zeros) -> (actions [B] int64 or [B, D] float32, new state)."""
-        o = self._obs_tensor(obs)
-        params, _, new_state = self.model.forward_step(o, self._state_tensor(state, o.shape[0]))
-        dist = self.model.distribution(params)
+        """obs [B, *obs_shape] (Dict spaces: {key: [B, *shape]}), state [B, H] or None (zeros) ->
+        (actions [B] int64 or [B, D] float32 within the Box bounds (--action_bounds), new state). Tuple actions
+        come as stored rows [B, K]; `act` returns them as tuples."""
+        actions, new_state = self._act(self._obs_tensors(obs), state, deterministic)
+        if isinstance(self.action_space, gym.spaces.Box):  # env-ready: within the bounds (--action_bounds)
+            actions = bound_box(actions, self.action_space, self.action_bounds)
+        return actions, new_state
+
+    def _act(self, o: dict[str, torch.Tensor], state: State, deterministic: bool) -> tuple[np.ndarray, State]:
+        batch = next(iter(o.values())).shape[0]
+        params, _, new_state = self.model.forward_step(o, self._state_tensor(state, batch))
+        dist = self.model.distribution(params, o.get(ACTION_MASK_KEY))
         actions = dist.mode() if deterministic else dist.sample()  # [B] or [B, D]
         return actions.cpu().numpy(), self._state_out(new_state, state)
 
     def act(self, obs: Any, state: State = None, deterministic: bool = False) -> tuple[int | np.ndarray, State]:
-        """One observation of obs_shape, state [H] or None -> (python int or [D] numpy action, new state [H])."""
+        """One observation, state [H] or None -> (the env-ready action: python int, [D] array, tuple; new state [H])."""
         batch_state = None if state is None else state[None]
-        actions, new_state = self.act_batch(np.asarray(obs)[None], batch_state, deterministic)
-        action = int(actions[0]) if self.discrete else actions[0]
+        with torch.inference_mode():
+            actions, new_state = self._act(self._obs_tensors(obs, single=True), batch_state, deterministic)
+        if self.discrete:
+            action = int(actions[0])
+        else:
+            action = actions[0] if self.convert_action is None else self.convert_action(actions[0])
         return action, None if new_state is None else new_state[0]
 
     @torch.inference_mode()
     def value(self, obs: Any, state: State = None) -> float | np.ndarray:
         """Critic value: a float for one observation (state [H]), a [B] array for a batch (state [B, H])."""
-        single = tuple(np.shape(obs)) == self.obs_shape
-        o = self._obs_tensor(np.asarray(obs)[None] if single else obs)
+        single = self._is_single(obs)
+        o = self._obs_tensors(obs, single)
         s = None if state is None else (state[None] if single else state)
-        _, values, _ = self.model.forward_step(o, self._state_tensor(s, o.shape[0]))  # [B]
+        _, values, _ = self.model.forward_step(o, self._state_tensor(s, next(iter(o.values())).shape[0]))  # [B]
         return float(values[0]) if single else values.cpu().numpy()
 
     def __repr__(self) -> str:

@@ -12,6 +12,7 @@ import gymnasium as gym
 import torch
 
 from sample_factory.component import Component
+from sample_factory.envs.spaces import ACTION_MASK_KEY
 from sample_factory.messages import ACTIONS_READY, REQUEST, STOP, Channels
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers
@@ -89,16 +90,16 @@ class PolicyWorker(Component):
         b, dev, R = self.buffers, self.device, len(requests)
         slots = torch.tensor([r[3] for r in requests])
         ts = torch.tensor([r[4] for r in requests])
-        obs = b.obs[slots, ts]  # [R, n, *obs_shape]
-        n = obs.shape[1]
-        obs = obs.reshape(R * n, *obs.shape[2:]).to(dev, non_blocking=True)
+        n = b.spec.agents_per_split
+        # {key: [R * n, *shape]}
+        obs = {k: v[slots, ts].reshape(R * n, *v.shape[3:]).to(dev, non_blocking=True) for k, v in b.obs.items()}
         h = None
         if self.model.recurrent:
             keep = (~b.is_first[slots, ts]).unsqueeze(-1)  # [R, n, 1]
             h = (b.rnn_states[slots, ts] * keep).reshape(R * n, -1).to(dev)
         params, values, h_new = self.model.forward_step(obs, h)
         values = self.model.denormalize_values(values)  # buffers hold real-scale values
-        dist = self.model.distribution(params)
+        dist = self.model.distribution(params, obs.get(ACTION_MASK_KEY))
         actions = dist.mode() if self.deterministic else dist.sample()
         log_probs = dist.log_prob(actions)
         b.actions[slots, ts] = actions.reshape(R, n, *b.actions.shape[3:]).to("cpu", b.actions.dtype)
@@ -123,7 +124,8 @@ class PolicyWorker(Component):
         _, actor_idx, split_idx, slot, t = request[:5]
         b = self.buffers
         mask = b.truncated[slot, t - 1]  # [n]
-        final_obs = b.final_obs[actor_idx * self.num_splits + split_idx].to(self.device)
+        split = actor_idx * self.num_splits + split_idx
+        final_obs = {k: v[split].to(self.device) for k, v in b.final_obs.items()}  # {key: [n, *shape]}
         h = b.rnn_states[slot, t].to(self.device) if self.model.recurrent else None  # state before the reset
         _, values, _ = self.model.forward_step(final_obs, h)
         values = self.model.denormalize_values(values)

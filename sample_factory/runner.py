@@ -17,7 +17,7 @@ import torch
 from sample_factory.actor_worker import ActorWorker
 from sample_factory.checkpoint import checkpoint_dir, list_checkpoints, load_policy_checkpoint
 from sample_factory.component import Component, SerialDriver
-from sample_factory.envs.env_utils import probe_env_spaces
+from sample_factory.envs.env_utils import probe_env
 from sample_factory.experiment import experiment_dir, prepare_experiment_dir
 from sample_factory.heartbeat import enable_stack_dumps
 from sample_factory.learner import Learner
@@ -70,14 +70,15 @@ class Runner:
         self.ctx = None if cfg.serial_mode else mp_context()
         try:
             # Through the same context: this also starts the fork server, which preloads torch for all children.
-            self.obs_space, self.action_space = probe_env_spaces(cfg, False if cfg.serial_mode else self.ctx)
+            env_info = probe_env(cfg, False if cfg.serial_mode else self.ctx)
         except Exception:
             if what == "new experiment":  # leave nothing behind for a run that never started
                 shutil.rmtree(self.exp_dir, ignore_errors=True)
             raise
+        self.obs_space, self.action_space, self.num_agents = env_info
         # The initial weights are made once here, so policy workers and learners start identical.
         model = ActorCritic(cfg, self.obs_space, self.action_space)
-        spec = make_buffer_spec(cfg, self.obs_space, self.action_space, model.rnn_state_size)
+        spec = make_buffer_spec(cfg, self.obs_space, self.action_space, model.rnn_state_size, self.num_agents)
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
         self.weights = []
         for p in range(cfg.num_policies):

@@ -1,9 +1,10 @@
 """Shared-memory trajectory tensors and the bounded pool of rollout slots.
 
-A *slot* holds the rollout of one split of one actor worker: n envs (agents) stepped in lockstep for T steps.
-Slot tensors (S slots in total, T = --rollout, n = envs per split):
+A *slot* holds the rollout of one split of one actor worker: n agent columns (envs per split x agents per env)
+stepped in lockstep for T steps. Slot tensors (S slots in total, T = --rollout):
 
-    obs             [S, T+1, n, *obs_shape]  obs[t] is seen before step t; obs[T] bootstraps the rollout
+    obs[key]        [S, T+1, n, *shape]      one tensor per observation key (envs/spaces.py; "obs" for a plain
+                                             Box): obs[t] is seen before step t; obs[T] bootstraps the rollout
     rnn_states      [S, T+2, n, H]           core state fed with obs[t], raw (reset where is_first);
                                              [T+1] is the state after position T, carried to the next slot
     is_first        [S, T+1, n]    bool      obs[t] starts an episode, so the core state must be reset
@@ -14,12 +15,14 @@ Slot tensors (S slots in total, T = --rollout, n = envs per split):
     rewards         [S, T, n]      f32       raw env reward of step t
     dones           [S, T, n]      bool      step t ended the episode (terminated or truncated)
     truncated       [S, T, n]      bool      step t ended the episode by a time limit
+    active          [S, T, n]      bool      the agent took part in step t (multi-agent envs: False after it
+                                             finished before the others; such steps are masked in training)
     final_values    [S, T, n]      f32       V(final observation) where truncated (value bootstrap)
 
 Per split (actor_idx * splits + split_idx), a side area for the final observation of truncated episodes,
 read by policy workers to compute `final_values`:
 
-    final_obs       [num_splits_total, n, *obs_shape]
+    final_obs[key]  [num_splits_total, n, *shape]
 
 Liveness bookkeeping shared by every process (see docs/architecture.md, "Worker restarts"):
 
@@ -42,6 +45,7 @@ import numpy as np
 import torch
 
 from sample_factory.algo.distributions import action_columns
+from sample_factory.envs.spaces import ObsField, obs_fields
 
 
 def torch_dtype(np_dtype: np.dtype) -> torch.dtype:
@@ -52,11 +56,10 @@ def torch_dtype(np_dtype: np.dtype) -> torch.dtype:
 class BufferSpec:
     num_workers: int
     splits_per_worker: int
-    envs_per_split: int
+    agents_per_split: int  # columns of a slot: envs per split x agents per env
     rollout: int
     slots_per_split: int
-    obs_shape: tuple
-    obs_dtype: torch.dtype
+    obs_fields: dict[str, ObsField]
     action_shape: tuple
     action_dtype: torch.dtype
     rnn_size: int  # 0 when the model has no recurrent core
@@ -71,14 +74,14 @@ class BufferSpec:
 
     @property
     def samples_per_slot(self) -> int:
-        return self.envs_per_split * self.rollout
+        return self.agents_per_split * self.rollout
 
 
-def slots_per_split_for(cfg, envs_per_split: int) -> int:
+def slots_per_split_for(cfg, agents_per_split: int) -> int:
     """Enough slots that the learner can hold one iteration (plus the accumulation allowance) while every split
     still fills a slot; in sync mode exactly one iteration's worth, so no sample is collected ahead."""
     splits = cfg.num_workers * cfg.worker_num_splits
-    slot_samples = envs_per_split * cfg.rollout
+    slot_samples = agents_per_split * cfg.rollout
     iteration_slots = math.ceil(cfg.batch_size * cfg.num_batches_per_epoch / slot_samples)
     if not cfg.async_rl:
         return max(1, iteration_slots // splits)
@@ -86,19 +89,20 @@ def slots_per_split_for(cfg, envs_per_split: int) -> int:
     return max(cfg.min_traj_buffers_per_worker, math.ceil((iteration_slots + accumulate_slots) / splits) + 1)
 
 
-def make_buffer_spec(cfg, obs_space: gym.Space, action_space: gym.Space, rnn_size: int) -> BufferSpec:
-    envs_per_split = cfg.num_envs_per_worker // cfg.worker_num_splits
+def make_buffer_spec(
+    cfg, obs_space: gym.Space, action_space: gym.Space, rnn_size: int, num_agents: int = 1
+) -> BufferSpec:
+    agents_per_split = cfg.num_envs_per_worker // cfg.worker_num_splits * num_agents
     action_shape = action_columns(action_space)
     int_actions = isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
     action_dtype = torch.int64 if int_actions else torch.float32
     return BufferSpec(
         num_workers=cfg.num_workers,
         splits_per_worker=cfg.worker_num_splits,
-        envs_per_split=envs_per_split,
+        agents_per_split=agents_per_split,
         rollout=cfg.rollout,
-        slots_per_split=slots_per_split_for(cfg, envs_per_split),
-        obs_shape=tuple(obs_space.shape),
-        obs_dtype=torch_dtype(obs_space.dtype),
+        slots_per_split=slots_per_split_for(cfg, agents_per_split),
+        obs_fields=obs_fields(obs_space),
         action_shape=action_shape,
         action_dtype=action_dtype,
         rnn_size=rnn_size,
@@ -109,9 +113,9 @@ class TrajectoryBuffers:
     """The slot tensors of one run, allocated once (shared memory in multi-process mode)."""
 
     SLOT_KEYS = (
-        "obs",
         "rnn_states",
         "is_first",
+        "active",
         "actions",
         "log_probs",
         "values",
@@ -124,11 +128,18 @@ class TrajectoryBuffers:
 
     def __init__(self, spec: BufferSpec, share: bool = True):
         self.spec = spec
-        S, T, n = spec.num_slots, spec.rollout, spec.envs_per_split
+        S, T, n = spec.num_slots, spec.rollout, spec.agents_per_split
         h = max(spec.rnn_size, 1)  # a 1-wide dummy keeps indexing uniform for models without a core
-        self.obs = torch.zeros((S, T + 1, n, *spec.obs_shape), dtype=spec.obs_dtype)
+        num_splits = spec.num_workers * spec.splits_per_worker
+        self.obs = {
+            k: torch.zeros((S, T + 1, n, *f.shape), dtype=torch_dtype(f.dtype)) for k, f in spec.obs_fields.items()
+        }
+        self.final_obs = {
+            k: torch.zeros((num_splits, n, *f.shape), dtype=torch_dtype(f.dtype)) for k, f in spec.obs_fields.items()
+        }
         self.rnn_states = torch.zeros((S, T + 2, n, h), dtype=torch.float32)
         self.is_first = torch.zeros((S, T + 1, n), dtype=torch.bool)
+        self.active = torch.ones((S, T, n), dtype=torch.bool)
         self.actions = torch.zeros((S, T + 1, n, *spec.action_shape), dtype=spec.action_dtype)
         self.log_probs = torch.zeros((S, T + 1, n), dtype=torch.float32)
         self.values = torch.zeros((S, T + 1, n), dtype=torch.float32)
@@ -137,8 +148,6 @@ class TrajectoryBuffers:
         self.dones = torch.zeros((S, T, n), dtype=torch.bool)
         self.truncated = torch.zeros((S, T, n), dtype=torch.bool)
         self.final_values = torch.zeros((S, T, n), dtype=torch.float32)
-        num_splits = spec.num_workers * spec.splits_per_worker
-        self.final_obs = torch.zeros((num_splits, n, *spec.obs_shape), dtype=spec.obs_dtype)
         self.generation = torch.zeros(spec.num_workers, dtype=torch.int64)
         self.request_seq = torch.zeros((spec.num_workers, spec.splits_per_worker), dtype=torch.int64)
         if share:
@@ -146,7 +155,11 @@ class TrajectoryBuffers:
                 t.share_memory_()
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        return {k: getattr(self, k) for k in (*self.SLOT_KEYS, "final_obs", "generation", "request_seq")}
+        """Every tensor by a flat name ("obs.<key>" and "final_obs.<key>" for the observation dicts)."""
+        out = {f"obs.{k}": v for k, v in self.obs.items()}
+        out.update({f"final_obs.{k}": v for k, v in self.final_obs.items()})
+        out.update({k: getattr(self, k) for k in (*self.SLOT_KEYS, "generation", "request_seq")})
+        return out
 
     def slots_of_worker(self, worker_idx: int) -> list[int]:
         k = self.spec.slots_per_worker
@@ -158,13 +171,17 @@ class TrajectoryBuffers:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
 
-    def gather(self, slots: list[int]) -> dict[str, torch.Tensor]:
-        """Copy the given slots out as trajectories: every tensor becomes [len(slots) * n, T(+1), ...]."""
+    def gather(self, slots: list[int]) -> dict:
+        """Copy the given slots out as trajectories: every tensor becomes [len(slots) * n, T(+1), ...]; "obs" is
+        a dict of such tensors."""
         idx = torch.as_tensor(slots, dtype=torch.long)
-        out = {}
-        for k in self.SLOT_KEYS:
-            x = getattr(self, k).index_select(0, idx)  # [k, L, n, ...] (a copy)
-            out[k] = x.transpose(1, 2).reshape(-1, *x.shape[1:2], *x.shape[3:])
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            x = t.index_select(0, idx)  # [k, L, n, ...] (a copy)
+            return x.transpose(1, 2).reshape(-1, *x.shape[1:2], *x.shape[3:])
+
+        out: dict = {k: take(getattr(self, k)) for k in self.SLOT_KEYS}
+        out["obs"] = {k: take(v) for k, v in self.obs.items()}
         return out
 
 

@@ -106,7 +106,12 @@ def test_cli_renders_headless_when_no_window_can_open(train_dir, tmp_path):
     """Without --no_render: with DISPLAY pointing nowhere (and no pygame here) the window cannot open; enjoy says
     so in one line and evaluates anyway. --eval_results_file puts the summary elsewhere."""
     out_file = tmp_path / "sub" / "r.json"
-    p = enjoy_subprocess(train_dir, "--max_num_episodes=2", f"--eval_results_file={out_file}", env={"DISPLAY": ":97"})
+    p = enjoy_subprocess(
+        train_dir,
+        "--max_num_episodes=2",
+        f"--eval_results_file={out_file}",
+        env={"DISPLAY": ":97", "SDL_VIDEODRIVER": "x11"},
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
     notices = [ln for ln in p.stdout.splitlines() if "evaluating headless" in ln]

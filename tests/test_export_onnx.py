@@ -106,12 +106,11 @@ def test_box_actions_are_the_mean(tmp_path):
     got, want = run_both(policy, path, batch=6)
     assert got[0].shape == (6, 1) and got[0].dtype == np.float32
     assert_same(got, want)
-    with torch.no_grad():  # the mean is the raw policy-head output
-        mean, _, _ = model.forward_step(torch.from_numpy(np.zeros((2, 3), np.float32)), None)
-    out = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        ["actions"], {"obs": np.zeros((2, 3), np.float32)}
-    )[0]
-    np.testing.assert_allclose(out, mean.numpy(), rtol=0, atol=1e-5)
+    obs = np.array([[0.0, 0.0, 0.0], [5.0, -5.0, 5.0]], np.float32)
+    with torch.no_grad():  # the mean is the raw policy-head output, clipped to Pendulum's [-2, 2] (--action_bounds)
+        mean, _, _ = model.forward_step(torch.from_numpy(obs), None)
+    out = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(["actions"], {"obs": obs})[0]
+    np.testing.assert_allclose(out, mean.clamp(-2.0, 2.0).numpy(), rtol=0, atol=1e-5)
 
 
 def test_missing_extra_names_the_install_command(monkeypatch, tmp_path, capsys):

@@ -47,7 +47,7 @@ def test_allocation_shapes_match_docstring(action_space, rnn_size):
     spec = b.spec
     n = cfg.num_envs_per_worker // cfg.worker_num_splits
     T = cfg.rollout
-    assert spec.envs_per_split == n == 2
+    assert spec.agents_per_split == n == 2
     assert spec.rollout == T == 5
     assert spec.num_slots == cfg.num_workers * cfg.worker_num_splits * spec.slots_per_split
     S = spec.num_slots
@@ -55,7 +55,7 @@ def test_allocation_shapes_match_docstring(action_space, rnn_size):
     act_shape = () if isinstance(action_space, gym.spaces.Discrete) else (2,)
     act_dtype = torch.int64 if isinstance(action_space, gym.spaces.Discrete) else torch.float32
     expected = {
-        "obs": ((S, T + 1, n, 3), torch.float32),
+        "obs.obs": ((S, T + 1, n, 3), torch.float32),
         "rnn_states": ((S, T + 2, n, H), torch.float32),
         "is_first": ((S, T + 1, n), torch.bool),
         "actions": ((S, T + 1, n, *act_shape), act_dtype),
@@ -66,7 +66,8 @@ def test_allocation_shapes_match_docstring(action_space, rnn_size):
         "dones": ((S, T, n), torch.bool),
         "truncated": ((S, T, n), torch.bool),
         "final_values": ((S, T, n), torch.float32),
-        "final_obs": ((cfg.num_workers * cfg.worker_num_splits, n, 3), torch.float32),
+        "final_obs.obs": ((cfg.num_workers * cfg.worker_num_splits, n, 3), torch.float32),
+        "active": ((S, T, n), torch.bool),
         "generation": ((cfg.num_workers,), torch.int64),
         "request_seq": ((cfg.num_workers, cfg.worker_num_splits), torch.int64),
     }
@@ -75,14 +76,27 @@ def test_allocation_shapes_match_docstring(action_space, rnn_size):
     for k, (shape, dtype) in expected.items():
         assert tuple(tensors[k].shape) == shape, k
         assert tensors[k].dtype == dtype, k
-        assert not tensors[k].any(), k  # zero-initialized
+        assert tensors[k].all() if k == "active" else not tensors[k].any(), k  # initialized
     assert b.nbytes() == sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def test_obs_dtype_follows_space():
     b = _buffers(obs_space=gym.spaces.Box(0, 255, (7,), np.uint8))
-    assert b.obs.dtype == torch.uint8 and b.final_obs.dtype == torch.uint8
-    assert b.obs.shape[-1] == 7
+    assert b.obs["obs"].dtype == torch.uint8 and b.final_obs["obs"].dtype == torch.uint8
+    assert b.obs["obs"].shape[-1] == 7
+
+
+def test_dict_obs_one_tensor_per_key():
+    space = gym.spaces.Dict(
+        {"image": gym.spaces.Box(0, 255, (3, 8, 8), np.uint8), "action_mask": gym.spaces.MultiBinary(2)}
+    )
+    b = _buffers(obs_space=space)
+    assert set(b.obs) == {"image", "action_mask"}
+    assert b.obs["image"].dtype == torch.uint8 and b.obs["image"].shape[-3:] == (3, 8, 8)
+    assert b.obs["action_mask"].dtype == torch.int8
+    batch = b.gather([0, 1])
+    assert set(batch["obs"]) == {"image", "action_mask"}
+    assert batch["obs"]["image"].shape == (2 * b.spec.agents_per_split, b.spec.rollout + 1, 3, 8, 8)
 
 
 @pytest.mark.parametrize("share", [True, False])
@@ -111,8 +125,7 @@ def test_slot_ownership_round_trip():
 def _fill_distinct(b: TrajectoryBuffers) -> None:
     """Write values that encode their own index, so any index mix-up in gather shows."""
     g = torch.Generator().manual_seed(0)
-    for k in b.SLOT_KEYS:
-        t = getattr(b, k)
+    for t in b.tensors().values():
         if t.dtype == torch.bool:
             t.copy_(torch.rand(t.shape, generator=g) < 0.5)
         else:
@@ -123,13 +136,13 @@ def _fill_distinct(b: TrajectoryBuffers) -> None:
 def test_gather_trajectory_layout(action_space):
     b = _buffers(action_space, rnn_size=3)
     _fill_distinct(b)
-    n, T = b.spec.envs_per_split, b.spec.rollout
+    n, T = b.spec.agents_per_split, b.spec.rollout
     slots = [5, 0, 3]
     out = b.gather(slots)
-    assert set(out) == set(b.SLOT_KEYS)
-    for k in b.SLOT_KEYS:
-        src = getattr(b, k)
-        x = out[k]
+    assert set(out) == {*b.SLOT_KEYS, "obs"}
+    pairs = [(k, getattr(b, k), out[k]) for k in b.SLOT_KEYS]
+    pairs += [(f"obs.{k}", v, out["obs"][k]) for k, v in b.obs.items()]
+    for k, src, x in pairs:
         assert x.shape == (len(slots) * n, *src.shape[1:2], *src.shape[3:]), k
         assert x.shape[1] in (T, T + 1, T + 2)
         for j in range(len(slots) * n):
@@ -150,7 +163,7 @@ def test_gather_round_trip_writes_by_slot_and_env():
     # Write a known scalar into every (slot, env) column via the buffer indexing the actors use, then check the
     # trajectory index j = position_in_slots * n + env recovers it.
     b = _buffers()
-    n = b.spec.envs_per_split
+    n = b.spec.agents_per_split
     for s in range(b.spec.num_slots):
         for e in range(n):
             b.rewards[s, :, e] = 100 * s + e
@@ -234,7 +247,7 @@ def test_async_pool_holds_an_iteration_while_every_split_is_in_progress(extra):
     cfg = _cfg(*extra)
     spec = make_buffer_spec(cfg, OBS_SPACE, DISCRETE, 0)
     splits = cfg.num_workers * cfg.worker_num_splits
-    assert spec.slots_per_split == slots_per_split_for(cfg, spec.envs_per_split)
+    assert spec.slots_per_split == slots_per_split_for(cfg, spec.agents_per_split)
     assert spec.slots_per_split >= cfg.min_traj_buffers_per_worker
     iteration = cfg.batch_size * cfg.num_batches_per_epoch
     accumulate = cfg.batch_size * cfg.num_minibatches_to_accumulate

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from sample_factory.algo.losses import clipped_value_loss, entropy_loss, masked_mean, ppo_policy_loss
 from sample_factory.algo.returns import calculate_gae, calculate_vtrace
+from sample_factory.envs.spaces import ACTION_MASK_KEY
 
 
 def shaped_rewards(rewards: Tensor, truncated: Tensor, final_values: Tensor, cfg: Any) -> Tensor:
@@ -62,23 +63,27 @@ class PPOAlgorithm:
         """batch: trajectories [M, T(+1), ...] as produced by TrajectoryBuffers.gather."""
         cfg, dev = self.cfg, self.device
         T = cfg.rollout
-        b = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
-        obs, is_first = b["obs"], b["is_first"]  # [M, T+1, ...], [M, T+1]
+        b = {k: v.to(dev, non_blocking=True) for k, v in batch.items() if k != "obs"}
+        obs = {k: v.to(dev, non_blocking=True) for k, v in batch["obs"].items()}  # {key: [M, T+1, *shape]}
+        is_first = b["is_first"]  # [M, T+1]
+        action_mask = obs[ACTION_MASK_KEY][:, :T] if ACTION_MASK_KEY in obs else None  # [M, T, A]
         rnn_states = b["rnn_states"][:, : T + 1]  # [M, T+1, H]
         actions = b["actions"][:, :T]  # [M, T, *act_shape]
         old_log_probs, old_values = b["log_probs"][:, :T], b["values"]  # [M, T], [M, T+1]
         rewards = shaped_rewards(b["rewards"], b["truncated"], b["final_values"], cfg)  # [M, T]
         dones = b["dones"].float()  # [M, T]
         lag = policy_version - b["policy_version"][:, :T]  # [M, T]
-        valid = lag <= cfg.max_policy_lag
+        # inactive steps: agents of a multi-agent env that finished before the episode ended
+        valid = (lag <= cfg.max_policy_lag) & b["active"][:, :T]
 
-        self.model.update_normalizers(obs[:, :T].reshape(-1, *obs.shape[2:]))  # before the values are recomputed
+        # before the values are recomputed
+        self.model.update_normalizers({k: v[:, :T].reshape(-1, *v.shape[2:]) for k, v in obs.items()})
         gae_adv = gae_ret = None
         if not cfg.with_vtrace:
             adv, ret = calculate_gae(rewards.T, dones.T, old_values.T, cfg.gamma, cfg.gae_lambda)
             gae_adv, gae_ret = adv.T, ret.T  # [M, T]
 
-        M = obs.shape[0]
+        M = is_first.shape[0]
         sums: dict[str, float] = {}
         num_steps = 0
         version = policy_version
@@ -86,10 +91,12 @@ class PPOAlgorithm:
             perm = torch.randperm(M, device=dev)
             for mb in torch.tensor_split(perm, min(cfg.num_batches_per_epoch, M)):
                 # values: what the value head predicts (normalized with --normalize_returns); values_real: returns
-                params, values = self.model.forward_sequence(obs[mb], rnn_states[mb], is_first[mb], cfg.recurrence)
+                obs_mb = {k: v[mb] for k, v in obs.items()}
+                params, values = self.model.forward_sequence(obs_mb, rnn_states[mb], is_first[mb], cfg.recurrence)
                 values_real = self.model.denormalize_values(values.detach())  # [B, T+1]
                 B = mb.numel()
-                dist = self.model.distribution(params[:, :T].reshape(B * T, -1))
+                mask_mb = None if action_mask is None else action_mask[mb].reshape(B * T, -1)
+                dist = self.model.distribution(params[:, :T].reshape(B * T, -1), mask_mb)
                 log_probs = dist.log_prob(actions[mb].reshape(B * T, *actions.shape[2:]))  # [B*T]
                 entropy = dist.entropy()
                 if cfg.with_vtrace:
@@ -164,7 +171,8 @@ class PPOAlgorithm:
             policy_lag_min=float(lagf.min()),
             policy_lag_avg=float(lagf.mean()),
             policy_lag_max=float(lagf.max()),
-            dropped_samples=int((~valid).sum()),
+            dropped_samples=int((lag > cfg.max_policy_lag).sum()),
+            inactive_samples=int((~b["active"]).sum()),
             samples=int(valid.numel()),
         )
         return stats, version

@@ -195,6 +195,17 @@ def num_action_params(action_space: object) -> int:
     return int(action_space.shape[0])
 
 
+def squash_means(action_space: object, params: Tensor, scale: float) -> Tensor:
+    """params [B, P] with the Gaussian means (Box columns) squashed to scale * tanh(mean / scale)."""
+    cols, off = [], 0
+    for leaf in _leaves(action_space):
+        n = num_action_params(leaf)
+        part = params[:, off : off + n]
+        cols.append(scale * torch.tanh(part / scale) if _space_kind(leaf) == "box" else part)
+        off += n
+    return torch.cat(cols, dim=1)
+
+
 def make_distribution(
     action_space: object,
     params: Tensor,
@@ -207,17 +218,18 @@ def make_distribution(
         action_space: gymnasium Discrete or 1-D Box space.
         params: [B, num_action_params(action_space)] logits (Discrete) or means (Box).
         log_std: [B, D] or [D] log standard deviation; required for Box.
-        mask: optional [B, A] bool action mask (Discrete only; True = allowed).
+        mask: optional action mask (nonzero = allowed): [B, A] for Discrete; for MultiDiscrete/Tuple the masks of
+            the discrete parts side by side, [B, sum of their sizes] (Box parts have none).
     """
     if is_composite(action_space):
-        if mask is not None:
-            raise ValueError("action masks are only supported for Discrete action spaces")
-        parts, widths, p_off, s_off = [], [], 0, 0
+        parts, widths, p_off, s_off, m_off = [], [], 0, 0, 0
         for leaf in _leaves(action_space):
             n = num_action_params(leaf)
             if _space_kind(leaf) == "discrete":
-                parts.append(CategoricalDist(params[:, p_off : p_off + n]))
+                leaf_mask = None if mask is None else mask[:, m_off : m_off + n]
+                parts.append(CategoricalDist(params[:, p_off : p_off + n], mask=leaf_mask))
                 widths.append(1)
+                m_off += n
             else:
                 parts.append(DiagGaussianDist(params[:, p_off : p_off + n], log_std[..., s_off : s_off + n]))
                 widths.append(n)
@@ -233,5 +245,5 @@ def make_distribution(
     if log_std is None:
         raise ValueError("log_std is required for Box action spaces")
     if mask is not None:
-        raise ValueError("action masks are only supported for Discrete action spaces")
+        raise ValueError("action masks apply to discrete actions; this action space is a Box")
     return DiagGaussianDist(params, log_std)

@@ -1,14 +1,20 @@
-"""Atari through ale-py (the [atari] extra) and gymnasium's own wrappers: no-op reset, fire reset, frame skip 4 with
-max-pooling, 84x84 grayscale, frame stack 4, sticky actions. Frames stay uint8 until the model scales them.
+"""Atari through ale-py (the [atari] extra) and gymnasium's own wrappers: no-op reset, frame skip 4 with
+max-pooling, 84x84 grayscale, frame stack 4, sticky actions; plus our episodic-life and fire-reset wrappers.
+Frames stay uint8 until the model scales them.
 
 Names: `atari_<game>` (atari_pong, atari_breakout, atari_space_invaders, ...) or any `ALE/<Game>-v5` id.
+
+Wrapper order: ALE -> AtariPreprocessing -> EpisodicLife (training only) -> FireReset -> FrameStackObservation.
+FireReset sits above EpisodicLife so that FIRE is pressed after every lost life, not only after a new game.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
+
+NOOP = 0  # ALE's minimal action sets start with NOOP (AtariPreprocessing checks it)
 
 
 def atari_env_id(name: str) -> str | None:
@@ -21,18 +27,93 @@ def atari_env_id(name: str) -> str | None:
     return None
 
 
-class FireReset(gym.Wrapper):
-    """Games that wait for FIRE after a reset (Breakout, ...) would otherwise idle until the agent finds it."""
+class EpisodicLife(gym.Wrapper):
+    """A lost life ends the episode for the learner while the game goes on.
 
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(1)
-        if terminated or truncated:
-            obs, info = self.env.reset(**kwargs)
+    On such a step `terminated` is True and `info["game_over"]` is False; the env group then keeps accumulating the
+    episode statistics until the real end of the game (where `info["game_over"]` is True). The next `reset()` does
+    not restart the game: it makes one NOOP step and returns that frame (a reset with a seed or options, or after
+    the real game over, is a real reset). gymnasium's `terminal_on_life_loss` is not used because its next reset
+    restarts the whole game, so the agent would never see the later lives.
+
+    Rewards of the NOOP steps made inside `reset()` are added to the next step's reward, so the per-game return
+    stays exact.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives = 0
+        self.game_over = True  # the first reset starts a game
+        self.pending_reward = 0.0
+
+    def _lives(self) -> int:
+        return int(self.env.unwrapped.ale.lives())
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        reward = float(reward) + self.pending_reward
+        self.pending_reward = 0.0
+        lives = self._lives()
+        self.game_over = bool(terminated or truncated)
+        if self.game_over:
+            info["game_over"] = True
+        elif 0 < lives < self.lives:
+            # The last life (lives 0) is not a life loss: the game's own terminal flag ends it.
+            terminated = True
+            info["game_over"] = False
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        if self.game_over or seed is not None or options:
+            obs, info = self.env.reset(seed=seed, options=options)
+            self.pending_reward = 0.0
+        else:
+            obs, reward, terminated, truncated, info = self.env.step(NOOP)
+            if terminated or truncated:  # the game ended during the NOOP: its reward belongs to the old game
+                obs, info = self.env.reset()
+                self.pending_reward = 0.0
+            else:
+                self.pending_reward += float(reward)
+        self.game_over = False
+        self.lives = self._lives()
         return obs, info
 
 
+class FireReset(gym.Wrapper):
+    """Games that wait for FIRE after a reset (Breakout, ...) would otherwise idle until the agent finds it. Above
+    EpisodicLife, this also launches the game again after every lost life. The FIRE step's reward is added to the
+    next step's reward."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.fire = env.unwrapped.get_action_meanings().index("FIRE")
+        self.pending_reward = 0.0
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        reward = float(reward) + self.pending_reward
+        self.pending_reward = 0.0
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self.pending_reward = 0.0
+        obs, info = self.env.reset(**kwargs)
+        obs, reward, terminated, truncated, info = self.env.step(self.fire)
+        if terminated or truncated:
+            obs, info = self.env.reset()
+        else:
+            self.pending_reward = float(reward)
+        return obs, info
+
+
+def episodic_life_enabled(cfg: Any) -> bool:
+    """Training only: evaluation (enjoy, periodic evaluation) always plays whole games."""
+    return bool(getattr(cfg, "env_episodic_life", True)) and not getattr(cfg, "evaluation_run", False)
+
+
 def make_atari_env(cfg: Any, ale_id: str, render_mode: str | None = None) -> gym.Env:
+    """The ALE env `ale_id` with the wrappers above; observations are uint8 [framestack, 84, 84]."""
     try:
         import ale_py
     except ImportError:
@@ -50,6 +131,8 @@ def make_atari_env(cfg: Any, ale_id: str, render_mode: str | None = None) -> gym
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=30, frame_skip=cfg.env_frameskip, screen_size=84, grayscale_obs=True, scale_obs=False
     )
+    if episodic_life_enabled(cfg):
+        env = EpisodicLife(env)
     if "FIRE" in env.unwrapped.get_action_meanings():
         env = FireReset(env)
     return gym.wrappers.FrameStackObservation(env, cfg.env_framestack)

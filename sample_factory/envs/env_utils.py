@@ -1,5 +1,5 @@
-"""Env creation (registry + gymnasium ids), probing the spaces in a subprocess, and `EnvGroup`, which steps the
-envs of one split in lockstep with same-step autoreset into preallocated arrays."""
+"""Env creation (registry, gymnasium ids, the built-in families: Atari, MuJoCo, VizDoom, PettingZoo) and probing
+the spaces in a subprocess. Stepping envs in lockstep is envs/env_group.py."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import importlib
 import multiprocessing
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
-import numpy as np
 
 from sample_factory.envs.atari import atari_env_id, make_atari_env
+from sample_factory.envs.env_group import env_num_agents
 
 _ENV_REGISTRY: dict[str, Callable[..., gym.Env]] = {}
 
@@ -79,6 +79,16 @@ def make_env(cfg: Any, env_config: dict | None = None, render_mode: str | None =
     ale_id = atari_env_id(name)
     if ale_id is not None:
         return make_atari_env(cfg, ale_id, render_mode)
+    if name.startswith(("doom_", "Vizdoom")):
+        from sample_factory.envs.doom import doom_env_id, make_doom_env
+
+        doom_id = doom_env_id(name)
+        if doom_id is not None:
+            return make_doom_env(cfg, doom_id, render_mode)
+    if name.startswith("pettingzoo."):
+        from sample_factory.envs.pettingzoo_env import make_pettingzoo_env
+
+        return make_pettingzoo_env(cfg, name, render_mode)
     if ":" in name:
         module, name = name.split(":", 1)
         importlib.import_module(module)
@@ -99,26 +109,41 @@ def make_env(cfg: Any, env_config: dict | None = None, render_mode: str | None =
         raise ValueError(f"env {name!r} cannot be created: {e}{_missing_extra_hint(name)}") from None
 
 
+class EnvInfo(NamedTuple):
+    """What the runner needs to know about an env before building the model and the buffers."""
+
+    observation_space: gym.Space
+    action_space: gym.Space
+    num_agents: int
+
+
+def _env_info(cfg: Any) -> EnvInfo:
+    if getattr(cfg, "env_backend", "gymnasium") == "envpool":
+        from sample_factory.envs.envpool_group import envpool_spaces
+
+        return EnvInfo(*envpool_spaces(cfg), 1)
+    env = make_env(cfg)
+    try:
+        return EnvInfo(env.observation_space, env.action_space, env_num_agents(env))
+    finally:
+        env.close()
+
+
 def _probe_target(cfg: Any, conn) -> None:
     try:
-        env = make_env(cfg)
-        conn.send(("ok", (env.observation_space, env.action_space)))
-        env.close()
+        conn.send(("ok", _env_info(cfg)))
     except Exception as e:  # sent back to the parent as one clear line
         conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
     finally:
         conn.close()
 
 
-def probe_env_spaces(cfg: Any, ctx: Any = None) -> tuple[gym.Space, gym.Space]:
-    """Create the env once to read its spaces. A subprocess (from multiprocessing context `ctx`, spawn when not
-    given) keeps env state out of the runner; a timeout turns a hanging env constructor into an error.
-    `ctx=False` probes in this process (serial mode)."""
+def probe_env(cfg: Any, ctx: Any = None) -> EnvInfo:
+    """Create the env once to read its spaces and number of agents. A subprocess (from multiprocessing context `ctx`,
+    spawn when not given) keeps env state out of the runner; a timeout turns a hanging env constructor into an
+    error. `ctx=False` probes in this process (serial mode)."""
     if ctx is False:
-        env = make_env(cfg)
-        spaces = env.observation_space, env.action_space
-        env.close()
-        return spaces
+        return _env_info(cfg)
     ctx = ctx or multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_probe_target, args=(cfg, child), name="sf_env_probe", daemon=True)
@@ -138,143 +163,3 @@ def probe_env_spaces(cfg: Any, ctx: Any = None) -> tuple[gym.Space, gym.Space]:
     if result[0] == "error":
         raise RuntimeError(f"could not create env {cfg.env!r}: {result[1]}")
     return result[1]
-
-
-class TupleActionConverter:
-    """Tuple actions are stored as one float row [K]; the env wants a (nested) tuple. (A class, not a closure:
-    serial snapshots pickle the envs' group.)"""
-
-    def __init__(self, space: gym.spaces.Tuple):
-        self.space = space
-
-    def __call__(self, row: np.ndarray) -> Any:
-        return self._build(self.space, row, 0)[0]
-
-    def _build(self, sp: gym.Space, row: np.ndarray, i: int) -> tuple[Any, int]:
-        if isinstance(sp, gym.spaces.Discrete):
-            return int(row[i]), i + 1
-        if isinstance(sp, gym.spaces.MultiDiscrete):
-            k = sp.nvec.size
-            return row[i : i + k].astype(np.int64), i + k
-        if isinstance(sp, gym.spaces.Tuple):
-            parts = []
-            for sub in sp.spaces:
-                part, i = self._build(sub, row, i)
-                parts.append(part)
-            return tuple(parts), i
-        k = int(sp.shape[0])
-        return row[i : i + k].astype(sp.dtype), i + k
-
-
-class EnvError(RuntimeError):
-    """An env raised or returned something invalid; the message names the env and the field."""
-
-
-class EnvGroup:
-    """n envs stepped in lockstep. After `step`, `obs[i]` is the observation to act on next: the reset
-    observation where the episode ended (same-step autoreset); the final observation of a truncated episode is
-    kept in `final_obs[i]` for value bootstrapping. Everything an env returns is checked here, at the boundary:
-    a wrong shape or dtype, NaN/inf observations or rewards raise EnvError naming the env."""
-
-    def __init__(self, envs: list[gym.Env], seeds: list[int | None], env_ids: list[int] | None = None):
-        self.envs = envs
-        self.n = len(envs)
-        self.env_ids = env_ids if env_ids is not None else list(range(self.n))
-        space = envs[0].observation_space
-        self.obs_shape, self.obs_dtype = tuple(space.shape), space.dtype
-        self.check_finite = np.issubdtype(space.dtype, np.floating)
-        self.obs = np.zeros((self.n, *space.shape), dtype=space.dtype)  # [n, *obs_shape]
-        self.final_obs = np.zeros_like(self.obs)
-        self.rewards = np.zeros(self.n, dtype=np.float32)
-        self.dones = np.zeros(self.n, dtype=bool)
-        self.truncated = np.zeros(self.n, dtype=bool)
-        self.episode_return = np.zeros(self.n, dtype=np.float64)
-        self.episode_len = np.zeros(self.n, dtype=np.int64)
-        self.seeds = seeds
-        space = envs[0].action_space
-        self.convert_action = TupleActionConverter(space) if isinstance(space, gym.spaces.Tuple) else None
-
-    def _checked(self, i: int, o: Any, where: str) -> Any:
-        shape = getattr(o, "shape", None)
-        if shape is None:
-            o = np.asarray(o)
-            shape = o.shape
-        if tuple(shape) != self.obs_shape:
-            raise EnvError(
-                f"env {self.env_ids[i]}: {where} returned an observation of shape {tuple(shape)}, "
-                f"expected {self.obs_shape}"
-            )
-        dtype = getattr(o, "dtype", None)
-        if dtype is not None and not np.can_cast(dtype, self.obs_dtype, "same_kind"):
-            raise EnvError(
-                f"env {self.env_ids[i]}: {where} returned an observation of dtype {dtype}, expected {self.obs_dtype}"
-            )
-        return o
-
-    def _call(self, i: int, where: str, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            raise EnvError(f"env {self.env_ids[i]} raised in {where}: {type(e).__name__}: {e}") from e
-
-    def reset(self) -> np.ndarray:
-        for i, env in enumerate(self.envs):
-            o, _ = self._call(i, "reset", env.reset, seed=self.seeds[i])
-            self.obs[i] = self._checked(i, o, "reset")
-        self._check_finite_obs("reset")
-        self.episode_return[:] = 0
-        self.episode_len[:] = 0
-        return self.obs
-
-    def random_steps(self, counts: list[int]) -> None:
-        """Step env i `counts[i]` times with random actions (decorrelates episodes), with the same checks."""
-        for i, env in enumerate(self.envs):
-            o = None
-            for _ in range(counts[i]):
-                o, _, term, trunc, _ = self._call(i, "step", env.step, env.action_space.sample())
-                if term or trunc:
-                    o, _ = self._call(i, "reset", env.reset)
-            if o is not None:
-                self.obs[i] = self._checked(i, o, "step")
-        self._check_finite_obs("step")
-
-    def _check_finite_obs(self, where: str) -> None:
-        if self.check_finite and not np.isfinite(self.obs).all():
-            bad = int(np.argwhere(~np.isfinite(self.obs.reshape(self.n, -1)))[0][0])
-            raise EnvError(f"env {self.env_ids[bad]}: {where} returned a NaN or inf observation")
-
-    def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
-        """Step every env with actions [n, ...]; return the (return, length) of episodes that ended."""
-        finished = []
-        obs, rewards, dones, truncated = self.obs, self.rewards, self.dones, self.truncated
-        for i, env in enumerate(self.envs):
-            try:
-                a = actions[i] if self.convert_action is None else self.convert_action(actions[i])
-                o, r, term, trunc, _ = env.step(a)
-            except Exception as e:
-                raise EnvError(f"env {self.env_ids[i]} raised in step: {type(e).__name__}: {e}") from e
-            o = self._checked(i, o, "step")
-            rewards[i] = r
-            self.episode_return[i] += r
-            self.episode_len[i] += 1
-            if term or trunc:
-                finished.append((float(self.episode_return[i]), int(self.episode_len[i])))
-                self.episode_return[i] = 0.0
-                self.episode_len[i] = 0
-                if trunc and not term:
-                    self.final_obs[i] = o
-                o, _ = self._call(i, "reset", env.reset)
-                o = self._checked(i, o, "reset")
-            obs[i] = o
-            dones[i] = term or trunc
-            truncated[i] = trunc and not term
-        if not np.isfinite(rewards).all():
-            raise EnvError(
-                f"env {self.env_ids[int(np.argmin(np.isfinite(rewards)))]}: step returned a NaN or inf reward"
-            )
-        self._check_finite_obs("step")
-        return finished
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()

@@ -20,14 +20,10 @@ import gymnasium as gym
 import numpy as np
 
 from sample_factory.envs.atari import atari_env_id
+from sample_factory.envs.env_group import EnvError
 from sample_factory.envs.env_utils import MUJOCO_NAMES
+from sample_factory.envs.spaces import OBS_KEY
 
-try:
-    from sample_factory.envs.env_group import EnvError
-except ImportError:  # before EnvGroup moved to env_group.py
-    from sample_factory.envs.env_utils import EnvError
-
-OBS_KEY = "obs"
 # ALE v5 ends a game after 108,000 emulator frames (gymnasium's max_num_frames_per_episode); envpool counts agent
 # steps, so the same limit is 108,000 / frame skip.
 _ALE_MAX_FRAMES = 108_000
@@ -136,7 +132,7 @@ class EnvPoolGroup:
         self, env: Any, family: str, episodic_life: bool, env_ids: list[int] | None = None, seed: int | None = None
     ):
         self.env = env
-        self.n = n = int(env.config["num_envs"])
+        self.n = self.num_envs = n = int(env.config["num_envs"])
         self.env_ids = env_ids if env_ids is not None else list(range(n))
         self.atari = family == "atari"
         self.episodic_life = episodic_life and self.atari

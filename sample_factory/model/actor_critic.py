@@ -1,5 +1,6 @@
 """Actor-critic model: encoder (model/encoders.py, chosen from the observation space) -> optional recurrent core
--> policy and value heads."""
+-> policy and value heads. Observations come in as dicts key -> tensor (envs/spaces.py); the key "action_mask"
+is not encoded but masks the discrete actions of the policy's distribution."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from sample_factory.algo.distributions import gaussian_dims, make_distribution, num_action_params
+from sample_factory.algo.distributions import gaussian_dims, make_distribution, num_action_params, squash_means
+from sample_factory.envs.spaces import ACTION_MASK_KEY, OBS_KEY, obs_subspaces
 from sample_factory.model.encoders import make_encoder
 from sample_factory.model.normalization import RunningMeanStd
 
@@ -69,28 +71,64 @@ class _Tower(nn.Module):
         self.state_size = self.core.state_size if self.core else 0
 
 
+def as_obs_tensors(obs: Tensor | dict[str, Tensor]) -> dict[str, Tensor]:
+    """A bare tensor is accepted for a non-Dict observation space."""
+    return {OBS_KEY: obs} if isinstance(obs, Tensor) else obs
+
+
+def encoded_space(obs_space: gym.Space) -> gym.Space:
+    """What the encoder sees: the observation space without the action mask."""
+    if not isinstance(obs_space, gym.spaces.Dict):
+        return obs_space
+    keys = [k for k in obs_space.spaces if k != ACTION_MASK_KEY]
+    if not keys:
+        raise ValueError("a Dict observation needs at least one key besides 'action_mask'")
+    return gym.spaces.Dict({k: obs_space.spaces[k] for k in keys})
+
+
 class ActorCritic(nn.Module):
     def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space):
         super().__init__()
         self.action_space = action_space
-        self.towers = nn.ModuleList([_Tower(cfg, obs_space)])
+        self.dict_obs = isinstance(obs_space, gym.spaces.Dict)
+        enc_space = encoded_space(obs_space)
+        self.encoded_keys = list(obs_subspaces(enc_space))
+        self.towers = nn.ModuleList([_Tower(cfg, enc_space)])
         if not cfg.actor_critic_share_weights:
-            self.towers.append(_Tower(cfg, obs_space))
+            self.towers.append(_Tower(cfg, enc_space))
         self.recurrent = cfg.use_rnn
-        # Only float observations are normalized; image frames are scaled by their encoder.
-        is_float = isinstance(obs_space, gym.spaces.Box) and obs_space.dtype.kind == "f"
-        self.obs_normalizer = RunningMeanStd(tuple(obs_space.shape)) if cfg.normalize_input and is_float else None
+        # Only float observations are normalized (per key); image frames are scaled by their encoder.
+        float_keys = {
+            k: sp
+            for k, sp in obs_subspaces(enc_space).items()
+            if isinstance(sp, gym.spaces.Box) and sp.dtype.kind == "f"
+        }
+        self.obs_normalizers = (
+            nn.ModuleDict({k: RunningMeanStd(tuple(sp.shape)) for k, sp in float_keys.items()})
+            if cfg.normalize_input and float_keys
+            else None
+        )
         # With --normalize_returns the value head predicts normalized returns; everything outside the model (buffers,
         # V-trace, GAE) sees real-scale values through denormalize_values.
         self.returns_normalizer = RunningMeanStd(()) if cfg.normalize_returns else None
         self.state_sizes = [t.state_size for t in self.towers]
         self.rnn_state_size = sum(self.state_sizes)  # 0 without a core
-        self.policy_head = nn.Linear(self.towers[0].out_size, num_action_params(action_space))
+        # Box actions (also inside a Tuple): a learned log-std per dimension, or (--adaptive_stddev) predicted per
+        # state by extra policy-head outputs after the distribution parameters.
+        self.gaussian_dims = gaussian_dims(action_space)
+        self.adaptive_stddev = bool(cfg.adaptive_stddev and self.gaussian_dims)
+        self.num_params = num_action_params(action_space)
+        extra = self.gaussian_dims if self.adaptive_stddev else 0
+        self.policy_head = nn.Linear(self.towers[0].out_size, self.num_params + extra)
         self.value_head = nn.Linear(self.towers[-1].out_size, 1)
         self.log_std = None
-        if gaussian_dims(action_space):  # Box actions (also inside a Tuple): state-independent learned std
-            self.log_std = nn.Parameter(torch.full((gaussian_dims(action_space),), math.log(cfg.initial_stddev)))
+        if self.gaussian_dims and not self.adaptive_stddev:
+            self.log_std = nn.Parameter(torch.full((self.gaussian_dims,), math.log(cfg.initial_stddev)))
+        self.tanh_scale = float(cfg.continuous_tanh_scale) if self.gaussian_dims else 0.0
         self._initialize(cfg.policy_initialization)
+        if self.adaptive_stddev:  # start at --initial_stddev like the learned-parameter variant
+            with torch.no_grad():
+                self.policy_head.bias[self.num_params :] = math.log(cfg.initial_stddev)
 
     def _initialize(self, kind: str) -> None:
         if kind == "torch_default":
@@ -114,14 +152,21 @@ class ActorCritic(nn.Module):
     def _heads(self, feats: list[Tensor]) -> tuple[Tensor, Tensor]:
         return self.policy_head(feats[0]), self.value_head(feats[-1]).squeeze(-1)
 
-    def forward_step(self, obs: Tensor, rnn_state: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
-        """One step for a batch: obs [B, *obs_shape], rnn_state [B, H] (already reset where needed) ->
-        (action params [B, P], values [B], new rnn_state [B, H] or None)."""
+    def _encoder_input(self, obs: dict[str, Tensor]) -> Tensor | dict[str, Tensor]:
+        """Normalized; a plain tensor for non-Dict spaces (so custom encoders keep their tensor API)."""
         obs = self.normalize_obs(obs)
+        return {k: obs[k] for k in self.encoded_keys} if self.dict_obs else obs[OBS_KEY]
+
+    def forward_step(
+        self, obs: Tensor | dict[str, Tensor], rnn_state: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """One step for a batch: obs {key: [B, *shape]}, rnn_state [B, H] (already reset where needed) ->
+        (action params [B, P], values [B], new rnn_state [B, H] or None)."""
+        x_in = self._encoder_input(as_obs_tensors(obs))
         feats, new_states = [], []
         states = rnn_state.split(self.state_sizes, dim=1) if self.recurrent else [None] * len(self.towers)
         for tower, h in zip(self.towers, states, strict=True):
-            x = tower.encoder(obs)
+            x = tower.encoder(x_in)
             if tower.core is not None:
                 x, h = tower.core(x, h)
                 new_states.append(h)
@@ -130,18 +175,19 @@ class ActorCritic(nn.Module):
         return params, values, torch.cat(new_states, dim=1) if self.recurrent else None
 
     def forward_sequence(
-        self, obs: Tensor, rnn_states: Tensor | None, is_first: Tensor, recurrence: int
+        self, obs: Tensor | dict[str, Tensor], rnn_states: Tensor | None, is_first: Tensor, recurrence: int
     ) -> tuple[Tensor, Tensor]:
-        """Trajectories for training: obs [B, L, *obs_shape], stored rnn_states [B, L, H], is_first [B, L].
+        """Trajectories for training: obs {key: [B, L, *shape]}, stored rnn_states [B, L, H], is_first [B, L].
         BPTT restarts every `recurrence` steps from the stored state; the state is zeroed where an episode starts.
         Returns (action params [B, L, P], values [B, L])."""
-        B, L = obs.shape[:2]
-        if not self.recurrent:  # forward_step normalizes
-            params, values, _ = self.forward_step(obs.reshape(B * L, *obs.shape[2:]), None)
+        B, L = is_first.shape
+        flat = {k: v.reshape(B * L, *v.shape[2:]) for k, v in as_obs_tensors(obs).items()}
+        if not self.recurrent:
+            params, values, _ = self.forward_step(flat, None)
             return params.view(B, L, -1), values.view(B, L)
         keep = (~is_first).float().unsqueeze(-1)  # [B, L, 1]
-        obs = self.normalize_obs(obs)
-        encoded = [t.encoder(obs.reshape(B * L, *obs.shape[2:])).view(B, L, -1) for t in self.towers]
+        x_in = self._encoder_input(flat)
+        encoded = [t.encoder(x_in).view(B, L, -1) for t in self.towers]
         feats_seq: list[list[Tensor]] = [[] for _ in self.towers]
         h = None
         for t in range(L):
@@ -158,8 +204,10 @@ class ActorCritic(nn.Module):
         params, values = self._heads(feats)
         return params.view(B, L, -1), values.view(B, L)
 
-    def normalize_obs(self, obs: Tensor) -> Tensor:
-        return obs if self.obs_normalizer is None else self.obs_normalizer(obs.float())
+    def normalize_obs(self, obs: dict[str, Tensor]) -> dict[str, Tensor]:
+        if self.obs_normalizers is None:
+            return obs
+        return {k: self.obs_normalizers[k](v.float()) if k in self.obs_normalizers else v for k, v in obs.items()}
 
     def denormalize_values(self, values: Tensor) -> Tensor:
         return values if self.returns_normalizer is None else self.returns_normalizer.denormalize(values)
@@ -171,10 +219,18 @@ class ActorCritic(nn.Module):
         if self.returns_normalizer is not None:
             self.returns_normalizer.update(returns.reshape(-1))
 
-    def update_normalizers(self, obs: Tensor) -> None:
-        """obs [N, *obs_shape] of a training batch."""
-        if self.obs_normalizer is not None:
-            self.obs_normalizer.update(obs)
+    def update_normalizers(self, obs: Tensor | dict[str, Tensor]) -> None:
+        """obs {key: [N, *shape]} of a training batch."""
+        if self.obs_normalizers is not None:
+            obs = as_obs_tensors(obs)
+            for k, norm in self.obs_normalizers.items():
+                norm.update(obs[k])
 
-    def distribution(self, params: Tensor):
-        return make_distribution(self.action_space, params, self.log_std)
+    def distribution(self, params: Tensor, action_mask: Tensor | None = None):
+        """params [B, P]; action_mask [B, A] (nonzero = allowed) for masked discrete actions."""
+        log_std = self.log_std
+        if self.adaptive_stddev:
+            params, log_std = params[:, : self.num_params], params[:, self.num_params :]
+        if self.tanh_scale > 0:
+            params = squash_means(self.action_space, params, self.tanh_scale)
+        return make_distribution(self.action_space, params, log_std, action_mask)

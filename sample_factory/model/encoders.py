@@ -1,6 +1,6 @@
-"""Observation encoders, chosen from the observation space: an MLP for vectors, a conv net (then an MLP) for
-images [C, H, W]. Image observations arrive as uint8 and are scaled to [0, 1] here, so buffers and queues carry
-4x fewer bytes."""
+"""Observation encoders, chosen from the observation space: an MLP for vectors (one-hot for Discrete), a conv net
+(then an MLP) for images [C, H, W], and for Dict spaces one of these per key, concatenated. Image observations
+arrive as uint8 and are scaled to [0, 1] here, so buffers and queues carry 4x fewer bytes."""
 
 from __future__ import annotations
 
@@ -30,14 +30,18 @@ def _mlp(in_size: int, layers: list[int], nonlinearity: str) -> tuple[nn.Sequent
 
 
 class MlpEncoder(nn.Module):
-    """[B, *obs_shape] -> [B, out_size]."""
+    """[B, *obs_shape] -> [B, out_size]; a Discrete observation [B] (an index) is one-hot encoded first."""
 
     def __init__(self, obs_space: gym.Space, layers: list[int], nonlinearity: str):
         super().__init__()
-        mlp, self.out_size = _mlp(int(math.prod(obs_space.shape)), layers, nonlinearity)
+        self.one_hot = int(obs_space.n) if isinstance(obs_space, gym.spaces.Discrete) else 0
+        in_size = self.one_hot or int(math.prod(obs_space.shape))
+        mlp, self.out_size = _mlp(in_size, layers, nonlinearity)
         self.net = nn.Sequential(nn.Flatten(), mlp)
 
     def forward(self, obs: Tensor) -> Tensor:
+        if self.one_hot:
+            obs = torch.nn.functional.one_hot(obs.long(), self.one_hot)
         return self.net(obs.float())
 
 
@@ -84,14 +88,26 @@ class ConvEncoder(nn.Module):
         return self.mlp(self.convs(obs.float() * self.scale))
 
 
+class DictEncoder(nn.Module):
+    """{key: [B, *shape]} -> [B, sum of the per-key out_sizes]: one encoder per key, chosen from its space."""
+
+    def __init__(self, cfg: Any, obs_space: gym.spaces.Dict):
+        super().__init__()
+        self.encoders = nn.ModuleDict({k: space_encoder(cfg, sub) for k, sub in obs_space.spaces.items()})
+        self.out_size = sum(e.out_size for e in self.encoders.values())
+
+    def forward(self, obs: dict[str, Tensor]) -> Tensor:
+        return torch.cat([enc(obs[k]) for k, enc in self.encoders.items()], dim=1)
+
+
 _CUSTOM_ENCODERS: dict[str, Callable[[Any, gym.Space], nn.Module]] = {}
 
 
 def register_encoder(name: str, factory: Callable[[Any, gym.Space], nn.Module]) -> None:
-    """Register a custom encoder, selected with --encoder_custom=name. `factory(cfg, obs_space)` returns an
-    nn.Module mapping a batch of observations [B, *obs_shape] to features [B, out_size] and having an `out_size`
-    attribute. Register at import time of the module that defines it (workers import it too: see
-    docs/custom-env-and-model.md)."""
+    """Register a custom encoder, selected with --encoder_custom=name. `factory(cfg, obs_space)` returns an nn.Module
+    mapping a batch of observations [B, *obs_shape] to features [B, out_size] and having an `out_size` attribute.
+    For a Dict observation space the module gets a dict key -> [B, *shape] (without "action_mask"). Register at
+    import time of the module that defines it (workers import it too: see docs/custom-env-and-model.md)."""
     _CUSTOM_ENCODERS[name] = factory
 
 
@@ -100,8 +116,16 @@ def make_encoder(cfg: Any, obs_space: gym.Space) -> nn.Module:
         if cfg.encoder_custom not in _CUSTOM_ENCODERS:
             raise ValueError(f"--encoder_custom={cfg.encoder_custom} is not registered (register_encoder)")
         return _CUSTOM_ENCODERS[cfg.encoder_custom](cfg, obs_space)
-    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1:
-        return MlpEncoder(obs_space, cfg.encoder_mlp_layers, cfg.nonlinearity)
-    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3:
-        return ConvEncoder(obs_space, cfg.encoder_conv_architecture, cfg.encoder_mlp_layers, cfg.nonlinearity)
-    raise ValueError(f"no encoder for observation space {obs_space} (vector and [C, H, W] image Box spaces work)")
+    if isinstance(obs_space, gym.spaces.Dict):
+        return DictEncoder(cfg, obs_space)
+    return space_encoder(cfg, obs_space)
+
+
+def space_encoder(cfg: Any, space: gym.Space) -> nn.Module:
+    """The built-in encoder for one (non-Dict) observation space: conv for [C, H, W] images, MLP otherwise."""
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 3:
+        return ConvEncoder(space, cfg.encoder_conv_architecture, cfg.encoder_mlp_layers, cfg.nonlinearity)
+    vector = isinstance(space, gym.spaces.Box) and len(space.shape) <= 2
+    if vector or isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
+        return MlpEncoder(space, cfg.encoder_mlp_layers, cfg.nonlinearity)
+    raise ValueError(f"no encoder for observation space {space} (vectors and [C, H, W] images work)")

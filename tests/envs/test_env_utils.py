@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from sample_factory.envs import env_utils
-from sample_factory.envs.env_utils import EnvGroup, make_env, probe_env_spaces, register_env
+from sample_factory.envs.env_group import EnvGroup
+from sample_factory.envs.env_utils import make_env, probe_env, register_env
 
 
 class ThreeStepEnv(gym.Env):
@@ -47,52 +48,52 @@ def _step(group, actions):
 def test_env_group_same_step_autoreset_custom_env():
     group = EnvGroup([ThreeStepEnv(), ThreeStepEnv(offset=100.0)], seeds=[0, 1])
     obs = group.reset()
-    np.testing.assert_array_equal(obs, [[1, 0], [101, 0]])
+    np.testing.assert_array_equal(obs["obs"], [[1, 0], [101, 0]])
 
     # Step 1: env 1 terminates (action 2) -> its row is the reset observation at once.
     finished = _step(group, [0, 2])
-    np.testing.assert_array_equal(group.obs, [[1, 1], [102, 0]])
+    np.testing.assert_array_equal(group.obs["obs"], [[1, 1], [102, 0]])
     np.testing.assert_array_equal(group.rewards, [1.0, 2.0])
     np.testing.assert_array_equal(group.dones, [False, True])
     np.testing.assert_array_equal(group.truncated, [False, False])
-    np.testing.assert_array_equal(group.final_obs, np.zeros((2, 2)))  # termination: nothing to bootstrap
+    np.testing.assert_array_equal(group.final_obs["obs"], np.zeros((2, 2)))  # termination: nothing to bootstrap
     assert finished == [(2.0, 1)]
 
     # Step 2: nothing ends; flags are cleared.
     finished = _step(group, [0, 0])
-    np.testing.assert_array_equal(group.obs, [[1, 2], [102, 1]])
+    np.testing.assert_array_equal(group.obs["obs"], [[1, 2], [102, 1]])
     np.testing.assert_array_equal(group.dones, [False, False])
     np.testing.assert_array_equal(group.truncated, [False, False])
     assert finished == []
 
     # Step 3: env 0 hits the time limit -> truncated, final obs kept, row reset.
     finished = _step(group, [1, 0])
-    np.testing.assert_array_equal(group.obs, [[2, 0], [102, 2]])
+    np.testing.assert_array_equal(group.obs["obs"], [[2, 0], [102, 2]])
     np.testing.assert_array_equal(group.rewards, [3.5, 2.0])
     np.testing.assert_array_equal(group.dones, [True, False])
     np.testing.assert_array_equal(group.truncated, [True, False])
-    np.testing.assert_array_equal(group.final_obs[0], [1, 3])
+    np.testing.assert_array_equal(group.final_obs["obs"][0], [1, 3])
     assert finished == [(1.0 + 2.0 + 3.5, 3)]
 
     # Step 4: env 1 terminates and truncates on the same step: a termination (no bootstrap), not a truncation.
     finished = _step(group, [0, 2])
-    np.testing.assert_array_equal(group.obs, [[2, 1], [103, 0]])
+    np.testing.assert_array_equal(group.obs["obs"], [[2, 1], [103, 0]])
     np.testing.assert_array_equal(group.dones, [False, True])
     np.testing.assert_array_equal(group.truncated, [False, False])
-    np.testing.assert_array_equal(group.final_obs[1], [0, 0])
+    np.testing.assert_array_equal(group.final_obs["obs"][1], [0, 0])
     assert finished == [(1.0 + 2.0 + 4.0, 3)]
 
     # Steps 5-7: env 0 truncates again at step 6; both envs end on step 7 and are reported in env order.
     assert _step(group, [0, 0]) == []
     finished = _step(group, [0, 1])
-    np.testing.assert_array_equal(group.obs, [[3, 0], [103, 2]])
-    np.testing.assert_array_equal(group.final_obs[0], [2, 3])
+    np.testing.assert_array_equal(group.obs["obs"], [[3, 0], [103, 2]])
+    np.testing.assert_array_equal(group.final_obs["obs"][0], [2, 3])
     assert finished == [(1.0 + 2.0 + 3.0, 3)]
     finished = _step(group, [2, 1])  # env 0 terminates at its step 1, env 1 truncates at its step 3
-    np.testing.assert_array_equal(group.obs, [[4, 0], [104, 0]])
+    np.testing.assert_array_equal(group.obs["obs"], [[4, 0], [104, 0]])
     np.testing.assert_array_equal(group.dones, [True, True])
     np.testing.assert_array_equal(group.truncated, [False, True])
-    np.testing.assert_array_equal(group.final_obs[1], [103, 3])
+    np.testing.assert_array_equal(group.final_obs["obs"][1], [103, 3])
     assert finished == [(2.0, 1), (1.0 + 2.5 + 3.5, 3)]
     group.close()
 
@@ -114,7 +115,7 @@ def test_env_group_matches_reference_cartpole():
     group = EnvGroup([gym.make("CartPole-v1", max_episode_steps=limit) for _ in range(n)], seeds)
     refs = [gym.make("CartPole-v1", max_episode_steps=limit) for _ in range(n)]
     ref_obs = np.stack([r.reset(seed=s)[0] for r, s in zip(refs, seeds)])
-    np.testing.assert_array_equal(group.reset(), ref_obs)
+    np.testing.assert_array_equal(group.reset()["obs"], ref_obs)
 
     rng = np.random.default_rng(0)
     ret, length = np.zeros(n), np.zeros(n, dtype=int)
@@ -135,11 +136,11 @@ def test_env_group_matches_reference_cartpole():
                 ret[i], length[i] = 0.0, 0
                 if trunc and not term:
                     n_trunc += 1
-                    np.testing.assert_array_equal(group.final_obs[i], o)
+                    np.testing.assert_array_equal(group.final_obs["obs"][i], o)
                 else:
                     n_term += 1
                 o, _ = ref.reset()
-            np.testing.assert_array_equal(group.obs[i], o)
+            np.testing.assert_array_equal(group.obs["obs"][i], o)
         assert finished == [(float(r), int(ln)) for r, ln in expected_finished]
     # The run exercised both kinds of episode end.
     assert n_term > 0 and n_trunc > 0
@@ -194,7 +195,8 @@ def test_register_env(registered_env):
     with pytest.raises(ValueError, match=name):
         make_env(SimpleNamespace(env="sf_test_three_stp"))
     # In-process probing works with registered envs.
-    obs_space, action_space = probe_env_spaces(cfg, False)
+    obs_space, action_space, num_agents = probe_env(cfg, False)
+    assert num_agents == 1
     assert obs_space.shape == (2,) and action_space == gym.spaces.Discrete(3)
 
 
@@ -208,18 +210,19 @@ def test_registered_env_overrides_gymnasium_id():
     assert not isinstance(make_env(SimpleNamespace(env=name)), ThreeStepEnv)
 
 
-def test_probe_env_spaces_subprocess():
+def test_probe_env_subprocess():
     cfg = SimpleNamespace(env="CartPole-v1", probe_env_timeout_sec=20.0)
-    obs_space, action_space = probe_env_spaces(cfg)
+    obs_space, action_space, num_agents = probe_env(cfg)
+    assert num_agents == 1
     assert isinstance(obs_space, gym.spaces.Box) and obs_space.shape == (4,)
     assert obs_space.dtype == np.float32
     assert action_space == gym.spaces.Discrete(2)
 
 
-def test_probe_env_spaces_subprocess_unknown_env():
+def test_probe_env_subprocess_unknown_env():
     cfg = SimpleNamespace(env="CartPol-v1", probe_env_timeout_sec=20.0)
     with pytest.raises(RuntimeError, match="could not create env 'CartPol-v1'") as exc:
-        probe_env_spaces(cfg)
+        probe_env(cfg)
     msg = str(exc.value)
     assert "ValueError" in msg and "CartPole-v1" in msg  # the child's error, with its suggestion
     assert "\n" not in msg  # one clear line, not a traceback

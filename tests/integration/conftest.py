@@ -84,12 +84,20 @@ def shm_entries() -> dict[str, int]:
 
 
 class TrainRun:
-    def __init__(self, args: list[str], train_dir: Path, experiment: str = "x", env_id: str = "CartPole-v1"):
+    def __init__(
+        self,
+        args: list[str],
+        train_dir: Path,
+        experiment: str = "x",
+        env_id: str = "CartPole-v1",
+        extra_env: dict[str, str] | None = None,
+    ):
         self.train_dir, self.experiment = Path(train_dir), experiment
         self.argv = [f"--env={env_id}", f"--train_dir={train_dir}", f"--experiment={experiment}", *args]
         env = dict(os.environ)
         env.pop("SF_DEBUG", None)
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(extra_env or {})
         self.shm_before = shm_entries()
         self.started = time.monotonic()
         self.proc = subprocess.Popen(

@@ -247,7 +247,7 @@ def test_discrete_model_has_no_log_std():
 
 def test_unsupported_observation_space():
     with pytest.raises(ValueError, match="no encoder"):
-        _model(obs_space=gym.spaces.Box(0, 1, (2, 3), np.float32))
+        _model(obs_space=gym.spaces.Box(0, 1, (2, 3, 4, 5), np.float32))
 
 
 def test_lstm_state_holds_h_and_c_per_layer():

@@ -32,11 +32,11 @@ def test_normalizer_stats_travel_with_published_weights_and_state_dict():
     w.publish(learner_model, 1)
     w.load_into(worker_model)
     torch.testing.assert_close(
-        worker_model.obs_normalizer.mean, learner_model.obs_normalizer.mean, atol=1e-6, rtol=1e-6
+        worker_model.obs_normalizers["obs"].mean, learner_model.obs_normalizers["obs"].mean, atol=1e-6, rtol=1e-6
     )
     obs = torch.randn(5, *OBS_SPACE.shape)
     torch.testing.assert_close(worker_model.forward_step(obs, None)[1], learner_model.forward_step(obs, None)[1])
-    assert "obs_normalizer.mean" in learner_model.state_dict()
+    assert "obs_normalizers.obs.mean" in learner_model.state_dict()
 
 
 def test_returns_normalizer_round_trip_and_identity_when_off():

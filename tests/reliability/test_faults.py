@@ -8,6 +8,7 @@ Timings are generous: the reference machine has 2 cores and other sessions may s
 from __future__ import annotations
 
 import errno
+import os
 import re
 import struct
 import time
@@ -354,7 +355,13 @@ def test_bad_input_one_clear_error(tmp_path, start_run, case):
     if case == "gpu_without_gpu" and torch.cuda.is_available():
         pytest.skip("needs a machine without a CUDA GPU")
     args, env_id, expected = BAD_INPUT[case]
-    run = start_run(args, tmp_path / "td", env_id=env_id)
+    extra_env = None
+    if case == "env_extra_missing":  # vizdoom may be installed: hide it from the run
+        blocker = tmp_path / "hide" / "vizdoom"
+        blocker.mkdir(parents=True)
+        (blocker / "__init__.py").write_text("raise ImportError(\"No module named 'vizdoom' (hidden by a test)\")\n")
+        extra_env = {"PYTHONPATH": f"{blocker.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    run = start_run(args, tmp_path / "td", env_id=env_id, extra_env=extra_env)
     assert_one_clear_error(run, expected)
 
 

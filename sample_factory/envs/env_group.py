@@ -1,0 +1,215 @@
+"""`EnvGroup`: the envs of one split stepped in lockstep with same-step autoreset into preallocated arrays, and the
+checks at the env boundary.
+
+Columns: a split of E envs with A agents each (A = env.num_agents, 1 for single-agent envs) has n = E * A columns;
+column c is agent c % A of env c // A. Single-agent and multi-agent envs go through the same code path.
+
+Multi-agent env interface (docs/environments.md): reset() -> (list of A observations, list of A infos);
+step(list of A actions) -> (observations, rewards [A], terminated [A], truncated [A], infos) with no autoreset;
+an agent that finished before the others is reported with infos[a]["is_active"] = False on every later step until
+the episode ends (its action is ignored).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from sample_factory.envs.actions import action_converter, sample_action
+from sample_factory.envs.spaces import ACTION_MASK_KEY, alloc_obs, as_obs_dict, obs_fields
+
+
+class EnvError(RuntimeError):
+    """An env raised or returned something invalid; the message names the env and the field."""
+
+
+def env_num_agents(env: gym.Env) -> int:
+    # gymnasium's wrappers (gym.make adds some) do not forward attributes; get_wrapper_attr looks through them.
+    try:
+        return int(env.get_wrapper_attr("num_agents") or 1)
+    except AttributeError:
+        return 1
+
+
+class EnvGroup:
+    """After `step`, `obs[k][c]` is what column c acts on next: the reset observation where the episode ended
+    (same-step autoreset); the final observation of a truncated episode is kept in `final_obs[k][c]` for value
+    bootstrapping; `active[c]` is False when agent c did not take part in the step (it finished before the
+    others in its env; such steps are masked in training). Everything an env returns is checked here: a wrong key,
+    shape or dtype, NaN/inf observations or rewards raise EnvError naming the env.
+
+    An env that ends a training episode while its game goes on (Atari episodic life) sets info["game_over"] =
+    False: episode statistics then continue until the real end of the game."""
+
+    def __init__(
+        self,
+        envs: list[gym.Env],
+        seeds: list[int | None],
+        env_ids: list[int] | None = None,
+        action_bounds: str = "clip",
+    ):
+        self.envs = envs
+        self.env_ids = env_ids if env_ids is not None else list(range(len(envs)))
+        self.num_agents = env_num_agents(envs[0])
+        if any(env_num_agents(e) != self.num_agents for e in envs):
+            raise EnvError("all envs of a split must have the same num_agents")
+        self.multi_agent = self.num_agents > 1
+        A = self.num_agents
+        self.num_envs = len(envs)
+        self.n = n = len(envs) * A
+        self.obs_space = envs[0].observation_space
+        self.fields = obs_fields(self.obs_space)
+        self.float_keys = [k for k, f in self.fields.items() if f.dtype.kind == "f"]
+        self.obs = alloc_obs(self.fields, n)  # key -> [n, *shape]
+        self.final_obs = alloc_obs(self.fields, n)
+        self.rewards = np.zeros(n, dtype=np.float32)
+        self.dones = np.zeros(n, dtype=bool)
+        self.truncated = np.zeros(n, dtype=bool)
+        self.active = np.ones(n, dtype=bool)
+        self.agent_done = np.zeros(n, dtype=bool)  # finished within the current episode of its env
+        self.episode_return = np.zeros(n, dtype=np.float64)
+        self.episode_len = np.zeros(n, dtype=np.int64)
+        self.seeds = seeds
+        self.convert_action = action_converter(envs[0].action_space, action_bounds)
+
+    # --- env calls, normalized to per-agent lists ---------------------------------------------------------------
+
+    def _call(self, i: int, where: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise EnvError(f"env {self.env_ids[i]} raised in {where}: {type(e).__name__}: {e}") from e
+
+    def _reset_env(self, i: int, seed: int | None = None) -> tuple[list, list[dict]]:
+        kwargs = {"seed": seed} if seed is not None else {}
+        o, info = self._call(i, "reset", self.envs[i].reset, **kwargs)
+        return (list(o), list(info)) if self.multi_agent else ([o], [info])
+
+    def _step_env(self, i: int, actions: list) -> tuple[list, Any, Any, Any, list[dict]]:
+        env = self.envs[i]
+        if self.multi_agent:
+            o, r, term, trunc, info = self._call(i, "step", env.step, actions)
+            if len(o) != self.num_agents:
+                raise EnvError(
+                    f"env {self.env_ids[i]}: step returned {len(o)} observations for {self.num_agents} agents"
+                )
+            return list(o), r, term, trunc, list(info)
+        o, r, term, trunc, info = self._call(i, "step", env.step, actions[0])
+        return [o], (r,), (term,), (trunc,), [info]
+
+    def _put_obs(self, target: dict[str, np.ndarray], c: int, o: Any, i: int, where: str) -> None:
+        """Check one observation against the space and write it into row c of `target`."""
+        d = as_obs_dict(o, self.obs_space)
+        if len(d) != len(self.fields) or any(k not in d for k in self.fields):
+            raise EnvError(
+                f"env {self.env_ids[i]}: {where} returned observation keys {sorted(d)}, expected {sorted(self.fields)}"
+            )
+        for k, f in self.fields.items():
+            v = d[k]
+            shape = getattr(v, "shape", None)
+            if shape is None:
+                v = np.asarray(v)
+                shape = v.shape
+            if tuple(shape) != f.shape:
+                name = "an observation" if len(self.fields) == 1 else f"observation {k!r}"
+                raise EnvError(
+                    f"env {self.env_ids[i]}: {where} returned {name} of shape {tuple(shape)}, expected {f.shape}"
+                )
+            dtype = getattr(v, "dtype", None)
+            if dtype is not None and not np.can_cast(dtype, f.dtype, "same_kind"):
+                name = "an observation" if len(self.fields) == 1 else f"observation {k!r}"
+                raise EnvError(f"env {self.env_ids[i]}: {where} returned {name} of dtype {dtype}, expected {f.dtype}")
+            target[k][c] = v
+
+    def _check_finite_obs(self, where: str) -> None:
+        for k in self.float_keys:
+            x = self.obs[k]
+            if not np.isfinite(x).all():
+                bad = int(np.argwhere(~np.isfinite(x.reshape(self.n, -1)))[0][0]) // self.num_agents
+                raise EnvError(f"env {self.env_ids[bad]}: {where} returned a NaN or inf observation")
+
+    def _sample_actions(self, i: int) -> list:
+        """Random actions for the agents of env i, allowed by their current action masks."""
+        space, A = self.envs[i].action_space, self.num_agents
+        masks = self.obs.get(ACTION_MASK_KEY)
+        return [sample_action(space, None if masks is None else masks[i * A + a]) for a in range(A)]
+
+    # --- the group's API --------------------------------------------------------------------------------------
+
+    def reset(self) -> dict[str, np.ndarray]:
+        A = self.num_agents
+        for i in range(len(self.envs)):
+            obs, _ = self._reset_env(i, self.seeds[i])
+            for a in range(A):
+                self._put_obs(self.obs, i * A + a, obs[a], i, "reset")
+        self._check_finite_obs("reset")
+        self.agent_done[:] = False
+        self.episode_return[:] = 0
+        self.episode_len[:] = 0
+        return self.obs
+
+    def random_steps(self, counts: list[int]) -> None:
+        """Step env i `counts[i]` times with random actions (decorrelates episodes), with the same checks."""
+        A = self.num_agents
+        for i in range(len(self.envs)):
+            for _ in range(counts[i]):
+                obs, _, term, trunc, infos = self._step_env(i, self._sample_actions(i))
+                done = np.logical_or(term, trunc)
+                self.agent_done[i * A : (i + 1) * A] |= done
+                if self.agent_done[i * A : (i + 1) * A].all():
+                    obs, infos = self._reset_env(i)
+                    self.agent_done[i * A : (i + 1) * A] = False
+                for a in range(A):  # every step: the next random actions respect the current action mask
+                    self._put_obs(self.obs, i * A + a, obs[a], i, "step")
+        self._check_finite_obs("step")
+
+    def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
+        """Step every env with actions [n, ...]; return the (return, length) of the episodes that ended (one per
+        agent in multi-agent envs)."""
+        finished = []
+        A = self.num_agents
+        rewards, dones, truncated = self.rewards, self.dones, self.truncated
+        convert = self.convert_action
+        for i in range(len(self.envs)):
+            rows = actions[i * A : (i + 1) * A]
+            acts = [convert(r) for r in rows] if convert is not None else list(rows)
+            obs, r, term, trunc, infos = self._step_env(i, acts)
+            game_over = True
+            for a in range(A):
+                c = i * A + a
+                te, tr = bool(term[a]), bool(trunc[a])
+                self.active[c] = infos[a].get("is_active", True) if infos[a] else True
+                rewards[c] = r[a]
+                dones[c] = te or tr
+                truncated[c] = tr and not te
+                if self.active[c]:
+                    self.episode_return[c] += r[a]
+                    self.episode_len[c] += 1
+                if te or tr:
+                    self.agent_done[c] = True
+                    game_over = infos[a].get("game_over", True) if infos[a] else True
+                    if game_over:
+                        finished.append((float(self.episode_return[c]), int(self.episode_len[c])))
+                        self.episode_return[c] = 0.0
+                        self.episode_len[c] = 0
+                    if tr and not te:
+                        self._put_obs(self.final_obs, c, obs[a], i, "step")
+            if self.agent_done[i * A : (i + 1) * A].all():
+                obs, _ = self._reset_env(i)
+                self.agent_done[i * A : (i + 1) * A] = False
+                where = "reset"
+            else:
+                where = "step"
+            for a in range(A):
+                self._put_obs(self.obs, i * A + a, obs[a], i, where)
+        if not np.isfinite(rewards).all():
+            bad = int(np.argmin(np.isfinite(rewards))) // A
+            raise EnvError(f"env {self.env_ids[bad]}: step returned a NaN or inf reward")
+        self._check_finite_obs("step")
+        return finished
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
