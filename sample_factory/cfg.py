@@ -400,6 +400,102 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             {},
         ),
     ],
+    "PBT": [
+        (
+            "with_pbt",
+            (),
+            _BOOL,
+            False,
+            "Population-based training over the --num_policies policies: the worst ones periodically take over "
+            "the weights of better ones, and hyperparameters are perturbed.",
+            {},
+        ),
+        (
+            "pbt_period_env_steps",
+            (),
+            int,
+            5_000_000,
+            "Env steps of one policy between two of its PBT steps (replacement or mutation).",
+            {},
+        ),
+        (
+            "pbt_start_mutation",
+            (),
+            int,
+            20_000_000,
+            "No replacement or mutation before this many env steps of a policy, so the initially diverse "
+            "policies can develop first.",
+            {},
+        ),
+        (
+            "pbt_replace_fraction",
+            (),
+            float,
+            0.3,
+            "Fraction of the population (rounded up) that counts as worst, and as best: a worst policy may be "
+            "replaced by a random one of the best.",
+            {},
+        ),
+        ("pbt_mutation_rate", (), float, 0.15, "Probability that each hyperparameter is perturbed in a PBT step.", {}),
+        (
+            "pbt_replace_reward_gap",
+            (),
+            float,
+            0.1,
+            "A replacement needs the better policy's objective to exceed the worse one's by this fraction of "
+            "the better one's absolute objective.",
+            {},
+        ),
+        (
+            "pbt_replace_reward_gap_absolute",
+            (),
+            float,
+            1e-6,
+            "A replacement also needs the objective gap to exceed this absolute value.",
+            {},
+        ),
+        (
+            "pbt_optimize_gamma",
+            (),
+            _BOOL,
+            False,
+            "Let PBT perturb the discount factor as well (kept within [0.9, 0.9999]).",
+            {},
+        ),
+        (
+            "pbt_target_objective",
+            (),
+            str,
+            "true_objective",
+            "Per-policy statistic PBT ranks policies by (higher is better): true_objective is the mean episode "
+            "reward; any other name is a per-policy stat reported during training (e.g. a custom env stat).",
+            {},
+        ),
+        (
+            "pbt_perturb_min",
+            (),
+            float,
+            1.1,
+            "Smallest factor by which a perturbed hyperparameter is multiplied or divided.",
+            {},
+        ),
+        (
+            "pbt_perturb_max",
+            (),
+            float,
+            1.5,
+            "Largest factor by which a perturbed hyperparameter is multiplied or divided.",
+            {},
+        ),
+        (
+            "pbt_mix_policies_in_one_env",
+            (),
+            _BOOL,
+            True,
+            "Multi-agent envs: agents of one env may be controlled by different policies (False: one policy per env).",
+            {},
+        ),
+    ],
 }
 
 # Per env-family presets: used unless the flag is given on the command line; recorded in cfg.json.
