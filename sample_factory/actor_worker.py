@@ -7,6 +7,13 @@ One env step of split s, in this file:
   REQUEST(slot, t + 1) to the policy workers.
 At t + 1 == T the request asks for the bootstrap position of the rollout; when it is served the slot goes to the
 learner (ROLLOUT) and the split continues in a fresh slot from this worker's pool, or waits for FREE_SLOTS.
+
+Several policies (--num_policies): every column (agent) of a split has a policy, recorded per step in
+buffers.policy_id. Normally a whole split belongs to one policy, rotated at each rollout boundary so every policy
+gets an equal share of every worker's experience. In multi-agent envs with --pbt_mix_policies_in_one_env each
+agent's policy is drawn when its env starts an episode (policy_mapping.py); a request then goes to every policy
+present in the split, and the finished slot to every learner whose policy acted in it (it comes back to the pool
+when all of them returned it).
 """
 
 from __future__ import annotations
@@ -21,16 +28,19 @@ from sample_factory.component import Component
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env
 from sample_factory.messages import ACTIONS_READY, FREE_SLOTS, REQUEST, RESEND, ROLLOUT, Channels
+from sample_factory.policy_mapping import checked_mapping, get_policy_mapping
 from sample_factory.shared_buffers import SlotPool, TrajectoryBuffers
 
 # Position T of a finished slot that the next slot starts from: inputs (and the observation dict), and (async) the
 # outputs already computed.
 _CARRY_INPUTS = ("is_first",)
-_CARRY_OUTPUTS = ("actions", "log_probs", "values", "policy_version")
+_CARRY_OUTPUTS = ("actions", "log_probs", "values", "policy_version", "policy_id")
 
 
-def policy_of_split(cfg: Any, worker_idx: int, split_idx: int) -> int:
-    return (worker_idx * cfg.worker_num_splits + split_idx) % cfg.num_policies
+def policy_of_split(cfg: Any, worker_idx: int, split_idx: int, rollouts: int = 0) -> int:
+    """The policy of a whole split after `rollouts` finished rollouts: splits start spread over the policies and
+    advance by one policy per rollout."""
+    return (worker_idx * cfg.worker_num_splits + split_idx + rollouts) % cfg.num_policies
 
 
 class ActorWorker(Component):
@@ -57,7 +67,17 @@ class ActorWorker(Component):
         base_seed = None if cfg.seed is None else cfg.seed * 1000 + cfg.env_seed_offset
         self.rng = np.random.default_rng(None if base_seed is None else base_seed + self.index)
         self.groups = [self._make_group(s, base_seed) for s in range(self.num_splits)]
-        self.policy = [policy_of_split(cfg, self.index, s) for s in range(self.num_splits)]
+        self.P = cfg.num_policies
+        num_agents = self.groups[0].num_agents
+        self.mix = self.P > 1 and num_agents > 1 and cfg.pbt_mix_policies_in_one_env
+        self.mapping = get_policy_mapping(cfg.policy_mapping) if self.mix else None
+        self.rollouts = [0] * self.num_splits
+        # [n] policy of every column of split s (what policy_id[slot, t] gets at each request)
+        self.col_policy = [
+            np.full(self.groups[s].n, policy_of_split(cfg, self.index, s)) for s in range(self.num_splits)
+        ]
+        self.answers_due: list[set[int]] = [set() for _ in range(self.num_splits)]  # policies yet to answer
+        self.slot_holders: dict[int, int] = {}  # slot -> learners that still hold it
         self.slot: list[int | None] = [None] * self.num_splits
         self.t = [0] * self.num_splits
         self.carry: list[dict | None] = [None] * self.num_splits
@@ -105,30 +125,60 @@ class ActorWorker(Component):
         slot = self.pool.acquire()
         assert slot is not None, "a fresh worker always has a slot per split"
         self.slot[s], self.t[s] = slot, 0
+        if self.mix:
+            for i in range(group.num_envs):
+                self._draw_policies(s, i)
         for k, v in group.obs.items():
             self.np_obs[k][slot, 0] = v
         self.np["is_first"][slot, 0] = True
         self.np["rnn_states"][slot, 0] = 0.0
         self._request(s, has_truncations=False)
 
+    def _draw_policies(self, s: int, env: int) -> None:
+        """New policies for the agents of env `env` of split s (at an episode start)."""
+        A, group = self.groups[s].num_agents, self.groups[s]
+        ids = self.mapping(group.env_ids[env], A, self.P, self.rng)
+        self.col_policy[s][env * A : (env + 1) * A] = checked_mapping(ids, A, self.P)
+
     def _request(self, s: int, has_truncations: bool) -> None:
+        slot, t = self.slot[s], self.t[s]
         self.request_time[s] = time.monotonic()
         self.seq[s] += 1
         self.np["request_seq"][self.index, s] = self.seq[s]
-        msg = (REQUEST, self.index, s, self.slot[s], self.t[s], has_truncations, self.gen, self.seq[s])
+        pol = self.col_policy[s]
+        self.np["policy_id"][slot, t] = pol
+        if self.P == 1:
+            due = {0}
+        else:
+            due = set(np.unique(pol).tolist())
+            if has_truncations:  # V(final obs) is computed by the policy that acted at t - 1
+                b = self.np
+                due.update(np.unique(b["policy_id"][slot, t - 1][b["truncated"][slot, t - 1]]).tolist())
+        msg = (REQUEST, self.index, s, slot, t, has_truncations, self.gen, self.seq[s])
         self.last_request[s] = msg
-        self.channels.policy[self.policy[s]].put(msg)
+        self.answers_due[s] = due
+        for p in due:
+            self.channels.policy[p].put(msg)
 
     def on_message(self, msg: tuple) -> None:
         kind = msg[0]
         if kind in (ACTIONS_READY, FREE_SLOTS) and msg[2] != self.gen:
             return  # addressed to the crashed worker this one replaced
         if kind == ACTIONS_READY:
+            policy = msg[3]
             for s, seq in msg[1]:
                 if seq == self.seq[s] and self.request_time[s]:  # a re-sent request may be answered twice
-                    self._advance(s)
+                    self.answers_due[s].discard(policy)
+                    if not self.answers_due[s]:
+                        self._advance(s)
         elif kind == FREE_SLOTS:
-            self.pool.release(msg[1])
+            returned = []
+            for slot in msg[1]:
+                self.slot_holders[slot] -= 1
+                if self.slot_holders[slot] == 0:
+                    del self.slot_holders[slot]
+                    returned.append(slot)
+            self.pool.release(returned)
             while self.waiting and self.pool.free:
                 self._continue_in_new_slot(self.waiting.pop(0))
         elif kind == RESEND:
@@ -136,7 +186,8 @@ class ActorWorker(Component):
             now = time.monotonic()
             for s, msg_s in enumerate(self.last_request):
                 if self.request_time[s] and now - self.request_time[s] > 0.2:
-                    self.channels.policy[self.policy[s]].put(msg_s)
+                    for p in self.answers_due[s]:
+                        self.channels.policy[p].put(msg_s)
                     self.request_time[s] = now  # the replacement policy worker gets a full timeout
         else:
             raise RuntimeError(f"actor {self.index}: unexpected message {msg!r}")
@@ -158,17 +209,25 @@ class ActorWorker(Component):
         b["truncated"][slot, t] = group.truncated
         for k, v in group.obs.items():
             self.np_obs[k][slot, t + 1] = v
-        b["is_first"][slot, t + 1] = group.dones
+        b["is_first"][slot, t + 1] = group.first
         b["active"][slot, t] = group.active
         has_truncations = bool(group.truncated.any())
         if has_truncations:
             split = self.index * self.num_splits + s
             for k, v in group.final_obs.items():
                 self.np_final_obs[k][split] = v
-        p = self.policy[s]
-        self.env_steps[p] += group.n
-        if finished:
-            self.episodes[p].extend(finished)
+        pol = self.col_policy[s]  # the policies that acted in this step
+        if self.P == 1:
+            self.env_steps[0] += group.n
+            self.episodes[0].extend(finished)
+        else:
+            for p, count in enumerate(np.bincount(pol, minlength=self.P)):
+                self.env_steps[p] += int(count)
+            for episode, col in zip(finished, group.finished_columns, strict=True):
+                self.episodes[pol[col]].append(episode)
+            if self.mix:
+                for i in np.flatnonzero(group.env_reset):
+                    self._draw_policies(s, int(i))
         self.t[s] = t + 1
         self._request(s, has_truncations)
 
@@ -180,7 +239,12 @@ class ActorWorker(Component):
         carry["rnn_in"] = self.buffers.rnn_states[slot, T].clone()
         carry["rnn_out"] = self.buffers.rnn_states[slot, T + 1].clone()
         self.carry[s] = carry
-        self.channels.learner[self.policy[s]].put((ROLLOUT, self.index, slot, self.gen))
+        # the learners of every policy that acted at positions 0..T-1 (T only bootstraps)
+        holders = [0] if self.P == 1 else np.unique(self.np["policy_id"][slot, :T]).tolist()
+        self.slot_holders[slot] = len(holders)
+        for p in holders:
+            self.channels.learner[p].put((ROLLOUT, self.index, slot, self.gen))
+        self.rollouts[s] += 1
         self._report_progress()
         self.slot[s] = None
         if self.pool.free:
@@ -200,7 +264,16 @@ class ActorWorker(Component):
             buf.obs[k][slot, 0] = v
         buf.rnn_states[slot, 0] = carry["rnn_in"]
         self.activity = "stepping envs"
-        if self.cfg.async_rl:
+        rotate = self.P > 1 and not self.mix
+        if rotate:
+            new_policy = policy_of_split(self.cfg, self.index, s, self.rollouts[s])
+            rotate = new_policy != int(self.col_policy[s][0])
+            self.col_policy[s][:] = new_policy
+        if rotate:
+            # Another policy takes over the split: it acts on position 0 itself, from a fresh core state.
+            buf.is_first[slot, 0] = True
+            self._request(s, has_truncations=False)
+        elif self.cfg.async_rl:
             for k in _CARRY_OUTPUTS:
                 getattr(buf, k)[slot, 0] = carry[k]
             buf.rnn_states[slot, 1] = carry["rnn_out"]

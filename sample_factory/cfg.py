@@ -101,7 +101,25 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             {},
         ),
         ("policy_workers_per_policy", (), int, 1, "Policy worker processes serving inference for each policy.", {}),
-        ("num_policies", (), int, 1, "Number of policies trained at once (each has its own learner).", {}),
+        (
+            "num_policies",
+            (),
+            int,
+            1,
+            "Number of policies trained at once, each with its own learner, policy workers, checkpoints and "
+            "summaries; they share the actor workers (docs/multi-policy-and-pbt.md).",
+            {},
+        ),
+        (
+            "policy_mapping",
+            (),
+            str,
+            None,
+            "Multi-agent envs with several policies mixed in one env: a mapping registered with "
+            "sample_factory.policy_mapping.register_policy_mapping that picks each agent's policy at episode start "
+            "(default: uniformly at random).",
+            {},
+        ),
         ("rollout", (), int, 32, "Trajectory length collected per env before it is handed to the learner.", {}),
         (
             "min_traj_buffers_per_worker",
@@ -692,8 +710,8 @@ def finalize_cfg(cfg: argparse.Namespace) -> argparse.Namespace:
     cfg.train_for_env_steps = int(cfg.train_for_env_steps)
     if cfg.env_backend == "envpool" and cfg.serial_mode:
         raise ConfigError("--env_backend=envpool does not run in --serial_mode (EnvPool batches cannot be snapshotted)")
-    if cfg.num_policies != 1:
-        raise ConfigError("--num_policies > 1 is not supported yet (multi-policy training comes with PBT)")
+    if cfg.num_policies > 1 and not cfg.async_rl:
+        raise ConfigError("--num_policies > 1 needs --async_rl=True (policies share the actor workers' slots)")
     if not cfg.async_rl:
         envs_per_split = cfg.num_envs_per_worker // cfg.worker_num_splits
         round_samples = cfg.num_workers * cfg.worker_num_splits * envs_per_split * cfg.rollout

@@ -133,7 +133,10 @@ class Learner(Component):
         if self.cfg.async_rl or self.cfg.sampler_only:
             self._return_slots(taken)  # collection continues while we train
         self.timing["copy_batch"] += time.perf_counter() - t0
-        samples = len(taken) * self.buffers.spec.samples_per_slot
+        if self.cfg.num_policies == 1:
+            samples = len(taken) * self.buffers.spec.samples_per_slot
+        else:  # slots of multi-agent envs may hold other policies' steps too
+            samples = int((batch["policy_id"][:, :-1] == self.policy_id).sum())
         self.env_steps += samples
         if self.cfg.sampler_only:
             self.report("train", {"samples": samples, "env_steps": self.env_steps, "version": self.version})
@@ -141,7 +144,7 @@ class Learner(Component):
         self.activity = "training"
         t0 = time.perf_counter()
         self.algo.set_learning_rate(learning_rate_at(self.cfg, self.env_steps))
-        stats, self.version = self.algo.train(batch, self.version)
+        stats, self.version = self.algo.train(batch, self.version, self.policy_id)
         if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:
             raise RuntimeError(
                 f"{self.algo.consecutive_skipped} consecutive updates had a NaN/inf loss or gradient "

@@ -7,7 +7,7 @@ runs with faster-fifo queues between processes or with in-process deques in seri
 Message formats (tuples, first element is the kind). `gen` is the actor worker's generation (bumped when the
 runner restarts it) and `seq` the split's request number: receivers drop messages that are no longer current.
 - actor -> policy workers of policy p:   (REQUEST, actor_idx, split_idx, slot, t, has_truncations, gen, seq)
-- policy worker -> actor:                (ACTIONS_READY, [(split_idx, seq), ...], gen)
+- policy worker -> actor:                (ACTIONS_READY, [(split_idx, seq), ...], gen, policy_id)
 - actor -> learner of policy p:          (ROLLOUT, actor_idx, slot, gen)
 - learner -> actor:                      (FREE_SLOTS, [slot, ...], gen)
 - runner -> learner:                     (SAVE_BEST, metric_value)  the run's metric improved

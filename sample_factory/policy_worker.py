@@ -47,6 +47,8 @@ class PolicyWorker(Component):
         self.version = self.weights.load_into(self.model)
         self.deterministic = bool(getattr(self.cfg, "evaluation_run", False) and self.cfg.eval_deterministic)
         self.bind_views()
+        self.multi_policy = self.cfg.num_policies > 1
+        self.all_columns = torch.arange(self.buffers.spec.agents_per_split)
         self.requests_served = 0
         self.batches = 0
         self.activity = "waiting for requests"
@@ -85,29 +87,42 @@ class PolicyWorker(Component):
             self.version = self.weights.load_into(self.model)
         self.deterministic = bool(getattr(self.cfg, "evaluation_run", False) and self.cfg.eval_deterministic)
 
+    def _columns(self, slot: int, t: int, within: torch.Tensor | None = None) -> torch.Tensor:
+        """[k] columns of slot at position t that this policy acts for (all of them with a single policy),
+        optionally only among the columns where `within` [n] is True."""
+        b = self.buffers
+        mine = b.policy_id[slot, t] == self.policy_id if self.multi_policy else None
+        if within is not None:
+            mine = within if mine is None else mine & within
+        return self.all_columns if mine is None else torch.nonzero(mine).squeeze(1)
+
     @torch.inference_mode()
     def _serve(self, requests: list[tuple]) -> None:
-        b, dev, R = self.buffers, self.device, len(requests)
-        slots = torch.tensor([r[3] for r in requests])
-        ts = torch.tensor([r[4] for r in requests])
-        n = b.spec.agents_per_split
-        # {key: [R * n, *shape]}
-        obs = {k: v[slots, ts].reshape(R * n, *v.shape[3:]).to(dev, non_blocking=True) for k, v in b.obs.items()}
-        h = None
-        if self.model.recurrent:
-            keep = (~b.is_first[slots, ts]).unsqueeze(-1)  # [R, n, 1]
-            h = (b.rnn_states[slots, ts] * keep).reshape(R * n, -1).to(dev)
-        params, values, h_new = self.model.forward_step(obs, h)
-        values = self.model.denormalize_values(values)  # buffers hold real-scale values
-        dist = self.model.distribution(params, obs.get(ACTION_MASK_KEY))
-        actions = dist.mode() if self.deterministic else dist.sample()
-        log_probs = dist.log_prob(actions)
-        b.actions[slots, ts] = actions.reshape(R, n, *b.actions.shape[3:]).to("cpu", b.actions.dtype)
-        b.log_probs[slots, ts] = log_probs.view(R, n).cpu()
-        b.values[slots, ts] = values.view(R, n).cpu()
-        b.policy_version[slots, ts] = self.version
-        if h_new is not None:
-            b.rnn_states[slots, ts + 1] = h_new.view(R, n, -1).cpu()
+        b, dev = self.buffers, self.device
+        cols = [self._columns(r[3], r[4]) for r in requests]
+        counts = torch.tensor([len(c) for c in cols])
+        # one row per (request, column): flat indices into the [S, T+1, n] slot tensors
+        si = torch.tensor([r[3] for r in requests]).repeat_interleave(counts)
+        ti = torch.tensor([r[4] for r in requests]).repeat_interleave(counts)
+        ci = torch.cat(cols)
+        N = ci.numel()
+        if N:
+            obs = {k: v[si, ti, ci].to(dev, non_blocking=True) for k, v in b.obs.items()}  # {key: [N, *shape]}
+            h = None
+            if self.model.recurrent:
+                keep = (~b.is_first[si, ti, ci]).unsqueeze(-1)  # [N, 1]
+                h = (b.rnn_states[si, ti, ci] * keep).to(dev)
+            params, values, h_new = self.model.forward_step(obs, h)
+            values = self.model.denormalize_values(values)  # buffers hold real-scale values
+            dist = self.model.distribution(params, obs.get(ACTION_MASK_KEY))
+            actions = dist.mode() if self.deterministic else dist.sample()
+            log_probs = dist.log_prob(actions)
+            b.actions[si, ti, ci] = actions.to("cpu", b.actions.dtype).view(N, *b.actions.shape[3:])
+            b.log_probs[si, ti, ci] = log_probs.cpu()
+            b.values[si, ti, ci] = values.cpu()
+            b.policy_version[si, ti, ci] = self.version
+            if h_new is not None:
+                b.rnn_states[si, ti + 1, ci] = h_new.cpu()
         for r in requests:
             if r[5]:
                 self._final_values(r)
@@ -115,21 +130,23 @@ class PolicyWorker(Component):
         for r in requests:
             ready[r[1], r[6]].append((r[2], r[7]))
         for (actor_idx, gen), splits in ready.items():
-            self.channels.actor[actor_idx].put((ACTIONS_READY, splits, gen))
-        self.requests_served += R
+            self.channels.actor[actor_idx].put((ACTIONS_READY, splits, gen, self.policy_id))
+        self.requests_served += len(requests)
         self.batches += 1
 
     def _final_values(self, request: tuple) -> None:
-        """V(final observation) of the envs whose episode was truncated at step t - 1 (value bootstrap)."""
+        """V(final observation) of this policy's agents whose episode was truncated at step t - 1 (value
+        bootstrap). Other columns keep stale values; the learner only reads final_values where truncated."""
         _, actor_idx, split_idx, slot, t = request[:5]
         b = self.buffers
-        mask = b.truncated[slot, t - 1]  # [n]
+        cols = self._columns(slot, t - 1, within=b.truncated[slot, t - 1])
+        if not cols.numel():
+            return
         split = actor_idx * self.num_splits + split_idx
-        final_obs = {k: v[split].to(self.device) for k, v in b.final_obs.items()}  # {key: [n, *shape]}
-        h = b.rnn_states[slot, t].to(self.device) if self.model.recurrent else None  # state before the reset
+        final_obs = {k: v[split, cols].to(self.device) for k, v in b.final_obs.items()}  # {key: [k, *shape]}
+        h = b.rnn_states[slot, t, cols].to(self.device) if self.model.recurrent else None  # state before the reset
         _, values, _ = self.model.forward_step(final_obs, h)
-        values = self.model.denormalize_values(values)
-        b.final_values[slot, t - 1] = torch.where(mask, values.cpu(), torch.zeros(()))
+        b.final_values[slot, t - 1, cols] = self.model.denormalize_values(values).cpu()
 
     def on_idle(self) -> None:
         if self.batches >= 200:

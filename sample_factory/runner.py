@@ -82,6 +82,8 @@ class Runner:
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
         self.weights = []
         for p in range(cfg.num_policies):
+            if p > 0:  # every policy of a population starts from its own random weights
+                model = ActorCritic(cfg, self.obs_space, self.action_space)
             # Resumed or evaluated runs publish the checkpoint's weights: no worker ever acts with random ones.
             loaded, version = load_policy_checkpoint(cfg, p), 0
             if loaded is not None:

@@ -12,6 +12,8 @@ stepped in lockstep for T steps. Slot tensors (S slots in total, T = --rollout):
     log_probs       [S, T+1, n]    f32       behaviour log-probability of the action
     values          [S, T+1, n]    f32       behaviour value estimate
     policy_version  [S, T+1, n]    i64       version of the weights that produced the action
+    policy_id       [S, T+1, n]    i64       the policy that acts at position t (several policies share slots
+                                             only in multi-agent envs with mixing; the learner masks the others)
     rewards         [S, T, n]      f32       raw env reward of step t
     dones           [S, T, n]      bool      step t ended the episode (terminated or truncated)
     truncated       [S, T, n]      bool      step t ended the episode by a time limit
@@ -78,7 +80,7 @@ class BufferSpec:
 
 
 def slots_per_split_for(cfg, agents_per_split: int) -> int:
-    """Enough slots that the learner can hold one iteration (plus the accumulation allowance) while every split
+    """Enough slots that every learner can hold one iteration (plus the accumulation allowance) while every split
     still fills a slot; in sync mode exactly one iteration's worth, so no sample is collected ahead."""
     splits = cfg.num_workers * cfg.worker_num_splits
     slot_samples = agents_per_split * cfg.rollout
@@ -86,7 +88,9 @@ def slots_per_split_for(cfg, agents_per_split: int) -> int:
     if not cfg.async_rl:
         return max(1, iteration_slots // splits)
     accumulate_slots = math.ceil(cfg.batch_size * cfg.num_minibatches_to_accumulate / slot_samples)
-    return max(cfg.min_traj_buffers_per_worker, math.ceil((iteration_slots + accumulate_slots) / splits) + 1)
+    # Every policy's learner may hold almost an iteration's worth while it waits for the rest: enough for all of them.
+    held = cfg.num_policies * (iteration_slots + accumulate_slots)
+    return max(cfg.min_traj_buffers_per_worker, math.ceil(held / splits) + 1)
 
 
 def make_buffer_spec(
@@ -120,6 +124,7 @@ class TrajectoryBuffers:
         "log_probs",
         "values",
         "policy_version",
+        "policy_id",
         "rewards",
         "dones",
         "truncated",
@@ -144,6 +149,7 @@ class TrajectoryBuffers:
         self.log_probs = torch.zeros((S, T + 1, n), dtype=torch.float32)
         self.values = torch.zeros((S, T + 1, n), dtype=torch.float32)
         self.policy_version = torch.zeros((S, T + 1, n), dtype=torch.int64)
+        self.policy_id = torch.zeros((S, T + 1, n), dtype=torch.int64)
         self.rewards = torch.zeros((S, T, n), dtype=torch.float32)
         self.dones = torch.zeros((S, T, n), dtype=torch.bool)
         self.truncated = torch.zeros((S, T, n), dtype=torch.bool)

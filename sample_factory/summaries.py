@@ -107,7 +107,8 @@ class ProgressTracker:
             if st.get("skipped_updates"):
                 parts.append(f"p{p} skipped NaN/inf updates: {st['skipped_updates']}")
         for p in range(len(self.episodes)):
-            parts.append(f"p{p} reward {self.reward_mean(p):.1f} ({self.num_episodes[p]} episodes)")
+            share = f", {self.env_steps[p] - self.resumed_steps[p]} steps" if len(self.episodes) > 1 else ""
+            parts.append(f"p{p} reward {self.reward_mean(p):.1f} ({self.num_episodes[p]} episodes{share})")
         return " | ".join(parts)
 
     def final_summary(self, elapsed: float) -> str:
@@ -120,8 +121,10 @@ class ProgressTracker:
             per = ", ".join(f"{k} {v / len(reports):.1f} s" for k, v in sorted(total.items()))
             lines.append(f"  {role} (avg of {len(reports)}): {per}")
         for p in range(len(self.episodes)):
+            steps = self.env_steps[p] - self.resumed_steps[p]
             lines.append(
                 f"  policy {p}: reward {self.reward_mean(p):.2f}, {self.num_episodes[p]} episodes, "
+                f"{steps} env steps ({steps / max(elapsed, 1e-6):.0f} FPS), "
                 f"{self.dropped_samples[p]} samples dropped for lag, checkpoint {self.last_checkpoint.get(p)}"
             )
         if self.discarded_rollouts:

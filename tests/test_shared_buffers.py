@@ -62,6 +62,7 @@ def test_allocation_shapes_match_docstring(action_space, rnn_size):
         "log_probs": ((S, T + 1, n), torch.float32),
         "values": ((S, T + 1, n), torch.float32),
         "policy_version": ((S, T + 1, n), torch.int64),
+        "policy_id": ((S, T + 1, n), torch.int64),
         "rewards": ((S, T, n), torch.float32),
         "dones": ((S, T, n), torch.bool),
         "truncated": ((S, T, n), torch.bool),

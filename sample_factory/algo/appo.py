@@ -59,8 +59,11 @@ class PPOAlgorithm:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
 
-    def train(self, batch: dict[str, Tensor], policy_version: int) -> tuple[dict[str, float], int]:
-        """batch: trajectories [M, T(+1), ...] as produced by TrajectoryBuffers.gather."""
+    def train(
+        self, batch: dict[str, Tensor], policy_version: int, policy_id: int | None = None
+    ) -> tuple[dict[str, float], int]:
+        """batch: trajectories [M, T(+1), ...] as produced by TrajectoryBuffers.gather. With `policy_id`, steps
+        another policy acted on (multi-agent envs shared by several policies) are masked out."""
         cfg, dev = self.cfg, self.device
         T = cfg.rollout
         b = {k: v.to(dev, non_blocking=True) for k, v in batch.items() if k != "obs"}
@@ -74,7 +77,10 @@ class PPOAlgorithm:
         dones = b["dones"].float()  # [M, T]
         lag = policy_version - b["policy_version"][:, :T]  # [M, T]
         # inactive steps: agents of a multi-agent env that finished before the episode ended
-        valid = (lag <= cfg.max_policy_lag) & b["active"][:, :T]
+        own = b["active"][:, :T]  # [M, T] steps this policy trains on
+        if policy_id is not None and "policy_id" in b:
+            own = own & (b["policy_id"][:, :T] == policy_id)
+        valid = (lag <= cfg.max_policy_lag) & own
 
         # before the values are recomputed
         self.model.update_normalizers({k: v[:, :T].reshape(-1, *v.shape[2:]) for k, v in obs.items()})
@@ -171,8 +177,8 @@ class PPOAlgorithm:
             policy_lag_min=float(lagf.min()),
             policy_lag_avg=float(lagf.mean()),
             policy_lag_max=float(lagf.max()),
-            dropped_samples=int((lag > cfg.max_policy_lag).sum()),
+            dropped_samples=int(((lag > cfg.max_policy_lag) & own).sum()),
             inactive_samples=int((~b["active"]).sum()),
-            samples=int(valid.numel()),
+            samples=int(own.sum()),
         )
         return stats, version

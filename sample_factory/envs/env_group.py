@@ -68,6 +68,9 @@ class EnvGroup:
         self.dones = np.zeros(n, dtype=bool)
         self.truncated = np.zeros(n, dtype=bool)
         self.active = np.ones(n, dtype=bool)
+        self.first = np.zeros(n, dtype=bool)  # obs[c] starts an episode (its env was reset, or the agent finished)
+        self.env_reset = np.zeros(len(envs), dtype=bool)  # env i was reset at the last step
+        self.finished_columns: list[int] = []  # the column of each episode the last step() returned
         self.agent_done = np.zeros(n, dtype=bool)  # finished within the current episode of its env
         self.episode_return = np.zeros(n, dtype=np.float64)
         self.episode_len = np.zeros(n, dtype=np.int64)
@@ -169,6 +172,7 @@ class EnvGroup:
         """Step every env with actions [n, ...]; return the (return, length) of the episodes that ended (one per
         agent in multi-agent envs)."""
         finished = []
+        self.finished_columns = []
         A = self.num_agents
         rewards, dones, truncated = self.rewards, self.dones, self.truncated
         convert = self.convert_action
@@ -192,18 +196,21 @@ class EnvGroup:
                     game_over = infos[a].get("game_over", True) if infos[a] else True
                     if game_over:
                         finished.append((float(self.episode_return[c]), int(self.episode_len[c])))
+                        self.finished_columns.append(c)
                         self.episode_return[c] = 0.0
                         self.episode_len[c] = 0
                     if tr and not te:
                         self._put_obs(self.final_obs, c, obs[a], i, "step")
-            if self.agent_done[i * A : (i + 1) * A].all():
+            reset = bool(self.agent_done[i * A : (i + 1) * A].all())
+            self.env_reset[i] = reset
+            if reset:
                 obs, _ = self._reset_env(i)
                 self.agent_done[i * A : (i + 1) * A] = False
-                where = "reset"
-            else:
-                where = "step"
+            self.first[i * A : (i + 1) * A] = reset
+            where = "reset" if reset else "step"
             for a in range(A):
                 self._put_obs(self.obs, i * A + a, obs[a], i, where)
+        self.first |= dones  # an agent that finished early starts its inactive stretch from a fresh core state
         if not np.isfinite(rewards).all():
             bad = int(np.argmin(np.isfinite(rewards))) // A
             raise EnvError(f"env {self.env_ids[bad]}: step returned a NaN or inf reward")

@@ -133,6 +133,7 @@ class EnvPoolGroup:
     ):
         self.env = env
         self.n = self.num_envs = n = int(env.config["num_envs"])
+        self.num_agents = 1
         self.env_ids = env_ids if env_ids is not None else list(range(n))
         self.atari = family == "atari"
         self.episodic_life = episodic_life and self.atari
@@ -145,6 +146,8 @@ class EnvPoolGroup:
         self.dones = np.zeros(n, dtype=bool)
         self.truncated = np.zeros(n, dtype=bool)
         self.active = np.ones(n, dtype=bool)
+        self.first = self.dones  # single-agent: an episode starts exactly where one ended
+        self.env_reset = self.dones
         self.episode_return = np.zeros(n, dtype=np.float64)
         self.episode_len = np.zeros(n, dtype=np.int64)
         self.action_space = _action_space(env.action_space, family)
@@ -217,12 +220,14 @@ class EnvPoolGroup:
         if trunc.any():
             self.final_obs[OBS_KEY][rows[trunc]] = obs[trunc]
         finished: list[tuple[float, int]] = []
+        self.finished_columns = []
         if done.any():
             ended = rows[done]
             # A lost life (episodic life) ends the episode, not the game: statistics go on until the game ends.
             game_end = ended[game_over[done] | trunc[done]] if self.episodic_life else ended
             for i in game_end:
                 finished.append((float(self.episode_return[i]), int(self.episode_len[i])))
+                self.finished_columns.append(i)
             self.episode_return[game_end] = 0.0
             self.episode_len[game_end] = 0
             # Same-step autoreset: envpool's resetting call, made now for the finished envs only.

@@ -15,6 +15,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from sample_factory.policy_mapping import register_policy_mapping
+
 try:
     from pettingzoo import ParallelEnv as _ParallelBase
 except ImportError:  # the adapter only duck-types; its tests skip without pettingzoo anyway
@@ -223,3 +225,11 @@ class TinyParallelEnv(_ParallelBase):
 
     def close(self) -> None:
         self.closed = True
+
+
+def _agent_index_mapping(env_index: int, num_agents: int, num_policies: int, rng: np.random.Generator) -> list[int]:
+    """Agent i -> policy i % num_policies: lets tests check that each agent's steps reach its policy's learner."""
+    return [a % num_policies for a in range(num_agents)]
+
+
+register_policy_mapping("by_agent", _agent_index_mapping)
