@@ -237,6 +237,26 @@ def test_no_episodic_life_in_evaluation_or_when_off(flags: tuple[str, ...], eval
         env.close()
 
 
+def test_env_group_reports_whole_games():
+    """The env group's side of the contract: life-loss ends (game_over False) are training episode ends (dones)
+    but not finished episodes; the one finished episode is the whole game."""
+    needs_atari()
+    from sample_factory.envs.env_group import EnvGroup
+
+    group = EnvGroup([breakout()], seeds=[0])
+    try:
+        group.reset()
+        finished, dones, steps = [], 0, 0
+        while not finished and steps < MAX_STEPS:
+            finished = group.step(np.zeros(1, dtype=np.int64))
+            dones += int(group.dones[0])
+            steps += 1
+        assert dones == 5, dones  # 4 life losses + the game over, each a training episode end
+        assert len(finished) == 1 and finished[0][1] == steps, (finished, steps)
+    finally:
+        group.close()
+
+
 # ---- MuJoCo ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["mujoco_halfcheetah", "HalfCheetah-v5"])
 def test_mujoco_make_reset_step(name: str):
