@@ -76,6 +76,7 @@ def load_experiment_cfg(argv: Sequence[str]) -> argparse.Namespace:
     merged["device"] = typed.get("device", "cpu")
     merged["cli_flags"] = sorted(typed)
     merged["command_line"] = " ".join(argv)
+    merged["evaluation_run"] = True  # env wrappers for training only (Atari episodic life) stay off
     return finalize_cfg(argparse.Namespace(**merged))
 
 

@@ -10,6 +10,7 @@ growing any queue.
 from __future__ import annotations
 
 import collections
+import copy
 import math
 import time
 from typing import Any
@@ -28,8 +29,9 @@ from sample_factory.checkpoint import (
     save_milestone,
 )
 from sample_factory.component import Component
-from sample_factory.messages import FREE_SLOTS, ROLLOUT, SAVE_BEST, SAVE_NOW, Channels
+from sample_factory.messages import FREE_SLOTS, PBT_UPDATE, ROLLOUT, SAVE_BEST, SAVE_NOW, Channels
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.pbt import apply_hyperparams
 from sample_factory.policy_worker import resolve_device
 from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers
 
@@ -46,8 +48,14 @@ class Learner(Component):
         weights: SharedWeights,
         obs_space: gym.Space,
         action_space: gym.Space,
+        all_weights: list[SharedWeights] | None = None,
+        hyperparams: dict[str, float] | None = None,
     ):
         super().__init__(policy_id, channels.learner[policy_id], channels.report)
+        if hyperparams is not None:  # PBT: this learner's own hyperparameters (serial mode shares one cfg object)
+            cfg = copy.copy(cfg)
+            apply_hyperparams(cfg, hyperparams)
+        self.all_weights = all_weights or [weights]  # PBT replacements load another policy's published weights
         self.cfg, self.policy_id, self.buffers, self.channels = cfg, policy_id, buffers, channels
         self.weights, self.obs_space, self.action_space = weights, obs_space, action_space
         self.num_threads = cfg.learner_main_loop_num_cores
@@ -101,6 +109,8 @@ class Learner(Component):
         elif msg[0] == SAVE_BEST:
             path = save_best_checkpoint(self.ckpt_dir, self._state(), self.version, self.env_steps, msg[1])
             self.report("best_checkpoint", str(path))
+        elif msg[0] == PBT_UPDATE:
+            self._pbt_update(msg[1], msg[2])
         else:
             raise RuntimeError(f"learner {self.policy_id}: unexpected message {msg!r}")
 
@@ -159,6 +169,19 @@ class Learner(Component):
         stats.update(env_steps=self.env_steps, version=self.version, train_time=t1 - t0)
         self.report("train", stats)
         self.activity = "waiting for rollouts"
+
+    def _pbt_update(self, hyperparams: dict[str, float], source: int | None) -> None:
+        """New hyperparameters; for a replacement also the source policy's latest published weights (normalizer
+        statistics included). The optimizer's moment estimates belong to the old weights, so they are dropped."""
+        self.cfg = copy.copy(self.cfg)  # never the object other components share (serial mode)
+        apply_hyperparams(self.cfg, hyperparams)
+        self.algo.cfg = self.cfg
+        if source is not None:
+            self.all_weights[source].load_into(self.model)
+            self.algo.optimizer.state.clear()
+            self.version += 1
+            self.weights.publish(self.model, self.version)
+        self.report("pbt_update", {"source": source, "version": self.version})
 
     def _return_slots(self, taken: list[tuple[int, int, int]]) -> None:
         by_worker: dict[tuple[int, int], list[int]] = collections.defaultdict(list)

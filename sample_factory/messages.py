@@ -12,6 +12,7 @@ runner restarts it) and `seq` the split's request number: receivers drop message
 - learner -> actor:                      (FREE_SLOTS, [slot, ...], gen)
 - runner -> learner:                     (SAVE_BEST, metric_value)  the run's metric improved
 - runner -> learner:                     (SAVE_NOW,)  write a checkpoint now (periodic evaluation)
+- runner -> learner:                     (PBT_UPDATE, hyperparams, source_policy or None)  PBT decision
 - runner -> actors:                      (RESEND,)  re-send outstanding requests (a policy worker was restarted)
 - anyone -> runner (report channel):     (REPORT, role, index, kind, payload)
 - runner -> any component:               (STOP,)
@@ -38,6 +39,7 @@ STOP = 5
 RESEND = 6
 SAVE_BEST = 7
 SAVE_NOW = 8
+PBT_UPDATE = 9
 
 
 class Channel(Protocol):

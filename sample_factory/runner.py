@@ -23,6 +23,7 @@ from sample_factory.heartbeat import enable_stack_dumps
 from sample_factory.learner import Learner
 from sample_factory.messages import REPORT, SAVE_BEST, SAVE_NOW, Channels
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.pbt_controller import PbtController
 from sample_factory.periodic_eval import PeriodicEvaluator
 from sample_factory.policy_worker import PolicyWorker
 from sample_factory.serial_snapshot import load_snapshot, save_snapshot
@@ -49,6 +50,7 @@ class Runner:
         self.exit_code = 0
         self.signals_received = 0
         self.best_metric: list[float | None] = [None] * cfg.num_policies
+        self.pbt: PbtController | None = None
 
     # ---- set-up -------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -94,6 +96,7 @@ class Runner:
             self.weights.append(w)
         kind = "local" if cfg.serial_mode else cfg.message_queue
         self.channels = Channels(cfg.num_workers, cfg.num_policies, kind)
+        self.pbt = PbtController(cfg, self.exp_dir, self.channels, log) if cfg.with_pbt else None
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
         self.evaluator = PeriodicEvaluator(cfg, self.exp_dir, lambda: self.channels.learner[0].put((SAVE_NOW,)), log)
@@ -125,7 +128,8 @@ class Runner:
         cfg, b, ch = self.cfg, self.buffers, self.channels
         spaces = (self.obs_space, self.action_space)
         if role == "learner":
-            return Learner(cfg, index, b, ch, self.weights[index], *spaces)
+            hyperparams = self.pbt.hyperparams(index) if self.pbt is not None else None
+            return Learner(cfg, index, b, ch, self.weights[index], *spaces, self.weights, hyperparams)
         if role == "policy":
             return PolicyWorker(cfg, index[0], index[1], b, ch, self.weights[index[0]], *spaces)
         return ActorWorker(cfg, index, b, ch)
@@ -238,6 +242,8 @@ class Runner:
             if now - last_summary >= cfg.experiment_summaries_interval:
                 last_summary = now
                 self.summaries.write(self.progress)
+                if self.pbt is not None:
+                    self.pbt.write_summaries(self.summaries, self.progress)
             self._check_stop(now)
 
     def _on_report(self, r: tuple) -> None:
@@ -255,6 +261,8 @@ class Runner:
         elif kind == "train":
             self.progress.add_train_stats(index, payload)
             self.summaries.add_train_stats(index, payload)
+            if self.pbt is not None and self.stop_reason is None:  # no decisions for learners that are stopping
+                self.pbt.on_train_report(index, payload, self.progress)
         elif kind == "inference":
             self.progress.add_inference(*payload)
         elif kind == "resumed":
@@ -331,6 +339,9 @@ class Runner:
         self._final_report()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
+        if getattr(self, "pbt", None) is not None:
+            self.pbt.write_summaries(self.summaries, self.progress)
+            self.pbt.close()
         self.summaries.close()
         self.channels.close()
         if self.lock is not None:

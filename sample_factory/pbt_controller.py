@@ -1,0 +1,50 @@
+"""Population-based training in the running system: the runner feeds each learner's training reports to the pure
+PBT logic (pbt.py) and sends the decisions to the learners (PBT_UPDATE: new hyperparameters, and for a replacement
+the policy whose published weights the target loads). PBT state is written as <experiment>/pbt_p<id>.json after
+every decision and at the end, restored on resume, and logged to TensorBoard (pbt/*)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sample_factory.messages import PBT_UPDATE, Channels
+from sample_factory.pbt import PopulationBasedTraining, load_pbt_state, objective_from_stats, save_pbt_state
+from sample_factory.summaries import ProgressTracker, SummaryWriters
+
+
+class PbtController:
+    def __init__(self, cfg: Any, exp_dir: Path, channels: Channels, log: Callable[[str], None]):
+        self.cfg, self.exp_dir, self.channels, self.log = cfg, exp_dir, channels, log
+        states = load_pbt_state(exp_dir, cfg.num_policies, cfg)
+        self.pbt = PopulationBasedTraining(cfg, cfg.num_policies, states=states)
+        save_pbt_state(exp_dir, self.pbt.states)
+
+    def hyperparams(self, policy_id: int) -> dict[str, float]:
+        """What learner `policy_id` starts with (the saved values on resume)."""
+        return self.pbt.hyperparams(policy_id)
+
+    def on_train_report(self, policy_id: int, stats: dict, progress: ProgressTracker) -> None:
+        objectives = {
+            p: objective_from_stats(self.cfg, progress.reward_mean(p), progress.train_stats[p])
+            for p in range(self.cfg.num_policies)
+        }
+        decisions = self.pbt.step(policy_id, int(stats.get("env_steps", 0)), objectives)
+        for d in decisions:
+            if d.source is None and not d.changes:
+                continue  # a mutation that happened to change nothing
+            self.channels.learner[d.target].put((PBT_UPDATE, d.hyperparams, d.source))
+            changed = ", ".join(f"{k} {v['old']:.4g}->{v['new']:.4g}" for k, v in d.changes.items()) or "no change"
+            origin = f" from policy {d.source}" if d.source is not None else ""
+            self.log(f"PBT: policy {d.target} {d.kind}{origin}: {changed}")
+        if decisions:
+            save_pbt_state(self.exp_dir, self.pbt.states)
+
+    def write_summaries(self, summaries: SummaryWriters, progress: ProgressTracker) -> None:
+        for p in range(self.cfg.num_policies):
+            for tag, value in self.pbt.summaries(p).items():
+                summaries.add_scalar(p, tag, value, progress.env_steps[p])
+
+    def close(self) -> None:
+        save_pbt_state(self.exp_dir, self.pbt.states)
