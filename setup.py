@@ -22,7 +22,7 @@ EXTRAS_REQUIRE = {
     "mujoco": ["mujoco", "gymnasium[mujoco]"],
     "vizdoom": ["vizdoom"],
     "envpool": ["envpool"],
-    "pettingzoo": ["pettingzoo"],
+    "pettingzoo": ["pettingzoo", "pygame-ce"],  # pygame-ce: PettingZoo's butterfly envs
     "video": ["imageio", "imageio-ffmpeg"],
     "plot": ["matplotlib"],
     "onnx": ["onnx", "onnxruntime"],
