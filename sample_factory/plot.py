@@ -1,13 +1,17 @@
 """`python -m sample_factory.plot --experiment=A [--experiment=B ...]`: training curves of runs in one PNG.
 
-Top panel: reward/mean, bottom panel: perf/fps, both against env steps, one line per experiment. The TensorBoard
-event files are read by `read_scalars` below (TFRecord framing + tensorboardX's protobufs), so neither tensorboard
-nor tensorflow is needed. The PNG needs matplotlib: pip install -e .[plot].
+Top panel: reward/mean, bottom panel: perf/fps, both against env steps, one line per experiment. With
+`--policy_id=all` every policy of each experiment (every numbered folder under <experiment>/.summary/) gets its own
+line, labelled p0, p1, ... (prefixed with the experiment's name when there are several experiments); PBT
+replacements recorded in <experiment>/pbt_p<i>.json are marked on the reward curve of the replaced policy.
+The TensorBoard event files are read by `read_scalars` below (TFRecord framing + tensorboardX's protobufs), so
+neither tensorboard nor tensorflow is needed. The PNG needs matplotlib: pip install -e .[plot].
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import struct
 import sys
 import warnings
@@ -18,6 +22,7 @@ from typing import Any
 from sample_factory.experiment import DEFAULT_TRAIN_DIR, resolve_experiment_dir
 
 PANELS = (("reward/mean", "mean episode reward"), ("perf/fps", "FPS"))
+ALL_POLICIES = "all"
 
 
 def _crc32c_table() -> list[int]:
@@ -108,31 +113,83 @@ def import_pyplot() -> Any:
     return plt
 
 
+def policy_ids(exp_dir: str | Path) -> list[int]:
+    """The policies that have a summary folder (<exp_dir>/.summary/<id>/), in numeric order."""
+    summary = Path(exp_dir) / ".summary"
+    ids = [int(d.name) for d in summary.iterdir() if d.is_dir() and d.name.isdigit()] if summary.is_dir() else []
+    return sorted(ids)
+
+
+def pbt_replacements(exp_dir: str | Path, policy_id: int) -> list[tuple[int, int]]:
+    """(env steps of the replaced policy, source policy) of every PBT replacement of `policy_id`, from
+    <exp_dir>/pbt_p<id>.json; empty when the run had no PBT or the file cannot be read."""
+    path = Path(exp_dir) / f"pbt_p{policy_id}.json"
+    try:
+        history = json.loads(path.read_text()).get("history", [])
+    except (OSError, ValueError):
+        return []
+    return [(int(e["env_steps"]), int(e["source"])) for e in history if e.get("kind") == "replacement"]
+
+
+def parse_policy_id(value: str | int) -> int | str:
+    """`--policy_id`: a policy number, or "all"."""
+    if isinstance(value, int) or value.strip().lower() != ALL_POLICIES:
+        number = int(value)
+        if number < 0:
+            raise ValueError(f"policy id must be >= 0 or {ALL_POLICIES!r}, got {value}")
+        return number
+    return ALL_POLICIES
+
+
+def _curve_sources(experiments: Sequence[str], train_dir: str | None, policy_id: int | str) -> list[tuple]:
+    """(label, experiment folder, policy) for every line to draw."""
+    sources = []
+    for name in experiments:
+        exp_dir = resolve_experiment_dir(name, train_dir)
+        if policy_id != ALL_POLICIES:
+            sources.append((name, exp_dir, int(policy_id)))
+            continue
+        ids = policy_ids(exp_dir)
+        if not ids:
+            raise FileNotFoundError(f"no policy summaries in {exp_dir / '.summary'}")
+        prefix = f"{name} " if len(experiments) > 1 else ""
+        sources += [(f"{prefix}p{p}", exp_dir, p) for p in ids]
+    return sources
+
+
 def plot_experiments(
-    experiments: Sequence[str], output: str | Path, train_dir: str | None = None, policy_id: int = 0
+    experiments: Sequence[str], output: str | Path, train_dir: str | None = None, policy_id: int | str = 0
 ) -> Path:
-    """Write the two-panel PNG for `experiments` to `output`; returns its path."""
+    """Write the two-panel PNG for `experiments` to `output`; returns its path. `policy_id` is one policy of
+    every experiment, or "all" for one line per policy."""
+    policy_id = parse_policy_id(policy_id)
     plt = import_pyplot()
-    curves = {
-        name: read_scalars(resolve_experiment_dir(name, train_dir) / ".summary" / str(policy_id))
-        for name in experiments
-    }
+    curves = [
+        (label, exp_dir, p, read_scalars(exp_dir / ".summary" / str(p)))
+        for label, exp_dir, p in _curve_sources(experiments, train_dir, policy_id)
+    ]
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(9, 3.2 * len(PANELS)), sharex=True, squeeze=False)
     try:
         for ax, (tag, label) in zip(axes[:, 0], PANELS):
-            for name, scalars in curves.items():
+            markers = []  # (x, y, colour) of PBT replacements, drawn over all lines
+            for name, exp_dir, p, scalars in curves:
                 points = scalars.get(tag, [])
-                if points:
-                    steps, values = zip(*points)
-                    ax.plot(steps, values, label=name, marker="." if len(points) < 30 else None)
-                else:
+                if not points:
                     print(f"plot: {name} has no {tag!r} yet (no finished episodes or summaries)", file=sys.stderr)
+                    continue
+                steps, values = zip(*points)
+                (line,) = ax.plot(steps, values, label=name, marker="." if len(points) < 30 else None)
+                if tag == "reward/mean" and policy_id == ALL_POLICIES:
+                    markers += [(s, _value_at(points, s), line.get_color()) for s, _ in pbt_replacements(exp_dir, p)]
+            for i, (x, y, color) in enumerate(markers):
+                label_kw = {"label": "PBT replacement (source's weights loaded)"} if i == 0 else {}
+                ax.plot([x], [y], linestyle="none", marker="v", markersize=7, color=color, mec="black", **label_kw)
             ax.set_ylabel(label)
             ax.set_title(tag, fontsize=10)
             ax.grid(alpha=0.3)
             if ax.get_lines():
                 ax.legend(fontsize=8)
-        axes[-1, 0].set_xlabel("env steps")
+        axes[-1, 0].set_xlabel("env steps" if policy_id != ALL_POLICIES else "env steps of the policy")
         fig.tight_layout()
         output = Path(output)
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -142,16 +199,31 @@ def plot_experiments(
     return output
 
 
+def _value_at(points: Sequence[tuple[int, float]], step: int) -> float:
+    """The curve's value at `step`, linearly interpolated (held constant beyond its ends)."""
+    if step <= points[0][0]:
+        return points[0][1]
+    for (s0, v0), (s1, v1) in zip(points, points[1:]):
+        if s0 <= step <= s1:
+            return v0 if s1 == s0 else v0 + (v1 - v0) * (step - s0) / (s1 - s0)
+    return points[-1][1]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sample_factory.plot", description=__doc__.split("\n")[0])
     p.add_argument("--experiment", action="append", required=True, help="Experiment name or folder; repeatable.")
     p.add_argument("--train_dir", default=None, help=f"Root folder of experiments (default {DEFAULT_TRAIN_DIR}).")
     p.add_argument("--output", default="plot.png", help="PNG file to write.")
-    p.add_argument("--policy_id", type=int, default=0)
+    p.add_argument(
+        "--policy_id",
+        type=parse_policy_id,
+        default=0,
+        help=f"Policy to plot (default 0), or {ALL_POLICIES!r}: one line per policy, labelled p0, p1, ...",
+    )
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         out = plot_experiments(args.experiment, args.output, args.train_dir, args.policy_id)
-    except (ImportError, FileNotFoundError) as e:
+    except (ImportError, FileNotFoundError, ValueError) as e:
         print(f"plot: {e}", file=sys.stderr)
         return 1
     print(f"wrote {out}")

@@ -1,15 +1,26 @@
-"""sample_factory.plot: the TFRecord reader against event files written by tensorboardX, and the PNG for two
-tiny experiments (one of them resumed, so its summaries span two event files)."""
+"""sample_factory.plot: the TFRecord reader against event files written by tensorboardX, the PNG for two
+tiny experiments (one of them resumed, so its summaries span two event files), and every policy of a population
+(--policy_id=all) with its PBT replacements."""
 
 from __future__ import annotations
 
+import json
 import struct
 import sys
 
 import pytest
 from tensorboardX import SummaryWriter
 
-from sample_factory.plot import crc32c, import_pyplot, masked_crc32c, read_scalars
+from sample_factory.plot import (
+    crc32c,
+    import_pyplot,
+    masked_crc32c,
+    parse_policy_id,
+    pbt_replacements,
+    plot_experiments,
+    policy_ids,
+    read_scalars,
+)
 from sample_factory.plot import main as plot_main
 from tests.policy_helpers import train_tiny
 
@@ -75,3 +86,81 @@ def test_plot_errors(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ImportError, match=r"pip install -e \.\[plot\]"):
         import_pyplot()
+
+
+def test_parse_policy_id():
+    assert parse_policy_id("all") == "all" and parse_policy_id(" ALL ") == "all"
+    assert parse_policy_id("3") == 3 and parse_policy_id(2) == 2
+    for bad in ("-1", "p1", ""):
+        with pytest.raises(ValueError):
+            parse_policy_id(bad)
+
+
+def _legend_labels(monkeypatch) -> list[list[str]]:
+    """Run plot_experiments with pyplot.close recording the legend texts of each panel before closing."""
+    plt = import_pyplot()
+    seen: list[list[str]] = []
+    real_close = plt.close
+
+    def close(fig=None):
+        if fig is not None:
+            seen.extend([t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes)
+        real_close(fig)
+
+    monkeypatch.setattr(plt, "close", close)
+    return seen
+
+
+def test_plot_all_policies_of_a_population(tmp_path, monkeypatch, capsys):
+    """--policy_id=all: one line per numbered summary folder (numeric order, other folders ignored), labelled
+    p0..pN; replacements from pbt_p<i>.json get one extra legend entry; several experiments prefix the labels."""
+    pytest.importorskip("matplotlib")
+    exp = tmp_path / "pop"
+    for p in (0, 1, 10):
+        write_events(
+            exp / ".summary" / str(p), {"reward/mean": [(100, 1.0 + p), (200, 5.0 + p)], "perf/fps": [(100, 9.0)]}
+        )
+    (exp / ".summary" / "notes").mkdir()
+    history = [
+        {"env_steps": 150, "kind": "replacement", "source": 10, "changes": {}, "objectives": {}},
+        {"env_steps": 180, "kind": "mutation", "source": None, "changes": {}, "objectives": {}},
+    ]
+    (exp / "pbt_p1.json").write_text(json.dumps({"policy_id": 1, "hyperparams": {}, "history": history}))
+    (exp / "pbt_p0.json").write_text("{not json")  # unreadable state: no markers, no failure
+    assert policy_ids(exp) == [0, 1, 10]
+    assert pbt_replacements(exp, 1) == [(150, 10)] and pbt_replacements(exp, 0) == [] == pbt_replacements(exp, 7)
+
+    labels = _legend_labels(monkeypatch)
+    out = tmp_path / "all.png"
+    assert plot_main(["--experiment=pop", f"--train_dir={tmp_path}", f"--output={out}", "--policy_id=all"]) == 0
+    assert out.read_bytes()[:8] == PNG_SIGNATURE
+    reward_labels, fps_labels = labels
+    assert reward_labels == ["p0", "p1", "p10", "PBT replacement (source's weights loaded)"], reward_labels
+    assert fps_labels == ["p0", "p1", "p10"], fps_labels
+
+    # Two experiments: labels name the experiment; the default (policy 0) keeps one plain line per experiment.
+    write_events(tmp_path / "other" / ".summary" / "0", {"reward/mean": [(100, 2.0)], "perf/fps": [(100, 3.0)]})
+    labels.clear()
+    plot_experiments(["pop", "other"], out, str(tmp_path), "all")
+    assert labels[0][:4] == ["pop p0", "pop p1", "pop p10", "other p0"], labels
+    labels.clear()
+    plot_experiments(["pop", "other"], out, str(tmp_path))
+    assert labels == [["pop", "other"], ["pop", "other"]]
+
+    assert plot_main(["--experiment=none", f"--train_dir={tmp_path}", "--policy_id=all", f"--output={out}"]) == 1
+    assert "no policy summaries" in capsys.readouterr().err
+
+
+def test_plot_all_policies_of_a_real_pbt_run(tmp_path):
+    """A tiny real run with two policies and PBT: the summary layout and state files the plot reads."""
+    pytest.importorskip("matplotlib")
+    pbt = ["--with_pbt=True", "--pbt_period_env_steps=512", "--pbt_start_mutation=512"]
+    exp = train_tiny(tmp_path, "pbt", "--num_policies=2", *pbt)
+    assert policy_ids(exp) == [0, 1]
+    for p in (0, 1):
+        assert read_scalars(exp / ".summary" / str(p))["reward/mean"]
+        state = json.loads((exp / f"pbt_p{p}.json").read_text())
+        assert state["history"], state  # PBT took decisions
+        assert len(pbt_replacements(exp, p)) == sum(e["kind"] == "replacement" for e in state["history"])
+    out = plot_experiments(["pbt"], tmp_path / "pbt.png", str(tmp_path), "all")
+    assert out.read_bytes()[:8] == PNG_SIGNATURE
