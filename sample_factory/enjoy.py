@@ -35,6 +35,7 @@ import torch
 
 from sample_factory.cfg import OPTIONS, build_parser, finalize_cfg, suggest_flag, typed_flags
 from sample_factory.checkpoint import checkpoint_dir, list_best_checkpoints, list_checkpoints
+from sample_factory.envs.env_group import EnvGroup, env_num_agents
 from sample_factory.envs.env_utils import make_env
 from sample_factory.policy_api import load_policy
 from sample_factory.runner import Runner
@@ -279,6 +280,8 @@ def _play(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
             video.add(env.render())
         frame_period = 1.0 / cfg.fps if render_mode == "human" and cfg.fps > 0 else 0.0
         next_frame = time.monotonic() + frame_period
+        if env_num_agents(env) > 1:
+            return _play_multi_agent(cfg, env, policy, video, frame_period), info
         episodes: list[tuple[float, int]] = []
         state = policy.initial_state()
         ret, length, frames = 0.0, 0, 0
@@ -313,6 +316,37 @@ def _play(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
                 print(f"video: {p}")
         env.close()
     return episodes, info
+
+
+def _play_multi_agent(cfg: argparse.Namespace, env: gym.Env, policy: Any, video: Any, frame_period: float) -> list:
+    """A multi-agent env, every agent controlled by the policy: one env group column per agent (as in training);
+    an episode is reported per agent. The env was reset with --seed by open_eval_env; the group resets it again with
+    the same seed, so the first episode is the same."""
+    group = EnvGroup([env], [cfg.seed], action_bounds=policy.action_bounds)
+    group.reset()
+    state = policy.initial_state(group.n)
+    episodes: list[tuple[float, int]] = []
+    frames = 0
+    next_frame = time.monotonic() + frame_period
+    try:
+        while len(episodes) < cfg.max_num_episodes and frames < cfg.max_num_frames:
+            actions, state = policy.act_rows(group.obs, state, deterministic=cfg.eval_deterministic)
+            for ret, length in group.step(actions):
+                episodes.append((ret, length))
+                print(f"episode {len(episodes)}: reward {ret:.2f}, length {length}", flush=True)
+            state = policy.reset_state(state, group.first)
+            frames += 1
+            if frame_period:
+                time.sleep(max(0.0, next_frame - time.monotonic()))
+                next_frame = max(next_frame + frame_period, time.monotonic())
+            if video is not None:
+                if group.env_reset[0]:
+                    video.end_episode()
+                if video.wants_frame:
+                    video.add(env.render())
+    except KeyboardInterrupt:
+        notice(f"interrupted after {len(episodes)} finished episodes")
+    return episodes[: cfg.max_num_episodes]
 
 
 class EvalRunner(Runner):

@@ -186,6 +186,14 @@ class Policy:
             actions = bound_box(actions, self.action_space, self.action_bounds)
         return actions, new_state
 
+    @torch.inference_mode()
+    def act_rows(self, obs: Any, state: State = None, deterministic: bool = False) -> tuple[np.ndarray, State]:
+        """Like act_batch, but actions as stored in training ([B] or [B, K] rows, Box parts not yet brought into
+        the bounds): what sample_factory.envs.env_group.EnvGroup.step takes. `obs` may be an EnvGroup's obs dict."""
+        if not is_dict_space(self.obs_space) and isinstance(obs, dict):
+            obs = obs[OBS_KEY]
+        return self._act(self._obs_tensors(obs), state, deterministic)
+
     def _act(self, o: dict[str, torch.Tensor], state: State, deterministic: bool) -> tuple[np.ndarray, State]:
         batch = next(iter(o.values())).shape[0]
         params, _, new_state = self.model.forward_step(o, self._state_tensor(state, batch))

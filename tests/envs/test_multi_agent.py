@@ -76,3 +76,19 @@ def test_single_policy_learns_multi_agent_tag(tmp_path, env):
     # Mean per-agent episode return: random play scores about 2.3 (3.4 with the mask), optimal play 6.75.
     assert rewards and max(rewards) > 5.0, rewards
     assert torch.isfinite(b.log_probs).all()
+
+
+@pytest.mark.timeout(120)
+def test_enjoy_plays_every_agent_of_a_multi_agent_env(tmp_path, capsys):
+    from sample_factory.enjoy import main as enjoy_main
+
+    env = "--env=tests.envs.multi_agent_envs:TwoAgentTagMasked-v0"  # the env raises if a masked action arrives
+    argv = [env, "--serial_mode=True", "--num_workers=1", "--num_envs_per_worker=2", "--rollout=8"]
+    argv += ["--batch_size=32", "--use_rnn=True", "--rnn_size=16", "--train_for_env_steps=512"]
+    assert Runner(parse_cfg([*argv, f"--train_dir={tmp_path}", "--experiment=x"])).run() == 0
+    enjoy_argv = ["--experiment=x", f"--train_dir={tmp_path}", "--no_render=True", "--max_num_episodes=6"]
+    assert enjoy_main([*enjoy_argv, "--seed=0"]) == 0
+    out = capsys.readouterr().out
+    lengths = [int(line.rsplit("length ", 1)[1]) for line in out.splitlines() if line.startswith("episode ")]
+    # one episode per agent: 8 steps, or 3 for agent 1 when it dies early
+    assert len(lengths) == 6 and set(lengths) <= {3, 8} and 3 in lengths

@@ -20,8 +20,8 @@ SMALL = [
 ]
 
 
-def smoke(train_run, tmp_path, env_id: str) -> None:
-    run = train_run(SMALL, tmp_path / "td", env_id=env_id)
+def smoke(train_run, tmp_path, env_id: str, extra: tuple[str, ...] = ()) -> None:
+    run = train_run([*SMALL, *extra], tmp_path / "td", env_id=env_id)
     rc = run.wait(timeout=120)
     assert rc == 0, run.describe()
     trained = progress_samples_trained(run) or 0
@@ -42,3 +42,24 @@ def test_atari_smoke(tmp_path, train_run):
 def test_mujoco_smoke(tmp_path, train_run):
     pytest.importorskip("mujoco", reason="MuJoCo needs the [mujoco] extra: pip install -e .[mujoco]")
     smoke(train_run, tmp_path, "mujoco_halfcheetah")
+
+
+@pytest.mark.timeout(180)
+def test_vizdoom_smoke(tmp_path, train_run):
+    pytest.importorskip("vizdoom", reason="VizDoom needs the [vizdoom] extra: pip install -e .[vizdoom]")
+    # Dict observations (screen + game variables) through buffers, conv + MLP encoders and the learner.
+    smoke(train_run, tmp_path, "doom_health_gathering", ("--encoder_mlp_layers=64",))
+
+
+@pytest.mark.timeout(180)
+def test_envpool_smoke(tmp_path, train_run):
+    pytest.importorskip("envpool", reason="EnvPool needs the [envpool] extra: pip install -e .[envpool]")
+    smoke(train_run, tmp_path, "atari_breakout", ("--env_backend=envpool",))
+
+
+@pytest.mark.timeout(180)
+def test_pettingzoo_smoke(tmp_path, train_run):
+    pytest.importorskip("pettingzoo", reason="PettingZoo needs the [pettingzoo] extra: pip install -e .[pettingzoo]")
+    pytest.importorskip("pygame", reason="PettingZoo's butterfly envs need pygame-ce (in the [pettingzoo] extra)")
+    # 4 agents that die one by one: inactive columns, one policy for all agents.
+    smoke(train_run, tmp_path, "pettingzoo.butterfly.knights_archers_zombies_v11", ("--use_rnn=False",))
