@@ -27,7 +27,7 @@ import psutil
 from sample_factory.component import Component
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env
-from sample_factory.messages import ACTIONS_READY, FREE_SLOTS, REQUEST, RESEND, ROLLOUT, Channels
+from sample_factory.messages import ACTIONS_READY, FREE_SLOTS, REQUEST, RESEND, ROLLOUT, SET_REWARD_SHAPING, Channels
 from sample_factory.policy_mapping import checked_mapping, get_policy_mapping
 from sample_factory.shared_buffers import SlotPool, TrajectoryBuffers
 
@@ -78,6 +78,7 @@ class ActorWorker(Component):
         ]
         self.answers_due: list[set[int]] = [set() for _ in range(self.num_splits)]  # policies yet to answer
         self.slot_holders: dict[int, int] = {}  # slot -> learners that still hold it
+        self.shaping: dict[int, dict[str, float]] = getattr(self, "shaping", {})  # PBT: coefficients per policy
         self.slot: list[int | None] = [None] * self.num_splits
         self.t = [0] * self.num_splits
         self.carry: list[dict | None] = [None] * self.num_splits
@@ -139,6 +140,20 @@ class ActorWorker(Component):
         A, group = self.groups[s].num_agents, self.groups[s]
         ids = self.mapping(group.env_ids[env], A, self.P, self.rng)
         self.col_policy[s][env * A : (env + 1) * A] = checked_mapping(ids, A, self.P)
+        self._apply_shaping(s, env)
+
+    def _apply_shaping(self, s: int, env: int | None = None) -> None:
+        """Give the envs of split s (or only env `env`) the reward shaping of the policies controlling them."""
+        if not self.shaping:
+            return
+        group = self.groups[s]
+        A = group.num_agents
+        for i in range(group.num_envs) if env is None else (env,):
+            setter = group.envs[i].get_wrapper_attr("set_reward_shaping")
+            for a in range(A):
+                p = int(self.col_policy[s][i * A + a])
+                if p in self.shaping:
+                    setter(self.shaping[p], a)
 
     def _request(self, s: int, has_truncations: bool) -> None:
         slot, t = self.slot[s], self.t[s]
@@ -181,6 +196,11 @@ class ActorWorker(Component):
             self.pool.release(returned)
             while self.waiting and self.pool.free:
                 self._continue_in_new_slot(self.waiting.pop(0))
+        elif kind == SET_REWARD_SHAPING:
+            self.shaping[msg[1]] = msg[2]
+            if hasattr(self, "groups"):
+                for s in range(self.num_splits):
+                    self._apply_shaping(s)
         elif kind == RESEND:
             # A policy worker was restarted: requests it had taken are lost. Old ones are sent again.
             now = time.monotonic()
@@ -269,6 +289,8 @@ class ActorWorker(Component):
             new_policy = policy_of_split(self.cfg, self.index, s, self.rollouts[s])
             rotate = new_policy != int(self.col_policy[s][0])
             self.col_policy[s][:] = new_policy
+            if rotate:
+                self._apply_shaping(s)
         if rotate:
             # Another policy takes over the split: it acts on position 0 itself, from a fresh core state.
             buf.is_first[slot, 0] = True

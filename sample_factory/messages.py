@@ -13,6 +13,7 @@ runner restarts it) and `seq` the split's request number: receivers drop message
 - runner -> learner:                     (SAVE_BEST, metric_value)  the run's metric improved
 - runner -> learner:                     (SAVE_NOW,)  write a checkpoint now (periodic evaluation)
 - runner -> learner:                     (PBT_UPDATE, hyperparams, source_policy or None)  PBT decision
+- runner -> actors:                      (SET_REWARD_SHAPING, policy_id, {name: coefficient})  PBT decision
 - runner -> actors:                      (RESEND,)  re-send outstanding requests (a policy worker was restarted)
 - anyone -> runner (report channel):     (REPORT, role, index, kind, payload)
 - runner -> any component:               (STOP,)
@@ -40,6 +41,7 @@ RESEND = 6
 SAVE_BEST = 7
 SAVE_NOW = 8
 PBT_UPDATE = 9
+SET_REWARD_SHAPING = 10
 
 
 class Channel(Protocol):

@@ -9,17 +9,43 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sample_factory.messages import PBT_UPDATE, Channels
-from sample_factory.pbt import PopulationBasedTraining, load_pbt_state, objective_from_stats, save_pbt_state
+from sample_factory.messages import PBT_UPDATE, SET_REWARD_SHAPING, Channels
+from sample_factory.pbt import (
+    REWARD_SHAPING_PREFIX,
+    PopulationBasedTraining,
+    load_pbt_state,
+    objective_from_stats,
+    save_pbt_state,
+)
 from sample_factory.summaries import ProgressTracker, SummaryWriters
 
 
 class PbtController:
-    def __init__(self, cfg: Any, exp_dir: Path, channels: Channels, log: Callable[[str], None]):
+    def __init__(
+        self,
+        cfg: Any,
+        exp_dir: Path,
+        channels: Channels,
+        log: Callable[[str], None],
+        reward_shaping: dict[str, float] | None = None,
+    ):
         self.cfg, self.exp_dir, self.channels, self.log = cfg, exp_dir, channels, log
         states = load_pbt_state(exp_dir, cfg.num_policies, cfg)
-        self.pbt = PopulationBasedTraining(cfg, cfg.num_policies, states=states)
+        self.pbt = PopulationBasedTraining(cfg, cfg.num_policies, reward_shaping=reward_shaping, states=states)
         save_pbt_state(exp_dir, self.pbt.states)
+        self.shaped = bool(reward_shaping)
+        for p in range(cfg.num_policies):  # queued before the actors start: their envs begin with these
+            self._send_reward_shaping(p, self.pbt.hyperparams(p))
+
+    def _send_reward_shaping(self, policy_id: int, hyperparams: dict[str, float]) -> None:
+        """The env-side hyperparameters go to every actor worker (any of them may run envs of this policy)."""
+        if not self.shaped:
+            return
+        shaping = {
+            k[len(REWARD_SHAPING_PREFIX) :]: v for k, v in hyperparams.items() if k.startswith(REWARD_SHAPING_PREFIX)
+        }
+        for actor in self.channels.actor:
+            actor.put((SET_REWARD_SHAPING, policy_id, shaping))
 
     def hyperparams(self, policy_id: int) -> dict[str, float]:
         """What learner `policy_id` starts with (the saved values on resume)."""
@@ -35,6 +61,8 @@ class PbtController:
             if d.source is None and not d.changes:
                 continue  # a mutation that happened to change nothing
             self.channels.learner[d.target].put((PBT_UPDATE, d.hyperparams, d.source))
+            if any(k.startswith(REWARD_SHAPING_PREFIX) for k in d.changes):
+                self._send_reward_shaping(d.target, d.hyperparams)
             changed = ", ".join(f"{k} {v['old']:.4g}->{v['new']:.4g}" for k, v in d.changes.items()) or "no change"
             origin = f" from policy {d.source}" if d.source is not None else ""
             self.log(f"PBT: policy {d.target} {d.kind}{origin}: {changed}")

@@ -77,7 +77,7 @@ class Runner:
             if what == "new experiment":  # leave nothing behind for a run that never started
                 shutil.rmtree(self.exp_dir, ignore_errors=True)
             raise
-        self.obs_space, self.action_space, self.num_agents = env_info
+        self.obs_space, self.action_space, self.num_agents, reward_shaping = env_info
         # The initial weights are made once here, so policy workers and learners start identical.
         model = ActorCritic(cfg, self.obs_space, self.action_space)
         spec = make_buffer_spec(cfg, self.obs_space, self.action_space, model.rnn_state_size, self.num_agents)
@@ -96,7 +96,7 @@ class Runner:
             self.weights.append(w)
         kind = "local" if cfg.serial_mode else cfg.message_queue
         self.channels = Channels(cfg.num_workers, cfg.num_policies, kind)
-        self.pbt = PbtController(cfg, self.exp_dir, self.channels, log) if cfg.with_pbt else None
+        self.pbt = PbtController(cfg, self.exp_dir, self.channels, log, reward_shaping) if cfg.with_pbt else None
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
         self.evaluator = PeriodicEvaluator(cfg, self.exp_dir, lambda: self.channels.learner[0].put((SAVE_NOW,)), log)

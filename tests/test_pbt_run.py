@@ -74,3 +74,22 @@ def test_pbt_mutates_replaces_copies_weights_and_resumes(tmp_path, monkeypatch):
         after = json.loads((tmp_path / "x" / f"pbt_p{p}.json").read_text())
         assert after["history"][: len(before[p]["history"])] == before[p]["history"]
     assert sum(len(st.history) for st in resumed.pbt.pbt.states) > sum(len(b["history"]) for b in before.values())
+
+
+@pytest.mark.timeout(120)
+def test_pbt_mutates_reward_shaping_of_the_envs_each_policy_plays(tmp_path):
+    argv = [a for a in ARGV if not a.startswith(("--env=", "--num_policies"))]
+    argv += ["--env=tests.shaped_env:ShapedCartPole-v0"]
+    argv += ["--pbt_mutation_rate=1.0", "--num_policies=2", "--train_for_env_steps=30000", f"--train_dir={tmp_path}"]
+    runner = Runner(parse_cfg(argv))
+    assert runner.run() == 0
+    pbt = runner.pbt.pbt
+    assert all("reward_shaping/alive_bonus" in st.hyperparams for st in pbt.states)
+    mutated = [e for st in pbt.states for e in st.history if "reward_shaping/alive_bonus" in e["changes"]]
+    assert mutated
+    actor = next(c for c in runner.components if c.role == "actor")
+    for s, group in enumerate(actor.groups):
+        for i, env in enumerate(group.envs):
+            policy = int(actor.col_policy[s][i])
+            want = pbt.states[policy].hyperparams["reward_shaping/alive_bonus"]
+            assert env.get_wrapper_attr("coefficients")["alive_bonus"] == pytest.approx(want)

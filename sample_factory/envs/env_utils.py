@@ -115,6 +115,17 @@ class EnvInfo(NamedTuple):
     observation_space: gym.Space
     action_space: gym.Space
     num_agents: int
+    reward_shaping: dict[str, float] | None = None  # the env's default coefficients, if PBT may tune them
+
+
+def default_reward_shaping(env: gym.Env) -> dict[str, float] | None:
+    """Envs whose reward has tunable coefficients expose `get_default_reward_shaping() -> {name: value}` and
+    `set_reward_shaping(coefficients, agent_idx)`; PBT then mutates the coefficients per policy."""
+    try:
+        getter = env.get_wrapper_attr("get_default_reward_shaping")
+    except AttributeError:
+        return None
+    return {k: float(v) for k, v in getter().items()}
 
 
 def _env_info(cfg: Any) -> EnvInfo:
@@ -124,7 +135,7 @@ def _env_info(cfg: Any) -> EnvInfo:
         return EnvInfo(*envpool_spaces(cfg), 1)
     env = make_env(cfg)
     try:
-        return EnvInfo(env.observation_space, env.action_space, env_num_agents(env))
+        return EnvInfo(env.observation_space, env.action_space, env_num_agents(env), default_reward_shaping(env))
     finally:
         env.close()
 
