@@ -62,6 +62,7 @@ class EnvGroup:
         self.obs_space = envs[0].observation_space
         self.fields = obs_fields(self.obs_space)
         self.float_keys = [k for k, f in self.fields.items() if f.dtype.kind == "f"]
+        self.plain_key = None if isinstance(self.obs_space, gym.spaces.Dict) else next(iter(self.fields))
         self.obs = alloc_obs(self.fields, n)  # key -> [n, *shape]
         self.final_obs = alloc_obs(self.fields, n)
         self.rewards = np.zeros(n, dtype=np.float32)
@@ -104,27 +105,33 @@ class EnvGroup:
 
     def _put_obs(self, target: dict[str, np.ndarray], c: int, o: Any, i: int, where: str) -> None:
         """Check one observation against the space and write it into row c of `target`."""
+        if self.plain_key is not None:  # the common case, on the hot path: no dict to build
+            target[self.plain_key][c] = self._checked(self.plain_key, o, i, where)
+            return
         d = as_obs_dict(o, self.obs_space)
         if len(d) != len(self.fields) or any(k not in d for k in self.fields):
             raise EnvError(
                 f"env {self.env_ids[i]}: {where} returned observation keys {sorted(d)}, expected {sorted(self.fields)}"
             )
-        for k, f in self.fields.items():
-            v = d[k]
-            shape = getattr(v, "shape", None)
-            if shape is None:
-                v = np.asarray(v)
-                shape = v.shape
-            if tuple(shape) != f.shape:
-                name = "an observation" if len(self.fields) == 1 else f"observation {k!r}"
-                raise EnvError(
-                    f"env {self.env_ids[i]}: {where} returned {name} of shape {tuple(shape)}, expected {f.shape}"
-                )
-            dtype = getattr(v, "dtype", None)
-            if dtype is not None and not np.can_cast(dtype, f.dtype, "same_kind"):
-                name = "an observation" if len(self.fields) == 1 else f"observation {k!r}"
-                raise EnvError(f"env {self.env_ids[i]}: {where} returned {name} of dtype {dtype}, expected {f.dtype}")
-            target[k][c] = v
+        for k in self.fields:
+            target[k][c] = self._checked(k, d[k], i, where)
+
+    def _checked(self, k: str, v: Any, i: int, where: str) -> Any:
+        f = self.fields[k]
+        shape = getattr(v, "shape", None)
+        if shape is None:
+            v = np.asarray(v)
+            shape = v.shape
+        if shape != f.shape and tuple(shape) != f.shape:
+            name = "an observation" if self.plain_key else f"observation {k!r}"
+            raise EnvError(
+                f"env {self.env_ids[i]}: {where} returned {name} of shape {tuple(shape)}, expected {f.shape}"
+            )
+        dtype = getattr(v, "dtype", None)
+        if dtype is not None and dtype != f.dtype and not np.can_cast(dtype, f.dtype, "same_kind"):
+            name = "an observation" if self.plain_key else f"observation {k!r}"
+            raise EnvError(f"env {self.env_ids[i]}: {where} returned {name} of dtype {dtype}, expected {f.dtype}")
+        return v
 
     def _check_finite_obs(self, where: str) -> None:
         for k in self.float_keys:
@@ -171,6 +178,46 @@ class EnvGroup:
     def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
         """Step every env with actions [n, ...]; return the (return, length) of the episodes that ended (one per
         agent in multi-agent envs)."""
+        if not self.multi_agent:
+            finished = self._step_single_agent(actions)
+        else:
+            finished = self._step_multi_agent(actions)
+        if not np.isfinite(self.rewards).all():
+            bad = int(np.argmin(np.isfinite(self.rewards))) // self.num_agents
+            raise EnvError(f"env {self.env_ids[bad]}: step returned a NaN or inf reward")
+        self._check_finite_obs("step")
+        return finished
+
+    def _step_single_agent(self, actions: np.ndarray) -> list[tuple[float, int]]:
+        """The multi-agent loop below specialised to one agent per env: this is the hot path of cheap envs
+        (CartPole steps in ~10 us; the general loop's per-agent bookkeeping cost a third of the throughput)."""
+        finished, self.finished_columns = [], []
+        rewards, dones, truncated = self.rewards, self.dones, self.truncated
+        ep_return, ep_len, convert = self.episode_return, self.episode_len, self.convert_action
+        for i, env in enumerate(self.envs):
+            a = actions[i] if convert is None else convert(actions[i])
+            o, r, term, trunc, info = self._call(i, "step", env.step, a)
+            rewards[i] = r
+            ep_return[i] += r
+            ep_len[i] += 1
+            where = "step"
+            if term or trunc:
+                if not info or info.get("game_over", True):
+                    finished.append((float(ep_return[i]), int(ep_len[i])))
+                    self.finished_columns.append(i)
+                    ep_return[i], ep_len[i] = 0.0, 0
+                if trunc and not term:
+                    self._put_obs(self.final_obs, i, o, i, "step")
+                o, _ = self._call(i, "reset", env.reset)
+                where = "reset"
+            self._put_obs(self.obs, i, o, i, where)
+            dones[i] = term or trunc
+            truncated[i] = trunc and not term
+        self.first[:] = dones
+        self.env_reset[:] = dones
+        return finished
+
+    def _step_multi_agent(self, actions: np.ndarray) -> list[tuple[float, int]]:
         finished = []
         self.finished_columns = []
         A = self.num_agents
@@ -211,10 +258,6 @@ class EnvGroup:
             for a in range(A):
                 self._put_obs(self.obs, i * A + a, obs[a], i, where)
         self.first |= dones  # an agent that finished early starts its inactive stretch from a fresh core state
-        if not np.isfinite(rewards).all():
-            bad = int(np.argmin(np.isfinite(rewards))) // A
-            raise EnvError(f"env {self.env_ids[bad]}: step returned a NaN or inf reward")
-        self._check_finite_obs("step")
         return finished
 
     def close(self) -> None:
