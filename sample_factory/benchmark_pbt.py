@@ -17,6 +17,7 @@ Per run it prints the env steps (total, and of the best policy alone) and wall t
 got there, the PBT decisions taken (mutations and replacements, from <experiment>/pbt_p<i>.json) and writes the
 curves of all policies as <output_dir>/run<i>.png (sample_factory.plot, --policy_id=all). A summary over all runs
 goes to <output_dir>/results.json. The exit status is 1 if a run failed or never reached the target.
+`--num_policies=1` measures the plain single-policy command (no PBT) the same way, for comparison.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from typing import Any
 from sample_factory.plot import plot_experiments
 
 REPO = Path(__file__).resolve().parent.parent
-NUM_POLICIES = 4
 _PROGRESS = re.compile(r"FPS 10s/60s/300s: .*\| env steps: (\d+)")
 _POLICY = re.compile(r"p(\d+) reward (\S+) \((\d+) episodes(?:, (\d+) steps)?\)")
 _DONE = re.compile(r"done: (\d+) env steps in ([\d.]+) s, (\d+) FPS overall")
@@ -46,15 +46,15 @@ _PBT = re.compile(r"PBT: policy \d+ (mutation|replacement)")
 
 def train_command(args: argparse.Namespace, experiment: str, extra: list[str]) -> list[str]:
     """The training command of one run: the user's command line plus budget, folders and reporting intervals."""
-    return [
-        sys.executable,
-        str(REPO / "train.py"),
-        "--env=CartPole-v1",
-        "--num_workers=2",
-        f"--num_policies={NUM_POLICIES}",
-        "--with_pbt=True",
-        f"--pbt_period_env_steps={args.pbt_period_env_steps}",
-        f"--pbt_start_mutation={args.pbt_start_mutation}",
+    cmd = [sys.executable, str(REPO / "train.py"), "--env=CartPole-v1", "--num_workers=2"]
+    if args.num_policies > 1:
+        cmd += [
+            f"--num_policies={args.num_policies}",
+            "--with_pbt=True",
+            f"--pbt_period_env_steps={args.pbt_period_env_steps}",
+            f"--pbt_start_mutation={args.pbt_start_mutation}",
+        ]
+    return cmd + [
         f"--train_for_env_steps={args.budget_env_steps}",
         f"--train_for_seconds={args.max_seconds}",
         f"--train_dir={args.output_dir}",
@@ -123,7 +123,14 @@ def run_once(args: argparse.Namespace, index: int, extra: list[str]) -> dict[str
             if m := _DONE.search(line):
                 done = {"collected_env_steps": int(m.group(1)), "train_s": float(m.group(2)), "fps": int(m.group(3))}
         rc = proc.wait()
-    result: dict[str, Any] = {"run": index, "rc": rc, "wall_s": time.monotonic() - t0, "log": str(log_path), **done}
+    result: dict[str, Any] = {
+        "run": index,
+        "num_policies": args.num_policies,
+        "rc": rc,
+        "wall_s": time.monotonic() - t0,
+        "log": str(log_path),
+        **done,
+    }
 
     rows = read_progress_csv(exp_dir / "progress.csv") if (exp_dir / "progress.csv").exists() else []
     hit = first_reaching(rows, args.target_reward)
@@ -141,13 +148,13 @@ def run_once(args: argparse.Namespace, index: int, extra: list[str]) -> dict[str
             best_policy_env_steps_to_target=own_steps,
             seconds_since_start_to_target=row["time_s"],
             wall_s_to_target=wall,
-            rewards_at_target={p: row[f"reward_p{p}"] for p in range(NUM_POLICIES) if f"reward_p{p}" in row},
+            rewards_at_target={p: row[f"reward_p{p}"] for p in range(args.num_policies) if f"reward_p{p}" in row},
             pbt_decisions_logged_before_target=pbt_logged_before_target,
         )
     else:
         result["reached"] = False
 
-    events = pbt_events(exp_dir, NUM_POLICIES)
+    events = pbt_events(exp_dir, args.num_policies)
     result["mutations"] = sum(e["kind"] == "mutation" for h in events.values() for e in h)
     result["mutations_changing_something"] = sum(
         e["kind"] == "mutation" and bool(e["changes"]) for h in events.values() for e in h
@@ -181,10 +188,11 @@ def describe(r: dict[str, Any], target: float) -> str:
     else:
         head += f" | no policy reached {target:g}"
     repl = ", ".join(f"p{x['target']}<-p{x['source']}@{x['env_steps']:,}" for x in r["replacements"]) or "none"
-    head += (
-        f"\n  PBT over the run: {r['mutations']} mutations ({r['mutations_changing_something']} changed a value), "
-        f"{len(r['replacements'])} replacements [{repl}] (target<-source@env steps of the target)"
-    )
+    if r["num_policies"] > 1:
+        head += (
+            f"\n  PBT over the run: {r['mutations']} mutations ({r['mutations_changing_something']} changed a value), "
+            f"{len(r['replacements'])} replacements [{repl}] (target<-source@env steps of the target)"
+        )
     if r.get("fps"):
         head += f"\n  {r.get('collected_env_steps', 0):,} env steps collected in {r['train_s']:.1f} s, {r['fps']:,} FPS"
     if r.get("png"):
@@ -201,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target_reward", type=float, default=475.0, help="Mean episode reward counted as solved.")
     p.add_argument("--pbt_period_env_steps", type=int, default=20_000, help="Passed to train.py.")
     p.add_argument("--pbt_start_mutation", type=int, default=40_000, help="Passed to train.py.")
+    p.add_argument(
+        "--num_policies",
+        type=int,
+        default=4,
+        help="Population size; 1 runs the plain single-policy command (no PBT) under the same measurement.",
+    )
     p.add_argument("--keep_going", action="store_true", help="Train to the budget instead of stopping at target.")
     args, extra = p.parse_known_args(argv)
     args.output_dir = str(Path(args.output_dir).resolve())

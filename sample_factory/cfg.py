@@ -377,6 +377,7 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
     ],
     "Evaluation (enjoy.py)": [
         ("max_num_episodes", (), int, 10, "Episodes to evaluate.", {}),
+        ("policy_index", (), int, 0, "enjoy.py: which policy of a multi-policy experiment to evaluate.", {}),
         ("max_num_frames", (), _num, 1e9, "Stop evaluating after this many env steps.", {}),
         ("eval_deterministic", (), _BOOL, False, "Take the most likely action (argmax / Gaussian mean).", {}),
         (

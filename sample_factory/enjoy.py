@@ -78,6 +78,10 @@ def load_experiment_cfg(argv: Sequence[str]) -> argparse.Namespace:
     merged["cli_flags"] = sorted(typed)
     merged["command_line"] = " ".join(argv)
     merged["evaluation_run"] = True  # env wrappers for training only (Atari episodic life) stay off
+    if not 0 <= merged.get("policy_index", 0) < merged.get("num_policies", 1):
+        raise EnjoyError(
+            f"--policy_index={merged['policy_index']}: the experiment has {merged['num_policies']} policies"
+        )
     return finalize_cfg(argparse.Namespace(**merged))
 
 
@@ -260,6 +264,7 @@ def _play(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
             experiment_path(cfg),
             device=torch_device(cfg),
             checkpoint=cfg.load_checkpoint_kind,
+            policy_id=cfg.policy_index,
             obs_space=env.observation_space,
             action_space=env.action_space,
         )
@@ -357,7 +362,7 @@ class EvalRunner(Runner):
         self.loaded: dict = {}
 
     def _on_report(self, r: tuple) -> None:
-        if r[3] == "resumed":  # (REPORT, role, index, kind, payload)
+        if r[3] == "resumed" and r[2] == self.cfg.policy_index:  # (REPORT, role, index, kind, payload)
             self.loaded = dict(r[4])
         super()._on_report(r)
 
@@ -387,7 +392,8 @@ def evaluate_parallel(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]],
         raise EnjoyError("parallel evaluation failed (see the log above)")
     # The first episodes to finish: with many envs running at once they are biased toward short episodes
     # (a long episode is still running when the short ones have finished and the count is reached).
-    episodes = runner.progress.all_episodes[0][: cfg.max_num_episodes]
+    # With several policies every one plays (splits rotate as in training); the chosen one's episodes count.
+    episodes = runner.progress.all_episodes[cfg.policy_index][: cfg.max_num_episodes]
     for i, (ret, length) in enumerate(episodes, 1):
         print(f"episode {i}: reward {ret:.2f}, length {length}")
     loaded = runner.loaded

@@ -292,7 +292,7 @@ class Runner:
     def _check_stop(self, now: float) -> None:
         cfg = self.cfg
         if getattr(cfg, "evaluation_run", False):
-            if sum(self.progress.num_episodes) >= cfg.max_num_episodes:
+            if self.progress.num_episodes[getattr(cfg, "policy_index", 0)] >= cfg.max_num_episodes:
                 self.stop_reason = f"evaluated {cfg.max_num_episodes} episodes"
             elif self.progress.total_env_steps() - sum(self.progress.resumed_steps) >= cfg.max_num_frames:
                 self.stop_reason = f"evaluated {int(cfg.max_num_frames)} env steps"

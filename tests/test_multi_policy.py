@@ -110,3 +110,16 @@ def test_multiple_policies_need_async():
     cfg.async_rl = False
     with pytest.raises(ConfigError, match="async_rl"):
         finalize_cfg(cfg)
+
+
+@pytest.mark.timeout(120)
+def test_enjoy_evaluates_the_chosen_policy(tmp_path, capsys):
+    from sample_factory.enjoy import main as enjoy_main
+
+    argv = ["--env=CartPole-v1", *BASE, "--num_envs_per_worker=4", "--num_policies=2", "--train_for_env_steps=2000"]
+    assert Runner(parse_cfg([*argv, f"--train_dir={tmp_path}"])).run() == 0
+    common = ["--experiment=x", f"--train_dir={tmp_path}", "--no_render=True", "--max_num_episodes=2"]
+    assert enjoy_main([*common, "--policy_index=1"]) == 0
+    assert "checkpoint_p1" in capsys.readouterr().out
+    assert enjoy_main([*common, "--policy_index=2"]) == 1
+    assert "the experiment has 2 policies" in capsys.readouterr().err
