@@ -183,7 +183,7 @@ def describe(r: dict[str, Any], target: float) -> str:
         head += (
             f" | best policy p{r['best_policy']} reached mean reward {r['best_reward']:.1f} >= {target:g} after "
             f"{r['env_steps_to_target']:,} env steps of the population{own}, {wall} "
-            f"({r['seconds_since_start_to_target']:.1f} s after the runner started) | rewards then: {others}"
+            f"(time_s {r['seconds_since_start_to_target']:.1f} in progress.csv) | rewards then: {others}"
         )
     else:
         head += f" | no policy reached {target:g}"
