@@ -8,12 +8,12 @@ One env step of split s, in this file:
 At t + 1 == T the request asks for the bootstrap position of the rollout; when it is served the slot goes to the
 learner (ROLLOUT) and the split continues in a fresh slot from this worker's pool, or waits for FREE_SLOTS.
 
-Several policies (--num_policies): every column (agent) of a split has a policy, recorded per step in
-buffers.policy_id. Normally a whole split belongs to one policy, rotated at each rollout boundary so every policy
-gets an equal share of every worker's experience. In multi-agent envs with --pbt_mix_policies_in_one_env each
-agent's policy is drawn when its env starts an episode (policy_mapping.py); a request then goes to every policy
-present in the split, and the finished slot to every learner whose policy acted in it (it comes back to the pool
-when all of them returned it).
+Several policies (--num_policies): every column (agent) has a policy, recorded per step in buffers.policy_id and
+chosen when its env starts an episode, so every episode is played and credited by one policy: an env passes to the
+next policy at each episode start (fair shares), or in multi-agent envs with --pbt_mix_policies_in_one_env each
+agent's policy is drawn (policy_mapping.py). A request goes to every policy present in the split, and the finished
+slot to every learner whose policy acted in it (it comes back to the pool when all of them returned it); each
+learner copies out only the columns its policy acted in.
 """
 
 from __future__ import annotations
@@ -35,12 +35,6 @@ from sample_factory.shared_buffers import SlotPool, TrajectoryBuffers
 # outputs already computed.
 _CARRY_INPUTS = ("is_first",)
 _CARRY_OUTPUTS = ("actions", "log_probs", "values", "policy_version", "policy_id")
-
-
-def policy_of_split(cfg: Any, worker_idx: int, split_idx: int, rollouts: int = 0) -> int:
-    """The policy of a whole split after `rollouts` finished rollouts: splits start spread over the policies and
-    advance by one policy per rollout."""
-    return (worker_idx * cfg.worker_num_splits + split_idx + rollouts) % cfg.num_policies
 
 
 class ActorWorker(Component):
@@ -69,13 +63,12 @@ class ActorWorker(Component):
         self.groups = [self._make_group(s, base_seed) for s in range(self.num_splits)]
         self.P = cfg.num_policies
         num_agents = self.groups[0].num_agents
-        self.mix = self.P > 1 and num_agents > 1 and cfg.pbt_mix_policies_in_one_env
-        self.mapping = get_policy_mapping(cfg.policy_mapping) if self.mix else None
-        self.rollouts = [0] * self.num_splits
+        # Agents of one env drawn separately (a registered mapping, or random mixing), or an env's agents together
+        # passing to the next policy at each episode start.
+        mix = self.P > 1 and num_agents > 1 and cfg.pbt_mix_policies_in_one_env
+        self.mapping = get_policy_mapping(cfg.policy_mapping) if (mix or cfg.policy_mapping) else None
         # [n] policy of every column of split s (what policy_id[slot, t] gets at each request)
-        self.col_policy = [
-            np.full(self.groups[s].n, policy_of_split(cfg, self.index, s)) for s in range(self.num_splits)
-        ]
+        self.col_policy = [np.zeros(self.groups[s].n, dtype=np.int64) for s in range(self.num_splits)]
         self.answers_due: list[set[int]] = [set() for _ in range(self.num_splits)]  # policies yet to answer
         self.slot_holders: dict[int, int] = {}  # slot -> learners that still hold it
         self.shaping: dict[int, dict[str, float]] = getattr(self, "shaping", {})  # PBT: coefficients per policy
@@ -126,20 +119,24 @@ class ActorWorker(Component):
         slot = self.pool.acquire()
         assert slot is not None, "a fresh worker always has a slot per split"
         self.slot[s], self.t[s] = slot, 0
-        if self.mix:
+        if self.P > 1:
             for i in range(group.num_envs):
-                self._draw_policies(s, i)
+                self._draw_policies(s, i, first=True)
         for k, v in group.obs.items():
             self.np_obs[k][slot, 0] = v
         self.np["is_first"][slot, 0] = True
         self.np["rnn_states"][slot, 0] = 0.0
         self._request(s, has_truncations=False)
 
-    def _draw_policies(self, s: int, env: int) -> None:
-        """New policies for the agents of env `env` of split s (at an episode start)."""
+    def _draw_policies(self, s: int, env: int, first: bool = False) -> None:
+        """The policies of the agents of env `env` of split s for the episode it starts."""
         A, group = self.groups[s].num_agents, self.groups[s]
-        ids = self.mapping(group.env_ids[env], A, self.P, self.rng)
-        self.col_policy[s][env * A : (env + 1) * A] = checked_mapping(ids, A, self.P)
+        cols = slice(env * A, (env + 1) * A)
+        if self.mapping is not None:
+            ids = checked_mapping(self.mapping(group.env_ids[env], A, self.P, self.rng), A, self.P)
+        else:  # rotation: envs start spread over the policies
+            ids = group.env_ids[env] % self.P if first else (self.col_policy[s][env * A] + 1) % self.P
+        self.col_policy[s][cols] = ids
         self._apply_shaping(s, env)
 
     def _apply_shaping(self, s: int, env: int | None = None) -> None:
@@ -245,9 +242,8 @@ class ActorWorker(Component):
                 self.env_steps[p] += int(count)
             for episode, col in zip(finished, group.finished_columns, strict=True):
                 self.episodes[pol[col]].append(episode)
-            if self.mix:
-                for i in np.flatnonzero(group.env_reset):
-                    self._draw_policies(s, int(i))
+            for i in np.flatnonzero(group.env_reset):
+                self._draw_policies(s, int(i))
         self.t[s] = t + 1
         self._request(s, has_truncations)
 
@@ -264,7 +260,6 @@ class ActorWorker(Component):
         self.slot_holders[slot] = len(holders)
         for p in holders:
             self.channels.learner[p].put((ROLLOUT, self.index, slot, self.gen))
-        self.rollouts[s] += 1
         self._report_progress()
         self.slot[s] = None
         if self.pool.free:
@@ -284,18 +279,7 @@ class ActorWorker(Component):
             buf.obs[k][slot, 0] = v
         buf.rnn_states[slot, 0] = carry["rnn_in"]
         self.activity = "stepping envs"
-        rotate = self.P > 1 and not self.mix
-        if rotate:
-            new_policy = policy_of_split(self.cfg, self.index, s, self.rollouts[s])
-            rotate = new_policy != int(self.col_policy[s][0])
-            self.col_policy[s][:] = new_policy
-            if rotate:
-                self._apply_shaping(s)
-        if rotate:
-            # Another policy takes over the split: it acts on position 0 itself, from a fresh core state.
-            buf.is_first[slot, 0] = True
-            self._request(s, has_truncations=False)
-        elif self.cfg.async_rl:
+        if self.cfg.async_rl:
             for k in _CARRY_OUTPUTS:
                 getattr(buf, k)[slot, 0] = carry[k]
             buf.rnn_states[slot, 1] = carry["rnn_out"]

@@ -61,6 +61,13 @@ class Learner(Component):
         self.num_threads = cfg.learner_main_loop_num_cores
         slot_samples = buffers.spec.samples_per_slot
         self.slots_per_iteration = math.ceil(cfg.batch_size * cfg.num_batches_per_epoch / slot_samples)
+        # trajectories (slot columns) one iteration trains on
+        self.columns_per_iteration = self.slots_per_iteration * buffers.spec.agents_per_split
+        self.all_columns = torch.arange(buffers.spec.agents_per_split)
+        # Never hold more than a 1/P share of the slots that are not being filled: if every slot is held by some
+        # learner, one of them then trains on what it has, so the actors always get slots back.
+        filling = cfg.num_workers * cfg.worker_num_splits
+        self.max_held_slots = max(1, (buffers.spec.num_slots - filling) // cfg.num_policies)
 
     def init(self) -> None:
         cfg = self.cfg
@@ -88,7 +95,8 @@ class Learner(Component):
         if best:
             self.report("best_metric", best_metric_of(best[-1]))
         self.weights.publish(self.model, self.version)
-        self.pending: list[tuple[int, int, int]] = []  # (slot, actor_idx, actor generation)
+        # (slot, actor_idx, actor generation, columns this policy acted in)
+        self.pending: list[tuple[int, int, int, torch.Tensor]] = []
         self.bind_views()
         self.discarded_rollouts = 0
         self.last_save = self.last_milestone = time.monotonic()
@@ -103,7 +111,12 @@ class Learner(Component):
     def on_message(self, msg: tuple) -> None:
         if msg[0] == ROLLOUT:
             _, actor_idx, slot, gen = msg
-            self.pending.append((slot, actor_idx, gen))
+            if self.cfg.num_policies == 1:
+                cols = self.all_columns
+            else:  # a slot of several policies: only the trajectories this policy acted in
+                own = (self.buffers.policy_id[slot, :-1] == self.policy_id).any(0)  # [n]
+                cols = torch.nonzero(own).squeeze(1)
+            self.pending.append((slot, actor_idx, gen, cols))
         elif msg[0] == SAVE_NOW:
             self.save()
         elif msg[0] == SAVE_BEST:
@@ -124,8 +137,8 @@ class Learner(Component):
 
     def on_idle(self) -> None:
         self._drop_stale()
-        while len(self.pending) >= self.slots_per_iteration and not self.stopped:
-            self._iteration()
+        while not self.stopped and (taken := self._take_iteration()):
+            self._iteration(taken)
         if getattr(self.cfg, "evaluation_run", False):
             return  # an evaluation never writes into the experiment
         now = time.monotonic()
@@ -135,17 +148,30 @@ class Learner(Component):
             self.last_milestone = now
             save_milestone(self.ckpt_dir, self._state(), self.version, self.env_steps)
 
-    def _iteration(self) -> None:
-        taken, self.pending = self.pending[: self.slots_per_iteration], self.pending[self.slots_per_iteration :]
+    def _take_iteration(self) -> list[tuple] | None:
+        """The oldest pending slots that hold an iteration's worth of this policy's trajectories, if there are."""
+        count = 0
+        for i, p in enumerate(self.pending):
+            count += len(p[3])
+            if count >= self.columns_per_iteration:
+                taken, self.pending = self.pending[: i + 1], self.pending[i + 1 :]
+                return taken
+        if len(self.pending) >= self.max_held_slots:  # a smaller batch rather than starving the actors
+            taken, self.pending = self.pending, []
+            return taken
+        return None
+
+    def _iteration(self, taken: list[tuple]) -> None:
         self.activity = "copying a batch"
         t0 = time.perf_counter()
-        batch = self.buffers.gather([p[0] for p in taken])
+        columns = None if self.cfg.num_policies == 1 else [p[3] for p in taken]
+        batch = self.buffers.gather([p[0] for p in taken], columns)
         if self.cfg.async_rl or self.cfg.sampler_only:
             self._return_slots(taken)  # collection continues while we train
         self.timing["copy_batch"] += time.perf_counter() - t0
         if self.cfg.num_policies == 1:
             samples = len(taken) * self.buffers.spec.samples_per_slot
-        else:  # slots of multi-agent envs may hold other policies' steps too
+        else:  # the columns may hold steps of other policies too (an env passes to another policy)
             samples = int((batch["policy_id"][:, :-1] == self.policy_id).sum())
         self.env_steps += samples
         if self.cfg.sampler_only:
@@ -183,9 +209,9 @@ class Learner(Component):
             self.weights.publish(self.model, self.version)
         self.report("pbt_update", {"source": source, "version": self.version})
 
-    def _return_slots(self, taken: list[tuple[int, int, int]]) -> None:
+    def _return_slots(self, taken: list[tuple]) -> None:
         by_worker: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
-        for slot, actor_idx, gen in taken:
+        for slot, actor_idx, gen, _ in taken:
             by_worker[actor_idx, gen].append(slot)
         for (w, gen), slots in by_worker.items():
             self.channels.actor[w].put((FREE_SLOTS, slots, gen))

@@ -88,8 +88,10 @@ def slots_per_split_for(cfg, agents_per_split: int) -> int:
     if not cfg.async_rl:
         return max(1, iteration_slots // splits)
     accumulate_slots = math.ceil(cfg.batch_size * cfg.num_minibatches_to_accumulate / slot_samples)
-    # Every policy's learner may hold almost an iteration's worth while it waits for the rest: enough for all of them.
-    held = cfg.num_policies * (iteration_slots + accumulate_slots)
+    # Every learner may hold almost an iteration's worth while it waits for the rest. With P policies a slot carries
+    # about 1/P of a learner's trajectories (envs pass between policies), so a learner's iteration spans about
+    # P times as many slots, and the P learners hold (sharing) slots at the same time.
+    held = cfg.num_policies**2 * (iteration_slots + accumulate_slots)
     return max(cfg.min_traj_buffers_per_worker, math.ceil(held / splits) + 1)
 
 
@@ -177,14 +179,23 @@ class TrajectoryBuffers:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
 
-    def gather(self, slots: list[int]) -> dict:
+    def gather(self, slots: list[int], columns: list[torch.Tensor] | None = None) -> dict:
         """Copy the given slots out as trajectories: every tensor becomes [len(slots) * n, T(+1), ...]; "obs" is
-        a dict of such tensors."""
-        idx = torch.as_tensor(slots, dtype=torch.long)
+        a dict of such tensors. With `columns` (one index tensor per slot) only those columns are copied:
+        [total columns, T(+1), ...]."""
+        if columns is not None:
+            si = torch.as_tensor(slots, dtype=torch.long).repeat_interleave(torch.tensor([len(c) for c in columns]))
+            ci = torch.cat(columns)
 
-        def take(t: torch.Tensor) -> torch.Tensor:
-            x = t.index_select(0, idx)  # [k, L, n, ...] (a copy)
-            return x.transpose(1, 2).reshape(-1, *x.shape[1:2], *x.shape[3:])
+            def take(t: torch.Tensor) -> torch.Tensor:
+                return t[si, :, ci]  # [K, L, ...] (advanced indexing copies)
+
+        else:
+            idx = torch.as_tensor(slots, dtype=torch.long)
+
+            def take(t: torch.Tensor) -> torch.Tensor:
+                x = t.index_select(0, idx)  # [k, L, n, ...] (a copy)
+                return x.transpose(1, 2).reshape(-1, *x.shape[1:2], *x.shape[3:])
 
         out: dict = {k: take(getattr(self, k)) for k in self.SLOT_KEYS}
         out["obs"] = {k: take(v) for k, v in self.obs.items()}

@@ -169,7 +169,7 @@ class PPOAlgorithm:
                 for k, v in step_stats.items():
                     sums[k] = sums.get(k, 0.0) + v
         stats = {k: v / max(num_steps, 1) for k, v in sums.items()}
-        lagf = lag.float()
+        lagf = lag[own].float() if own.any() else lag.float()  # this policy's steps
         stats.update(
             sgd_steps=num_steps,
             skipped_updates=self.skipped_updates,

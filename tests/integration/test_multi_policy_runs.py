@@ -1,5 +1,5 @@
 """Two policies on CartPole, multi-process: both learners train and report, both checkpoint folders fill, and the
-experience is split roughly evenly between them (split rotation)."""
+experience is split evenly between them (an env passes to the other policy at every episode start)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from sample_factory.checkpoint import list_checkpoints
 
-_FINAL = re.compile(r"policy (\d): reward [-0-9.na]+, \d+ episodes, (\d+) env steps")
+_FINAL = re.compile(r"policy (\d): reward [-0-9.na]+, (\d+) episodes, (\d+) env steps")
 
 
 @pytest.mark.timeout(240)
@@ -19,9 +19,11 @@ def test_two_policies_cartpole(tmp_path, train_run):
         tmp_path / "td",
     )
     assert run.wait(timeout=200) == 0, run.describe()
-    steps = {int(p): int(n) for p, n in _FINAL.findall(run.output)}
-    assert set(steps) == {0, 1}, run.describe()
-    assert min(steps.values()) > 0.4 * sum(steps.values()), steps
+    final = {int(p): (int(e), int(n)) for p, e, n in _FINAL.findall(run.output)}
+    assert set(final) == {0, 1}, run.describe()
+    episodes = [e for e, _ in final.values()]
+    assert min(episodes) >= 0.9 * max(episodes), final
+    assert min(n for _, n in final.values()) > 0.25 * sum(n for _, n in final.values()), final
     for p in (0, 1):
         assert list_checkpoints(run.exp_dir / f"checkpoint_p{p}"), p
         assert (run.exp_dir / ".summary" / str(p)).is_dir()
