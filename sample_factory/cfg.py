@@ -487,7 +487,8 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             str,
             "true_objective",
             "Per-policy statistic PBT ranks policies by (higher is better): true_objective is the mean episode "
-            "reward; any other name is a per-policy stat reported during training (e.g. a custom env stat).",
+            "reward (once --stats_avg episodes, at most 10, finished); any other name is a statistic of the "
+            "policy's learner (e.g. value, entropy; the train/* TensorBoard tags).",
             {},
         ),
         (

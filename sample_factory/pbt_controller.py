@@ -5,6 +5,7 @@ every decision and at the end, restored on resume, and logged to TensorBoard (pb
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,15 @@ class PbtController:
         return self.pbt.hyperparams(policy_id)
 
     def on_train_report(self, policy_id: int, stats: dict, progress: ProgressTracker) -> None:
+        # A reward mean over a few episodes (early, or right after a resume: windows are not saved) is not
+        # compared: such a policy counts as unknown, like one without episodes.
+        enough = min(10, self.cfg.stats_avg)
         objectives = {
-            p: objective_from_stats(self.cfg, progress.reward_mean(p), progress.train_stats[p])
+            p: objective_from_stats(
+                self.cfg,
+                progress.reward_mean(p) if len(progress.episodes[p]) >= enough else math.nan,
+                progress.train_stats[p],
+            )
             for p in range(self.cfg.num_policies)
         }
         decisions = self.pbt.step(policy_id, int(stats.get("env_steps", 0)), objectives)

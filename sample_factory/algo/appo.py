@@ -82,8 +82,8 @@ class PPOAlgorithm:
             own = own & (b["policy_id"][:, :T] == policy_id)
         valid = (lag <= cfg.max_policy_lag) & own
 
-        # before the values are recomputed
-        self.model.update_normalizers({k: v[:, :T].reshape(-1, *v.shape[2:]) for k, v in obs.items()})
+        if getattr(self.model, "obs_normalizers", None) is not None:  # before the values are recomputed
+            self.model.update_normalizers({k: v[:, :T][own] for k, v in obs.items()})  # this policy's active steps
         gae_adv = gae_ret = None
         if not cfg.with_vtrace:
             adv, ret = calculate_gae(rewards.T, dones.T, old_values.T, cfg.gamma, cfg.gae_lambda)
