@@ -71,7 +71,7 @@ class ActorWorker(Component):
         self.col_policy = [np.zeros(self.groups[s].n, dtype=np.int64) for s in range(self.num_splits)]
         self.answers_due: list[set[int]] = [set() for _ in range(self.num_splits)]  # policies yet to answer
         self.slot_holders: dict[int, int] = {}  # slot -> learners that still hold it
-        self.shaping: dict[int, dict[str, float]] = getattr(self, "shaping", {})  # PBT: coefficients per policy
+        self.shaping: dict[int, dict[str, float]] = {}  # PBT: reward-shaping coefficients per policy
         self.slot: list[int | None] = [None] * self.num_splits
         self.t = [0] * self.num_splits
         self.carry: list[dict | None] = [None] * self.num_splits
