@@ -156,7 +156,7 @@ class Learner(Component):
             if count >= self.columns_per_iteration:
                 taken, self.pending = self.pending[: i + 1], self.pending[i + 1 :]
                 return taken
-        if len(self.pending) >= self.max_held_slots:  # a smaller batch rather than starving the actors
+        if self.cfg.num_policies > 1 and len(self.pending) >= self.max_held_slots:  # smaller batch, no starving
             taken, self.pending = self.pending, []
             return taken
         return None
