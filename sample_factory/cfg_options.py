@@ -1,0 +1,513 @@
+"""Every command-line option, declared once: name, aliases, type, default, help (and argparse extras), grouped for
+the generated reference (docs/config-reference.md). cfg.py builds the parser, the presets and the checks from it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """An invalid flag value or combination; the message is shown to the user as one line."""
+
+
+def str2bool(v: str | bool) -> bool:
+    if isinstance(v, bool):
+        return v
+    s = v.strip().lower()
+    if s in ("true", "1", "yes", "y", "t", "on"):
+        return True
+    if s in ("false", "0", "no", "n", "f", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {v!r}")
+
+
+def int_list(v: str | Sequence[int]) -> list[int]:
+    if not isinstance(v, str):
+        return [int(x) for x in v]
+    s = v.strip().strip("[]()")
+    if not s:
+        return []
+    try:
+        return [int(x) for x in s.replace(",", " ").split()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a list of ints like 64,64, got {v!r}") from e
+
+
+def _num(v: str) -> float:
+    """Ints written as floats (1e6) are accepted for step counts."""
+    return float(v)
+
+
+# (name, aliases, type, default, help, extra argparse kwargs). Groups make the reference readable.
+_BOOL = str2bool
+OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
+    "Basic": [
+        (
+            "env",
+            (),
+            str,
+            None,
+            "Environment: a gymnasium id (CartPole-v1), a custom env registered with register_env, or module:EnvId "
+            "(the module is imported first, in every process).",
+            {},
+        ),
+        ("experiment", (), str, "default_experiment", "Experiment name; its folder is <train_dir>/<experiment>.", {}),
+        ("train_dir", (), str, "./train_dir", "Root folder for experiments.", {}),
+        (
+            "device",
+            (),
+            str,
+            "auto",
+            "Where policy workers and learners run: auto (GPU when available), gpu, or cpu.",
+            {"choices": ["auto", "gpu", "cpu"]},
+        ),
+        ("seed", (), int, None, "Random seed. With --serial_mode=True a fixed seed makes the run reproducible.", {}),
+        ("serial_mode", (), _BOOL, False, "Run actor, policy and learner components in one process (debugging).", {}),
+        (
+            "async_rl",
+            (),
+            _BOOL,
+            True,
+            "Asynchronous collection (APPO). False: collect one batch with the current policy, train, repeat.",
+            {},
+        ),
+        (
+            "restart_behavior",
+            (),
+            str,
+            "resume",
+            "What to do when the experiment folder already exists: resume it, restart (archive the old one), "
+            "or overwrite (delete it).",
+            {"choices": ["resume", "restart", "overwrite"]},
+        ),
+    ],
+    "Sampling": [
+        ("num_workers", (), int, None, "Number of actor worker processes (default: number of CPU cores).", {}),
+        ("num_envs_per_worker", (), int, 2, "Envs stepped by one actor worker.", {}),
+        (
+            "worker_num_splits",
+            (),
+            int,
+            2,
+            "Groups the envs of a worker are split into for double-buffered sampling (divides num_envs_per_worker).",
+            {},
+        ),
+        ("policy_workers_per_policy", (), int, 1, "Policy worker processes serving inference for each policy.", {}),
+        (
+            "num_policies",
+            (),
+            int,
+            1,
+            "Number of policies trained at once, each with its own learner, policy workers, checkpoints and "
+            "summaries; they share the actor workers (docs/multi-policy-and-pbt.md).",
+            {},
+        ),
+        (
+            "policy_mapping",
+            (),
+            str,
+            None,
+            "Multi-agent envs with several policies mixed in one env: a mapping registered with "
+            "sample_factory.policy_mapping.register_policy_mapping that picks each agent's policy at episode start "
+            "(default: uniformly at random).",
+            {},
+        ),
+        ("rollout", (), int, 32, "Trajectory length collected per env before it is handed to the learner.", {}),
+        (
+            "min_traj_buffers_per_worker",
+            (),
+            int,
+            2,
+            "Shared trajectory buffers per split of each actor worker (more buffers: more tolerance to learner "
+            "hiccups, more policy lag).",
+            {},
+        ),
+        (
+            "decorrelate_envs_on_one_worker",
+            (),
+            _BOOL,
+            True,
+            "Step the envs of a worker a different random number of times at start so episodes are decorrelated.",
+            {},
+        ),
+        (
+            "force_envs_single_thread",
+            (),
+            _BOOL,
+            True,
+            "Limit native thread pools in actor workers (threadpoolctl).",
+            {},
+        ),
+        ("set_workers_cpu_affinity", (), _BOOL, True, "Pin actor workers to CPU cores (psutil).", {}),
+        ("sampler_only", (), _BOOL, False, "Collect experience without training (throughput measurement).", {}),
+        (
+            "message_queue",
+            (),
+            str,
+            "socket",
+            "Transport of the small messages between processes: socket (Unix SOCK_SEQPACKET, kill-safe, default) "
+            "or faster_fifo.",
+            {"choices": ["socket", "faster_fifo"]},
+        ),
+        (
+            "env_backend",
+            (),
+            str,
+            "gymnasium",
+            "How an actor worker steps the envs of a split: gymnasium (one python env each) or envpool (one "
+            "batched EnvPool call per split; Atari and MuJoCo names, needs the [envpool] extra).",
+            {"choices": ["gymnasium", "envpool"]},
+        ),
+        (
+            "env_frameskip",
+            (),
+            int,
+            4,
+            "Atari and VizDoom: frames per agent step (Atari max-pools over the last two).",
+            {},
+        ),
+        (
+            "env_episodic_life",
+            (),
+            _BOOL,
+            True,
+            "Atari: a lost life ends the training episode (the game goes on); evaluation always plays whole games "
+            "and episode rewards are always reported per whole game.",
+            {},
+        ),
+        ("env_framestack", (), int, 4, "Atari: stacked frames per observation.", {}),
+        ("env_sticky_actions", (), float, 0.25, "Atari: probability of repeating the previous action.", {}),
+        ("env_seed_offset", (), int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env).", {}),
+    ],
+    "Learner": [
+        ("batch_size", (), int, 1024, "Minibatch size in samples (a multiple of --rollout).", {}),
+        (
+            "num_batches_per_epoch",
+            ("num_batches_per_iteration",),
+            int,
+            1,
+            "Minibatches per training iteration; an iteration consumes batch_size * num_batches_per_epoch samples.",
+            {},
+        ),
+        ("num_epochs", ("ppo_epochs",), int, 1, "Passes over the data of one iteration.", {}),
+        (
+            "num_minibatches_to_accumulate",
+            (),
+            int,
+            -1,
+            "Extra minibatches of experience collected ahead while the learner trains; collection pauses beyond "
+            "it (-1: one iteration's worth in async mode, 0 in sync mode).",
+            {},
+        ),
+        ("max_policy_lag", (), int, 1000, "Samples older than this many policy versions are dropped.", {}),
+        ("gamma", (), float, 0.99, "Discount factor.", {}),
+        ("with_vtrace", (), _BOOL, True, "V-trace value targets and advantages; False uses GAE.", {}),
+        ("vtrace_rho", (), float, 1.0, "V-trace importance ratio clipping (rho bar).", {}),
+        ("vtrace_c", (), float, 1.0, "V-trace trace-cutting clipping (c bar).", {}),
+        ("gae_lambda", (), float, 0.95, "GAE lambda (used when --with_vtrace=False).", {}),
+        (
+            "value_bootstrap",
+            (),
+            _BOOL,
+            True,
+            "On time-limit truncation bootstrap the return from the value of the final observation.",
+            {},
+        ),
+        ("ppo_clip_ratio", (), float, 0.1, "PPO ratio clipping: the ratio is clipped to [1 - c, 1 + c].", {}),
+        ("ppo_clip_value", (), float, 1.0, "Value clipping around the behaviour value (<= 0 disables).", {}),
+        ("value_loss_coeff", (), float, 0.5, "Weight of the value loss.", {}),
+        ("normalize_advantage", (), _BOOL, True, "Normalize advantages to zero mean, unit std per minibatch.", {}),
+        ("exploration_loss_coeff", (), float, 0.003, "Weight of the entropy bonus.", {}),
+        ("max_grad_norm", (), float, 4.0, "Gradient norm clipping (<= 0 disables).", {}),
+        ("learning_rate", (), float, 1e-4, "Adam learning rate.", {}),
+        (
+            "lr_schedule",
+            (),
+            str,
+            "constant",
+            "constant, or linear_decay to 0 over --train_for_env_steps.",
+            {"choices": ["constant", "linear_decay"]},
+        ),
+        ("adam_eps", (), float, 1e-6, "Adam epsilon.", {}),
+        ("adam_beta1", (), float, 0.9, "Adam beta1.", {}),
+        ("adam_beta2", (), float, 0.999, "Adam beta2.", {}),
+        ("reward_scale", (), float, 1.0, "Rewards are multiplied by this before training.", {}),
+        ("reward_clip", (), float, 1000.0, "Rewards are clipped to [-c, c] after scaling.", {}),
+        (
+            "max_nonfinite_updates",
+            (),
+            int,
+            20,
+            "Consecutive SGD steps skipped for a NaN/inf loss or gradient before the run stops with an error.",
+            {},
+        ),
+        ("learner_main_loop_num_cores", (), int, 1, "Torch threads in the learner process.", {}),
+    ],
+    "Model": [
+        ("encoder_mlp_layers", (), int_list, [512, 512], "Hidden layer sizes of the MLP encoder, e.g. 64,64.", {}),
+        ("encoder_custom", (), str, None, "Name of an encoder registered with register_encoder (custom models).", {}),
+        (
+            "encoder_conv_architecture",
+            (),
+            str,
+            "convnet_simple",
+            "Conv net for image observations (then --encoder_mlp_layers): convnet_simple (3 conv layers), "
+            "convnet_nature (the DQN Nature paper's) or resnet_impala (IMPALA's 15-layer ResNet).",
+            {"choices": ["convnet_simple", "convnet_nature", "resnet_impala"]},
+        ),
+        (
+            "nonlinearity",
+            (),
+            str,
+            "elu",
+            "Activation function.",
+            {"choices": ["elu", "relu", "tanh"]},
+        ),
+        (
+            "policy_initialization",
+            (),
+            str,
+            "orthogonal",
+            "Weight initialization.",
+            {"choices": ["orthogonal", "xavier_uniform", "torch_default"]},
+        ),
+        ("use_rnn", (), _BOOL, True, "Recurrent core after the encoder.", {}),
+        ("rnn_type", (), str, "gru", "Recurrent core type.", {"choices": ["gru", "lstm"]}),
+        ("rnn_size", ("hidden_size",), int, 512, "Size of the recurrent state.", {}),
+        ("rnn_num_layers", (), int, 1, "Stacked recurrent layers.", {}),
+        ("recurrence", (), int, -1, "BPTT length (-1: --rollout with an RNN, else 1). Divides --rollout.", {}),
+        ("actor_critic_share_weights", (), _BOOL, True, "Actor and critic share encoder and core.", {}),
+        ("initial_stddev", (), float, 1.0, "Initial standard deviation of Gaussian actions.", {}),
+        (
+            "adaptive_stddev",
+            (),
+            _BOOL,
+            False,
+            "Gaussian actions: the policy head predicts the std per state (False: one learned std per dimension).",
+            {},
+        ),
+        (
+            "continuous_tanh_scale",
+            (),
+            float,
+            0.0,
+            "Gaussian actions: squash the predicted means to (-scale, scale) with scale * tanh(mean / scale) (0: off).",
+            {},
+        ),
+        (
+            "action_bounds",
+            (),
+            str,
+            "clip",
+            "How Box actions are brought into the action space's bounds before the env gets them: clip, tanh "
+            "(squash into the bounds; needs finite bounds), or none. Training always uses the unbounded sample.",
+            {"choices": ["clip", "tanh", "none"]},
+        ),
+        (
+            "normalize_returns",
+            (),
+            _BOOL,
+            False,
+            "The value head predicts returns normalized by their running mean/std (buffers keep real-scale values).",
+            {},
+        ),
+        (
+            "normalize_input",
+            (),
+            _BOOL,
+            False,
+            "Normalize float observations with running mean/std (updated by the learner, shared with the workers).",
+            {},
+        ),
+    ],
+    "Run control and logging": [
+        ("train_for_env_steps", (), _num, 1e10, "Stop after this many env steps (all policies together).", {}),
+        ("train_for_seconds", (), _num, 1e10, "Stop after this much wall time.", {}),
+        (
+            "stop_at_reward",
+            (),
+            float,
+            None,
+            "Stop once the mean episode reward (over --stats_avg episodes) of every policy reaches this value.",
+            {},
+        ),
+        ("save_every_sec", (), int, 120, "Checkpoint period.", {}),
+        ("keep_checkpoints", (), int, 2, "Newest checkpoints kept per policy.", {}),
+        (
+            "save_best_metric",
+            (),
+            str,
+            "reward",
+            "Metric of the best checkpoint (higher is better): reward (mean episode reward) or a learner statistic.",
+            {},
+        ),
+        ("save_best_every_sec", (), int, 5, "How often the best-checkpoint metric is checked.", {}),
+        ("save_best_after", (), _num, 100000, "No best checkpoint before this many env steps.", {}),
+        ("save_milestones_sec", (), int, -1, "Keep a permanent checkpoint copy this often (-1: never).", {}),
+        ("experiment_summaries_interval", (), int, 10, "Seconds between TensorBoard summaries.", {}),
+        ("report_interval_sec", (), float, 5.0, "Seconds between progress lines.", {}),
+        ("stats_avg", (), int, 100, "Episodes averaged in reported episode statistics.", {}),
+        ("heartbeat_interval", (), float, 2.0, "Seconds between heartbeats of each process.", {}),
+        (
+            "heartbeat_timeout_sec",
+            (),
+            float,
+            60.0,
+            "A process silent this long is killed; actor/policy workers are restarted, a silent learner stops the run.",
+            {},
+        ),
+        (
+            "max_worker_restarts",
+            (),
+            int,
+            3,
+            "Restarts allowed per actor/policy worker after a crash before the run stops with an error.",
+            {},
+        ),
+        ("shutdown_timeout_sec", (), float, 8.0, "Time children get to exit before they are killed.", {}),
+        ("probe_env_timeout_sec", (), float, 60.0, "Time allowed to create the env once to read its spaces.", {}),
+    ],
+    "Evaluation (enjoy.py)": [
+        ("max_num_episodes", (), int, 10, "Episodes to evaluate.", {}),
+        ("policy_index", (), int, 0, "enjoy.py: which policy of a multi-policy experiment to evaluate.", {}),
+        ("max_num_frames", (), _num, 1e9, "Stop evaluating after this many env steps.", {}),
+        ("eval_deterministic", (), _BOOL, False, "Take the most likely action (argmax / Gaussian mean).", {}),
+        (
+            "load_checkpoint_kind",
+            (),
+            str,
+            "latest",
+            "Which checkpoint to evaluate.",
+            {"choices": ["latest", "best"]},
+        ),
+        ("no_render", (), _BOOL, False, "Do not open a window (headless evaluation).", {}),
+        (
+            "fps",
+            (),
+            float,
+            0.0,
+            "Slow on-screen rendering down to this many frames per second (0: as fast as possible).",
+            {},
+        ),
+        ("save_video", (), _BOOL, False, "Write the evaluated episodes as mp4 into the experiment folder.", {}),
+        ("video_frames", (), _num, 1e9, "At most this many frames per video.", {}),
+        ("video_name", (), str, None, "Video file name (default: <experiment>_ep<N>.mp4 per episode).", {}),
+        ("video_per_episode", (), _BOOL, True, "One mp4 per episode; False: one file for all episodes.", {}),
+        (
+            "eval_every_env_steps",
+            (),
+            _num,
+            -1,
+            "During training, evaluate the latest checkpoint in a separate process this often (-1: never).",
+            {},
+        ),
+        ("eval_episodes", (), int, 10, "Episodes per periodic evaluation during training.", {}),
+        (
+            "eval_results_file",
+            (),
+            str,
+            None,
+            "Where enjoy.py writes its JSON summary (default: <experiment>/eval_results.json).",
+            {},
+        ),
+    ],
+    "PBT": [
+        (
+            "with_pbt",
+            (),
+            _BOOL,
+            False,
+            "Population-based training over the --num_policies policies: the worst ones periodically take over "
+            "the weights of better ones, and hyperparameters are perturbed.",
+            {},
+        ),
+        (
+            "pbt_period_env_steps",
+            (),
+            int,
+            5_000_000,
+            "Env steps of one policy between two of its PBT steps (replacement or mutation).",
+            {},
+        ),
+        (
+            "pbt_start_mutation",
+            (),
+            int,
+            20_000_000,
+            "No replacement or mutation before this many env steps of a policy, so the initially diverse "
+            "policies can develop first.",
+            {},
+        ),
+        (
+            "pbt_replace_fraction",
+            (),
+            float,
+            0.3,
+            "Fraction of the population (rounded up) that counts as worst, and as best: a worst policy may be "
+            "replaced by a random one of the best.",
+            {},
+        ),
+        ("pbt_mutation_rate", (), float, 0.15, "Probability that each hyperparameter is perturbed in a PBT step.", {}),
+        (
+            "pbt_replace_reward_gap",
+            (),
+            float,
+            0.1,
+            "A replacement needs the better policy's objective to exceed the worse one's by this fraction of "
+            "the better one's absolute objective.",
+            {},
+        ),
+        (
+            "pbt_replace_reward_gap_absolute",
+            (),
+            float,
+            1e-6,
+            "A replacement also needs the objective gap to exceed this absolute value.",
+            {},
+        ),
+        (
+            "pbt_optimize_gamma",
+            (),
+            _BOOL,
+            False,
+            "Let PBT perturb the discount factor as well (kept within [0.9, 0.9999]).",
+            {},
+        ),
+        (
+            "pbt_target_objective",
+            (),
+            str,
+            "true_objective",
+            "Per-policy statistic PBT ranks policies by (higher is better): true_objective is the mean episode "
+            "reward (once --stats_avg episodes, at most 10, finished); any other name is a statistic of the "
+            "policy's learner (e.g. value, entropy; the train/* TensorBoard tags).",
+            {},
+        ),
+        (
+            "pbt_perturb_min",
+            (),
+            float,
+            1.1,
+            "Smallest factor by which a perturbed hyperparameter is multiplied or divided.",
+            {},
+        ),
+        (
+            "pbt_perturb_max",
+            (),
+            float,
+            1.5,
+            "Largest factor by which a perturbed hyperparameter is multiplied or divided.",
+            {},
+        ),
+        (
+            "pbt_mix_policies_in_one_env",
+            (),
+            _BOOL,
+            True,
+            "Multi-agent envs: agents of one env may be controlled by different policies (False: one policy per env).",
+            {},
+        ),
+    ],
+}
