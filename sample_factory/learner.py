@@ -60,9 +60,9 @@ class Learner(Component):
         self.weights, self.obs_space, self.action_space = weights, obs_space, action_space
         self.num_threads = cfg.learner_main_loop_num_cores
         slot_samples = buffers.spec.samples_per_slot
-        self.slots_per_iteration = math.ceil(cfg.batch_size * cfg.num_batches_per_epoch / slot_samples)
-        # trajectories (slot columns) one iteration trains on
-        self.columns_per_iteration = self.slots_per_iteration * buffers.spec.agents_per_split
+        # trajectories (slot columns) one iteration trains on: whole slots' worth
+        slots_per_iteration = math.ceil(cfg.batch_size * cfg.num_batches_per_epoch / slot_samples)
+        self.columns_per_iteration = slots_per_iteration * buffers.spec.agents_per_split
         self.all_columns = torch.arange(buffers.spec.agents_per_split)
         # Never hold more than a 1/P share of the slots that are not being filled: if every slot is held by some
         # learner, one of them then trains on what it has, so the actors always get slots back.
@@ -207,7 +207,6 @@ class Learner(Component):
             self.algo.optimizer.state.clear()
             self.version += 1
             self.weights.publish(self.model, self.version)
-        self.report("pbt_update", {"source": source, "version": self.version})
 
     def _return_slots(self, taken: list[tuple]) -> None:
         by_worker: dict[tuple[int, int], list[int]] = collections.defaultdict(list)

@@ -339,7 +339,7 @@ class Runner:
         self._final_report()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
-        if getattr(self, "pbt", None) is not None:
+        if self.pbt is not None:
             self.pbt.write_summaries(self.summaries, self.progress)
             self.pbt.close()
         self.summaries.close()
