@@ -54,11 +54,11 @@ format: venv
 # Write to a temp file first so a failing generator does not leave a truncated reference behind.
 docs: venv
 	mkdir -p docs
-	$(VENV_PY) -m sample_factory.cfg --markdown > docs/config-reference.md.tmp
+	$(VENV_PY) -m sample_factory.config.reference > docs/config-reference.md.tmp
 	mv docs/config-reference.md.tmp docs/config-reference.md
 
 benchmark: venv
-	$(VENV_PY) -m sample_factory.benchmark $(ARGS)
+	$(VENV_PY) -m sample_factory.tools.benchmark $(ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info train_dir .pytest_cache .ruff_cache

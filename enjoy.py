@@ -2,7 +2,7 @@
 
 import sys
 
-from sample_factory.enjoy import main
+from sample_factory.evaluation.enjoy import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -40,9 +40,9 @@ setup(
     entry_points={
         "console_scripts": [
             "sf-train=sample_factory.train:main",
-            "sf-enjoy=sample_factory.enjoy:main",
-            "sf-export-onnx=sample_factory.export_onnx:main",
-            "sf-plot=sample_factory.plot:main",
+            "sf-enjoy=sample_factory.evaluation.enjoy:main",
+            "sf-export-onnx=sample_factory.evaluation.export_onnx:main",
+            "sf-plot=sample_factory.tools.plot:main",
         ],
     },
     classifiers=[

@@ -14,33 +14,27 @@ from typing import Any
 import numpy as np
 import torch
 
-from sample_factory.actor_worker import ActorWorker
-from sample_factory.checkpoint import checkpoint_dir, list_checkpoints, load_policy_checkpoint
-from sample_factory.component import Component, SerialDriver
 from sample_factory.envs.env_utils import probe_env
-from sample_factory.experiment import experiment_dir, prepare_experiment_dir
-from sample_factory.heartbeat import enable_stack_dumps
-from sample_factory.learner import Learner
-from sample_factory.messages import REPORT, SAVE_BEST, SAVE_NOW, Channels
+from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
+from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
+from sample_factory.experiment.folder import experiment_dir, prepare_experiment_dir
+from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from sample_factory.model.actor_critic import ActorCritic
-from sample_factory.pbt_controller import PbtController
-from sample_factory.periodic_eval import PeriodicEvaluator
-from sample_factory.policy_worker import PolicyWorker
-from sample_factory.serial_snapshot import load_snapshot, save_snapshot
-from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
-from sample_factory.summaries import ProgressTracker, SummaryWriters
-from sample_factory.supervisor import RESTARTABLE, Supervisor
+from sample_factory.pbt.controller import PbtController
+from sample_factory.runtime.component import Component, SerialDriver
+from sample_factory.runtime.device import resolve_device_name
+from sample_factory.runtime.heartbeat import enable_stack_dumps
+from sample_factory.runtime.messages import REPORT, SAVE_BEST, SAVE_NOW, Channels
+from sample_factory.runtime.serial_snapshot import load_snapshot, save_snapshot
+from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
+from sample_factory.runtime.supervisor import RESTARTABLE, Supervisor
+from sample_factory.workers.actor_worker import ActorWorker
+from sample_factory.workers.learner import Learner
+from sample_factory.workers.policy_worker import PolicyWorker
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def resolve_device_flag(cfg: Any) -> None:
-    if cfg.device == "auto":
-        cfg.device = "gpu" if torch.cuda.is_available() else "cpu"
-    elif cfg.device == "gpu" and not torch.cuda.is_available():
-        raise RuntimeError("--device=gpu but no CUDA GPU is visible to torch; use --device=cpu")
 
 
 class Runner:
@@ -56,7 +50,9 @@ class Runner:
     def setup(self) -> None:
         cfg = self.cfg
         enable_stack_dumps()
-        resolve_device_flag(cfg)  # --device is never taken from cfg.json: check it before creating anything
+        cfg.device = resolve_device_name(
+            cfg.device
+        )  # --device is never taken from cfg.json: check it before creating anything
         # First the folder (lock, resume merge: the saved cfg may change what follows), then the env.
         if getattr(cfg, "evaluation_run", False):
             # Evaluation reads the experiment and writes only eval_results.json: no lock, no cfg.json rewrite.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from sample_factory.cfg import parse_cfg
+from sample_factory.config import parse_cfg
 from sample_factory.runner import run
 
 

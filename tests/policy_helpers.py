@@ -16,8 +16,8 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-from sample_factory.cfg import parse_cfg
-from sample_factory.checkpoint import save_checkpoint
+from sample_factory.config import parse_cfg
+from sample_factory.experiment.checkpoints import save_checkpoint
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.train import main as train_main
 

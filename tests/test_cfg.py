@@ -1,6 +1,7 @@
 import pytest
 
-from sample_factory.cfg import OPTIONS, PRESETS, markdown_reference, parse_cfg
+from sample_factory.config import OPTIONS, PRESETS, parse_cfg
+from sample_factory.config.reference import markdown_reference
 
 BASE = ["--env=SomeCustomEnv-v0", "--num_workers=2"]  # an env without a preset: plain defaults apply
 
@@ -44,7 +45,7 @@ def test_defaults_parse():
 
 
 def test_num_workers_defaults_to_cpu_count(monkeypatch):
-    import sample_factory.cfg as cfg_module
+    import sample_factory.config.parse as cfg_module
 
     monkeypatch.setattr(cfg_module.multiprocessing, "cpu_count", lambda: 7)
     assert parse_cfg(["--env=SomeCustomEnv-v0"]).num_workers == 7

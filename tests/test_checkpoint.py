@@ -3,7 +3,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sample_factory.checkpoint import checkpoint_dir, list_checkpoints, load_latest_checkpoint, save_checkpoint
+from sample_factory.experiment.checkpoints import (
+    checkpoint_dir,
+    list_checkpoints,
+    load_latest_checkpoint,
+    save_checkpoint,
+)
 
 
 def _state(i: int) -> dict:

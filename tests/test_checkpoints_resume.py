@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import sample_factory.learner as learner_module
-from sample_factory.checkpoint import best_metric_of, list_best_checkpoints, list_checkpoints
-from sample_factory.messages import SAVE_BEST
+import sample_factory.workers.learner as learner_module
+from sample_factory.experiment.checkpoints import best_metric_of, list_best_checkpoints, list_checkpoints
 from sample_factory.runner import Runner
+from sample_factory.runtime.messages import SAVE_BEST
 from sample_factory.train import main as train_main
 from tests.policy_helpers import Run, one_torch_thread
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from sample_factory.cfg import markdown_reference
+from sample_factory.config.reference import markdown_reference
 
 
 def test_config_reference_is_up_to_date():

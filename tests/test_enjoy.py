@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from sample_factory.checkpoint import list_checkpoints, save_best_checkpoint
-from sample_factory.enjoy import main as enjoy_main
-from sample_factory.policy_api import load_policy
+from sample_factory.evaluation.enjoy import main as enjoy_main
+from sample_factory.evaluation.policy_api import load_policy
+from sample_factory.experiment.checkpoints import list_checkpoints, save_best_checkpoint
 from sample_factory.train import main as train_main
 from tests.policy_helpers import fake_experiment, one_torch_thread
 from tests.render_envs import ENV_ID as RENDER_ENV_ID

@@ -1,5 +1,5 @@
-"""sample_factory.export_onnx: onnxruntime gives what torch gives (atol 1e-5) on the same random inputs, for a
-trained Discrete MLP (through the CLI), a recurrent model with separate actor/critic towers and 2 GRU layers
+"""sample_factory.evaluation.export_onnx: onnxruntime gives what torch gives (atol 1e-5) on the same random inputs, for
+a trained Discrete MLP (through the CLI), a recurrent model with separate actor/critic towers and 2 GRU layers
 (state in and out), and a Box action model."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from sample_factory.export_onnx import export_policy, import_onnx
-from sample_factory.export_onnx import main as export_main
-from sample_factory.policy_api import Policy, load_policy
+from sample_factory.evaluation.export_onnx import export_policy, import_onnx
+from sample_factory.evaluation.export_onnx import main as export_main
+from sample_factory.evaluation.policy_api import Policy, load_policy
 from tests.policy_helpers import fake_experiment, one_torch_thread, train_tiny
 
 onnx, ort = pytest.importorskip("onnx"), pytest.importorskip("onnxruntime")  # `make venv` installs the [onnx] extra

@@ -9,9 +9,9 @@ import pytest
 
 import tests.envs.multi_agent_envs  # noqa: F401  (registers the envs and the "by_agent" mapping)
 from sample_factory.algo.appo import PPOAlgorithm
-from sample_factory.cfg import ConfigError, finalize_cfg, parse_cfg
-from sample_factory.checkpoint import list_checkpoints
-from sample_factory.policy_api import load_policy
+from sample_factory.config import ConfigError, finalize_cfg, parse_cfg
+from sample_factory.evaluation.policy_api import load_policy
+from sample_factory.experiment.checkpoints import list_checkpoints
 from sample_factory.runner import Runner
 
 BASE = [
@@ -118,7 +118,7 @@ def test_multiple_policies_need_async():
 
 @pytest.mark.timeout(120)
 def test_enjoy_evaluates_the_chosen_policy(tmp_path, capsys):
-    from sample_factory.enjoy import main as enjoy_main
+    from sample_factory.evaluation.enjoy import main as enjoy_main
 
     argv = ["--env=CartPole-v1", *BASE, "--num_envs_per_worker=4", "--num_policies=2", "--train_for_env_steps=2000"]
     assert Runner(parse_cfg([*argv, f"--train_dir={tmp_path}"])).run() == 0

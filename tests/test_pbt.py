@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from sample_factory import pbt
-from sample_factory.cfg import ConfigError, parse_cfg
-from sample_factory.pbt import (
+from sample_factory.config import ConfigError, parse_cfg
+from sample_factory.pbt import population as pbt
+from sample_factory.pbt.population import (
     MUTABLE_HYPERPARAMS,
     PolicyPbtState,
     PopulationBasedTraining,

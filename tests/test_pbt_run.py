@@ -9,11 +9,11 @@ import json
 import pytest
 import torch
 
-from sample_factory.cfg import parse_cfg
-from sample_factory.learner import Learner
-from sample_factory.pbt import load_pbt_state
+from sample_factory.config import parse_cfg
+from sample_factory.pbt.population import load_pbt_state
 from sample_factory.runner import Runner
-from sample_factory.shared_buffers import SharedWeights
+from sample_factory.runtime.shared_buffers import SharedWeights
+from sample_factory.workers.learner import Learner
 
 ARGV = [
     "--env=CartPole-v1",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sample_factory.plot import read_scalars
+from sample_factory.tools.plot import read_scalars
 from tests.policy_helpers import Run
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

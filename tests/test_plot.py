@@ -1,4 +1,4 @@
-"""sample_factory.plot: the TFRecord reader against event files written by tensorboardX, the PNG for two
+"""sample_factory.tools.plot: the TFRecord reader against event files written by tensorboardX, the PNG for two
 tiny experiments (one of them resumed, so its summaries span two event files), and every policy of a population
 (--policy_id=all) with its PBT replacements."""
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 from tensorboardX import SummaryWriter
 
-from sample_factory.plot import (
+from sample_factory.tools.plot import (
     crc32c,
     import_pyplot,
     masked_crc32c,
@@ -21,7 +21,7 @@ from sample_factory.plot import (
     policy_ids,
     read_scalars,
 )
-from sample_factory.plot import main as plot_main
+from sample_factory.tools.plot import main as plot_main
 from tests.policy_helpers import train_tiny
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,4 @@
-"""sample_factory.policy_api on experiments trained here (serial mode, in-process): acting on real env
+"""sample_factory.evaluation.policy_api on experiments trained here (serial mode, in-process): acting on real env
 observations, agreement with the model it wraps, state handling, checkpoint selection."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from sample_factory.policy_api import Policy, load_policy
+from sample_factory.evaluation.policy_api import Policy, load_policy
 from tests.policy_helpers import one_torch_thread, train_tiny
 
 RNN_FLAGS = ["--use_rnn=True", "--rnn_size=16"]

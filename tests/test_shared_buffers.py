@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from sample_factory.cfg import parse_cfg
+from sample_factory.config import parse_cfg
 from sample_factory.model.actor_critic import ActorCritic
-from sample_factory.shared_buffers import (
+from sample_factory.runtime.shared_buffers import (
     SharedWeights,
     SlotPool,
     TrajectoryBuffers,

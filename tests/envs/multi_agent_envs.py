@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from sample_factory.policy_mapping import register_policy_mapping
+from sample_factory.workers.policy_mapping import register_policy_mapping
 
 try:
     from pettingzoo import ParallelEnv as _ParallelBase

@@ -8,7 +8,7 @@ import torch
 
 import tests.envs.action_envs  # noqa: F401  (registers the envs)
 from sample_factory.algo.distributions import make_distribution, num_action_params
-from sample_factory.checkpoint import list_checkpoints
+from sample_factory.experiment.checkpoints import list_checkpoints
 from sample_factory.train import main as train_main
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import psutil
 import pytest
 
-from sample_factory.cfg import parse_cfg
+from sample_factory.config import parse_cfg
 from sample_factory.envs.doom import DOOM_ENVS, doom_env_id, downscale_screen, make_doom_env
 
 

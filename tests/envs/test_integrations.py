@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from sample_factory.cfg import parse_cfg
+from sample_factory.config import parse_cfg
 from sample_factory.envs.atari import EpisodicLife, FireReset
 from sample_factory.envs.env_utils import make_env
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from sample_factory.cfg import parse_cfg
+from sample_factory.config import parse_cfg
 from sample_factory.envs.env_group import EnvGroup, env_num_agents
 from sample_factory.envs.env_utils import make_env
 from sample_factory.runner import Runner
@@ -80,7 +80,7 @@ def test_single_policy_learns_multi_agent_tag(tmp_path, env):
 
 @pytest.mark.timeout(120)
 def test_enjoy_plays_every_agent_of_a_multi_agent_env(tmp_path, capsys):
-    from sample_factory.enjoy import main as enjoy_main
+    from sample_factory.evaluation.enjoy import main as enjoy_main
 
     env = "--env=tests.envs.multi_agent_envs:TwoAgentTagMasked-v0"  # the env raises if a masked action arrives
     argv = [env, "--serial_mode=True", "--num_workers=1", "--num_envs_per_worker=2", "--rollout=8"]

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from sample_factory.cfg import parse_cfg
-from sample_factory.checkpoint import list_checkpoints
+from sample_factory.config import parse_cfg
 from sample_factory.envs.spaces import ACTION_MASK_KEY
+from sample_factory.experiment.checkpoints import list_checkpoints
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.runner import Runner
 from tests.envs.space_envs import SpaceComboEnv, combinations

@@ -203,7 +203,7 @@ class TrainRun:
         return self.train_dir / self.experiment
 
     def checkpoints(self) -> list[Path]:
-        from sample_factory.checkpoint import list_checkpoints
+        from sample_factory.experiment.checkpoints import list_checkpoints
 
         return list_checkpoints(self.exp_dir / "checkpoint_p0")
 
@@ -325,7 +325,7 @@ def load_checkpoint_into_fresh_model(path: Path, argv: list[str]):
     import gymnasium as gym
     import torch
 
-    from sample_factory.cfg import parse_cfg
+    from sample_factory.config import parse_cfg
     from sample_factory.model.actor_critic import ActorCritic
 
     cfg = parse_cfg(argv)

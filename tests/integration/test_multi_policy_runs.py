@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from sample_factory.checkpoint import list_checkpoints
+from sample_factory.experiment.checkpoints import list_checkpoints
 
 _FINAL = re.compile(r"policy (\d): reward [-0-9.na]+, (\d+) episodes, (\d+) env steps")
 

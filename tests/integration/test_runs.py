@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from sample_factory.cfg import PRESETS
+from sample_factory.config import PRESETS
 from tests.integration.conftest import (
     COMPONENT_NAMES,
     TrainRun,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sample_factory.algo.distributions import CategoricalDist, DiagGaussianDist
-from sample_factory.cfg import parse_cfg
+from sample_factory.config import parse_cfg
 from sample_factory.model.actor_critic import ActorCritic
 
 CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)

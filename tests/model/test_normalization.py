@@ -1,10 +1,10 @@
 import numpy as np
 import torch
 
-from sample_factory.cfg import parse_cfg
+from sample_factory.config import parse_cfg
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.normalization import RunningMeanStd
-from sample_factory.shared_buffers import SharedWeights
+from sample_factory.runtime.shared_buffers import SharedWeights
 from tests.model.test_actor_critic import BOX_ACT as BOX
 from tests.model.test_actor_critic import BOX_OBS as OBS_SPACE
 

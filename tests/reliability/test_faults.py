@@ -436,7 +436,7 @@ def copy_experiment(src: Path, dst: Path) -> list[Path]:
     import shutil
 
     shutil.copytree(src, dst)
-    from sample_factory.checkpoint import list_checkpoints
+    from sample_factory.experiment.checkpoints import list_checkpoints
 
     return list_checkpoints(dst / "x" / "checkpoint_p0")
 
@@ -478,7 +478,7 @@ def test_all_checkpoints_corrupted_stops_without_training_from_scratch(tmp_path,
 # ---- disk full while checkpointing (in-process, serial mode) -----------------------------------------------
 @pytest.mark.timeout(120)
 def test_disk_full_while_checkpointing(tmp_path, monkeypatch, capsys):
-    from sample_factory import checkpoint
+    from sample_factory.experiment import checkpoints as checkpoint
     from sample_factory.train import main
 
     children = {c.pid for c in psutil.Process().children(recursive=True)}

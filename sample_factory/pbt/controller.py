@@ -10,15 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sample_factory.messages import PBT_UPDATE, SET_REWARD_SHAPING, Channels
-from sample_factory.pbt import (
+from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
+from sample_factory.pbt.population import (
     REWARD_SHAPING_PREFIX,
     PopulationBasedTraining,
     load_pbt_state,
     objective_from_stats,
     save_pbt_state,
 )
-from sample_factory.summaries import ProgressTracker, SummaryWriters
+from sample_factory.runtime.messages import PBT_UPDATE, SET_REWARD_SHAPING, Channels
 
 
 class PbtController:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sample_factory.cfg import ConfigError
+from sample_factory.config import ConfigError
 
 TRUE_OBJECTIVE = "true_objective"  # --pbt_target_objective default: the mean episode reward
 REWARD_SHAPING_PREFIX = "reward_shaping/"

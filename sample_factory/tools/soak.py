@@ -1,4 +1,4 @@
-"""Soak test: `python -m sample_factory.soak [--minutes=30] [--env=CartPole-v1] [--sample_every_sec=60] [train flags]`.
+"""Soak test: `python -m sample_factory.tools.soak [--minutes=30] [--env=CartPole-v1] [--sample_every_sec=60] [flags]`.
 
 Runs a multi-process training run (`python -m sample_factory.train`, budget longer than the soak) and samples, every
 --sample_every_sec, the RSS and open fds of the runner and each of its descendants plus the /dev/shm entries (the
@@ -97,7 +97,7 @@ def survivors(seen: dict[int, float]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sample_factory.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sample_factory.tools.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="How long the soak runs.")
     parser.add_argument("--sample_every_sec", type=float, default=60.0, help="Seconds between resource samples.")
     parser.add_argument("--warmup_samples", type=int, default=2, help="Samples left out of the slopes (start-up).")

@@ -1,4 +1,4 @@
-"""`python -m sample_factory.plot --experiment=A [--experiment=B ...]`: training curves of runs in one PNG.
+"""`python -m sample_factory.tools.plot --experiment=A [--experiment=B ...]`: training curves of runs in one PNG.
 
 Top panel: reward/mean, bottom panel: perf/fps, both against env steps, one line per experiment. With
 `--policy_id=all` every policy of each experiment (every numbered folder under <experiment>/.summary/) gets its own
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sample_factory.experiment import DEFAULT_TRAIN_DIR, resolve_experiment_dir
+from sample_factory.experiment.folder import DEFAULT_TRAIN_DIR, resolve_experiment_dir
 
 PANELS = (("reward/mean", "mean episode reward"), ("perf/fps", "FPS"))
 ALL_POLICIES = "all"
@@ -210,7 +210,7 @@ def _value_at(points: Sequence[tuple[int, float]], step: int) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sample_factory.plot", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m sample_factory.tools.plot", description=__doc__.split("\n")[0])
     p.add_argument("--experiment", action="append", required=True, help="Experiment name or folder; repeatable.")
     p.add_argument("--train_dir", default=None, help=f"Root folder of experiments (default {DEFAULT_TRAIN_DIR}).")
     p.add_argument("--output", default="plot.png", help="PNG file to write.")

@@ -1,6 +1,6 @@
 """Evaluation during training (--eval_every_env_steps): the runner asks the learner for a fresh checkpoint, then
-evaluates it with `python -m sample_factory.enjoy` in a separate process (training never waits for it) and logs
-the result to TensorBoard at the checkpoint's env steps. One evaluation at a time; a late one is skipped."""
+evaluates it with `python -m sample_factory.evaluation.enjoy` in a separate process (training never waits for it)
+and logs the result to TensorBoard at the checkpoint's env steps. One evaluation at a time; a late one is skipped."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class PeriodicEvaluator:
         cmd = [
             sys.executable,
             "-m",
-            "sample_factory.enjoy",
+            "sample_factory.evaluation.enjoy",
             f"--env={self.cfg.env}",
             f"--experiment={self.cfg.experiment}",
             f"--train_dir={self.cfg.train_dir}",

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sample_factory.component import Component, process_main
-from sample_factory.heartbeat import HeartbeatMonitor
-from sample_factory.messages import RESEND, STOP, Channels
-from sample_factory.shared_buffers import TrajectoryBuffers
+from sample_factory.runtime.component import Component, process_main
+from sample_factory.runtime.heartbeat import HeartbeatMonitor
+from sample_factory.runtime.messages import RESEND, STOP, Channels
+from sample_factory.runtime.shared_buffers import TrajectoryBuffers
 
 RESTARTABLE = ("actor", "policy")
 RESTART_GRACE_SEC = 0.5

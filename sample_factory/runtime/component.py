@@ -4,7 +4,6 @@ Components only see channels, so they do not know which of the two drives them."
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import sys
@@ -14,8 +13,15 @@ from typing import Any
 
 import torch
 
-from sample_factory.heartbeat import Heartbeat, die_with_parent, enable_stack_dumps, process_alive, set_process_name
-from sample_factory.messages import STOP, Channel, Reporter
+from sample_factory.runtime.heartbeat import (
+    Heartbeat,
+    die_with_parent,
+    enable_stack_dumps,
+    process_alive,
+    set_process_name,
+)
+from sample_factory.runtime.messages import STOP, Channel, Reporter
+from sample_factory.runtime.timing import Timing
 
 
 class Component:
@@ -30,7 +36,7 @@ class Component:
         self.report = Reporter(report_channel, self.role, index)
         self.stopped = False
         self.activity = "starting"
-        self.timing: collections.Counter = collections.Counter()  # seconds per activity, reported at the end
+        self.timing = Timing()  # seconds per activity, reported at the end
 
     @property
     def name(self) -> str:

@@ -1,4 +1,4 @@
-"""PBT benchmark: `python -m sample_factory.benchmark_pbt [--runs=3] [--budget_env_steps=N] [--output_dir=DIR]`.
+"""PBT benchmark: `python -m sample_factory.tools.benchmark_pbt [--runs=3] [--budget_env_steps=N] [--output_dir=DIR]`.
 
 Launches a population of four CartPole-v1 policies trained with population-based training,
 
@@ -15,7 +15,7 @@ that writes the checkpoints and PBT state), unless --keep_going.
 
 Per run it prints the env steps (total, and of the best policy alone) and wall time to the target, which policy
 got there, the PBT decisions taken (mutations and replacements, from <experiment>/pbt_p<i>.json) and writes the
-curves of all policies as <output_dir>/run<i>.png (sample_factory.plot, --policy_id=all). A summary over all runs
+curves of all policies as <output_dir>/run<i>.png (sample_factory.tools.plot, --policy_id=all). A summary over all runs
 goes to <output_dir>/results.json. The exit status is 1 if a run failed or never reached the target.
 `--num_policies=1` measures the plain single-policy command (no PBT) the same way, for comparison.
 """
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sample_factory.plot import plot_experiments
+from sample_factory.tools.plot import plot_experiments
 
 REPO = Path(__file__).resolve().parent.parent
 _PROGRESS = re.compile(r"FPS 10s/60s/300s: .*\| env steps: (\d+)")

@@ -1,8 +1,5 @@
-"""Command-line configuration: the options (declared once, in cfg_options.py), the presets, parsing and checks.
-
-`parse_cfg(argv)` returns an `argparse.Namespace` with presets applied and combinations validated.
-`python -m sample_factory.cfg --markdown` prints the config reference (docs/config-reference.md).
-"""
+"""Parsing and checks: the argparse parser built from the option table (options.py), the env-family preset applied
+to flags not typed (presets.py), derived values filled in and combinations validated (`finalize_cfg`)."""
 
 from __future__ import annotations
 
@@ -13,88 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from sample_factory.cfg_options import _BOOL, OPTIONS, ConfigError, _num, int_list, str2bool  # noqa: F401
-
-# Per env-family presets: used unless the flag is given on the command line; recorded in cfg.json.
-# The classic-control preset is tuned for high FPS on small CPU machines: many cheap envs per worker so
-# each inference request carries a large batch, and several epochs because samples are cheap.
-CLASSIC_CONTROL_ENVS = ("CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3")
-CONTINUOUS_CONTROL_ENVS = ("Pendulum-v1", "MountainCarContinuous-v0", "LunarLanderContinuous-v3")
-PRESETS: dict[str, dict[str, Any]] = {
-    "classic_control": {
-        "num_envs_per_worker": 64,
-        "worker_num_splits": 2,
-        "rollout": 32,
-        "batch_size": 2048,
-        "num_batches_per_epoch": 2,
-        "num_epochs": 4,
-        "num_minibatches_to_accumulate": 0,  # less policy lag: CartPole is solved in fewer samples
-        "use_rnn": False,
-        "encoder_mlp_layers": [64, 64],
-        "nonlinearity": "tanh",
-        "learning_rate": 3e-3,
-        "lr_schedule": "constant",
-        "gamma": 0.99,
-        "ppo_clip_ratio": 0.2,
-        "ppo_clip_value": 0.0,
-        "exploration_loss_coeff": 0.0,
-        "max_grad_norm": 0.5,
-        "value_loss_coeff": 0.5,
-        "reward_scale": 0.1,
-        "adam_eps": 1e-5,
-    },
-    # Small continuous-action tasks: Gaussian actions, both normalizers, short horizon.
-    "continuous_control": {
-        "num_envs_per_worker": 16,
-        "worker_num_splits": 2,
-        "rollout": 64,
-        "batch_size": 2048,
-        "num_batches_per_epoch": 4,
-        "num_epochs": 8,
-        "num_minibatches_to_accumulate": 0,
-        "use_rnn": False,
-        "encoder_mlp_layers": [64, 64],
-        "nonlinearity": "tanh",
-        "learning_rate": 1e-3,
-        "gamma": 0.95,
-        "normalize_input": True,
-        "normalize_returns": True,
-        "exploration_loss_coeff": 0.0,
-        "ppo_clip_ratio": 0.2,
-        "max_grad_norm": 0.5,
-    },
-    # Atari (atari_* and ALE/* names): uint8 frames, a conv net, no RNN; clipped rewards as in the DQN setup.
-    "atari": {
-        "num_envs_per_worker": 16,
-        "worker_num_splits": 2,
-        "rollout": 32,
-        "batch_size": 1024,
-        "num_batches_per_epoch": 1,
-        "num_epochs": 1,
-        "use_rnn": False,
-        "encoder_conv_architecture": "convnet_simple",
-        "encoder_mlp_layers": [512],
-        "nonlinearity": "relu",
-        "learning_rate": 2.5e-4,
-        "gamma": 0.99,
-        "ppo_clip_ratio": 0.1,
-        "ppo_clip_value": 1.0,
-        "exploration_loss_coeff": 0.01,
-        "max_grad_norm": 0.5,
-        "reward_clip": 1.0,
-        "learner_main_loop_num_cores": 2,
-    },
-}
-
-
-def preset_name_for_env(env: str | None) -> str | None:
-    if env in CLASSIC_CONTROL_ENVS:
-        return "classic_control"
-    if env in CONTINUOUS_CONTROL_ENVS:
-        return "continuous_control"
-    if env and (env.startswith("atari_") or env.startswith("ALE/")):
-        return "atari"
-    return None
+from sample_factory.config.options import _BOOL, OPTIONS, ConfigError
+from sample_factory.config.presets import PRESETS, preset_name_for_env
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
@@ -223,40 +140,3 @@ def finalize_cfg(cfg: argparse.Namespace) -> argparse.Namespace:
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg
-
-
-def markdown_reference() -> str:
-    lines = [
-        "# Config reference",
-        "",
-        "Generated from `sample_factory/cfg_options.py` by `make docs` (`python -m sample_factory.cfg --markdown`).",
-        "Flags written `--a / --b` are aliases. Booleans take `True`/`False` (a bare `--flag` means True).",
-        "",
-    ]
-    for group_name, options in OPTIONS.items():
-        lines += [f"## {group_name}", "", "| flag | type | default | description |", "|---|---|---|---|"]
-        for name, aliases, typ, default, help_text, extra in options:
-            flags = " / ".join(f"`--{n}`" for n in (name, *aliases))
-            tname = {_BOOL: "bool", int_list: "int list", _num: "number"}.get(typ, getattr(typ, "__name__", str(typ)))
-            if "choices" in extra:
-                tname += " (" + ", ".join(extra["choices"]) + ")"
-            lines.append(f"| {flags} | {tname} | `{default}` | {help_text} |")
-        lines.append("")
-    lines += ["## Presets", "", "Applied by env family to flags not given on the command line; see `cfg.json`.", ""]
-    for preset, values in PRESETS.items():
-        envs = {
-            "classic_control": ", ".join(CLASSIC_CONTROL_ENVS),
-            "continuous_control": ", ".join(CONTINUOUS_CONTROL_ENVS),
-        }
-        envs = envs.get(preset, "atari_*, ALE/*")
-        lines += [f"### {preset} ({envs})", "", "| flag | value |", "|---|---|"]
-        lines += [f"| `--{k}` | `{v}` |" for k, v in values.items()]
-        lines.append("")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    if "--markdown" in sys.argv:
-        print(markdown_reference())
-    else:
-        print(vars(parse_cfg()))

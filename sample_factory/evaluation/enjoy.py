@@ -1,7 +1,7 @@
 """`python enjoy.py --env=... --experiment=... --train_dir=...`: evaluate a trained policy.
 
 The experiment's cfg.json is the base; flags typed now override it. Evaluation flags (the "Evaluation (enjoy.py)"
-group of cfg.py) always come from this command line or their defaults, never from cfg.json.
+group of config/options.py) always come from this command line or their defaults, never from cfg.json.
 
 Single process (the default, and whenever --num_workers is not typed here): the policy is loaded with
 `policy_api.load_policy` (--load_checkpoint_kind latest|best) and plays --max_num_episodes episodes in one env
@@ -33,12 +33,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from sample_factory.cfg import OPTIONS, build_parser, finalize_cfg, suggest_flag, typed_flags
-from sample_factory.checkpoint import checkpoint_dir, list_best_checkpoints, list_checkpoints
+from sample_factory.config import OPTIONS, build_parser, finalize_cfg, suggest_flag, typed_flags
 from sample_factory.envs.env_group import EnvGroup, env_num_agents
 from sample_factory.envs.env_utils import make_env
-from sample_factory.policy_api import load_policy
+from sample_factory.evaluation.policy_api import load_policy
+from sample_factory.experiment.checkpoints import checkpoint_dir, list_best_checkpoints, list_checkpoints
 from sample_factory.runner import Runner
+from sample_factory.runtime.device import torch_device
 
 EVAL_FLAGS = {name for name, *_ in OPTIONS["Evaluation (enjoy.py)"]}
 
@@ -104,12 +105,6 @@ def check_checkpoint_exists(cfg: argparse.Namespace) -> None:
             )
     elif not list_checkpoints(d):
         raise EnjoyError(f"no checkpoint in {d}: the run has not saved one yet")
-
-
-def torch_device(cfg: argparse.Namespace) -> str:
-    if cfg.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return "cuda" if cfg.device == "gpu" else "cpu"
 
 
 # ---- envs with rendering -----------------------------------------------------------------------------------
@@ -262,7 +257,7 @@ def _play(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
         # The spaces of the env evaluated on; a checkpoint that does not fit them fails to load.
         policy = load_policy(
             experiment_path(cfg),
-            device=torch_device(cfg),
+            device=torch_device(cfg.device),
             checkpoint=cfg.load_checkpoint_kind,
             policy_id=cfg.policy_index,
             obs_space=env.observation_space,

@@ -24,12 +24,20 @@ from typing import Any
 import numpy as np
 import psutil
 
-from sample_factory.component import Component
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env
-from sample_factory.messages import ACTIONS_READY, FREE_SLOTS, REQUEST, RESEND, ROLLOUT, SET_REWARD_SHAPING, Channels
-from sample_factory.policy_mapping import checked_mapping, get_policy_mapping
-from sample_factory.shared_buffers import SlotPool, TrajectoryBuffers
+from sample_factory.runtime.component import Component
+from sample_factory.runtime.messages import (
+    ACTIONS_READY,
+    FREE_SLOTS,
+    REQUEST,
+    RESEND,
+    ROLLOUT,
+    SET_REWARD_SHAPING,
+    Channels,
+)
+from sample_factory.runtime.shared_buffers import SlotPool, TrajectoryBuffers
+from sample_factory.workers.policy_mapping import checked_mapping, get_policy_mapping
 
 # Position T of a finished slot that the next slot starts from: inputs (and the observation dict), and (async) the
 # outputs already computed.
@@ -218,9 +226,8 @@ class ActorWorker(Component):
 
     def _step_envs(self, s: int) -> None:
         slot, t, group, b = self.slot[s], self.t[s], self.groups[s], self.np
-        t0 = time.perf_counter()
-        finished = group.step(b["actions"][slot, t])
-        self.timing["env_step"] += time.perf_counter() - t0
+        with self.timing.add("env_step"):
+            finished = group.step(b["actions"][slot, t])
         b["rewards"][slot, t] = group.rewards
         b["dones"][slot, t] = group.dones
         b["truncated"][slot, t] = group.truncated

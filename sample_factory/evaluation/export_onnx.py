@@ -1,4 +1,4 @@
-"""`python -m sample_factory.export_onnx --experiment=NAME`: export the deterministic policy of a run to ONNX.
+"""`python -m sample_factory.evaluation.export_onnx --experiment=NAME`: export a run's deterministic policy to ONNX.
 
 Graph inputs:  obs [B, *obs_shape] (the env's dtype) — for a Dict observation space one input per key, named by the
 key (an "action_mask" input masks the actions) — and rnn_state [B, H] float32 for a recurrent model.
@@ -27,9 +27,9 @@ import torch
 from torch import Tensor, nn
 
 from sample_factory.envs.spaces import ACTION_MASK_KEY, ObsField
-from sample_factory.experiment import resolve_experiment_dir
+from sample_factory.evaluation.policy_api import Policy, load_policy
+from sample_factory.experiment.folder import resolve_experiment_dir
 from sample_factory.model.actor_critic import ActorCritic
-from sample_factory.policy_api import Policy, load_policy
 
 OPSET = 17  # supported by every onnxruntime from 1.14 on; the ops used here (Gemm, GRU-cell math, ArgMax) are old
 
@@ -142,7 +142,9 @@ def max_abs_diff_vs_torch(policy: Policy, onnx_path: str | Path, batch: int = 5,
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sample_factory.export_onnx", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m sample_factory.evaluation.export_onnx", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--experiment", required=True, help="Experiment name (or path to the experiment folder).")
     p.add_argument("--train_dir", default=None, help="Root folder of experiments (default ./train_dir).")
     p.add_argument("--output", default=None, help="ONNX file (default <train_dir>/<experiment>/policy_p<id>.onnx).")

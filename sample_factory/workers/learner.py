@@ -19,7 +19,7 @@ import gymnasium as gym
 import torch
 
 from sample_factory.algo.appo import PPOAlgorithm, learning_rate_at
-from sample_factory.checkpoint import (
+from sample_factory.experiment.checkpoints import (
     best_metric_of,
     checkpoint_dir,
     list_best_checkpoints,
@@ -28,12 +28,12 @@ from sample_factory.checkpoint import (
     save_checkpoint,
     save_milestone,
 )
-from sample_factory.component import Component
-from sample_factory.messages import FREE_SLOTS, PBT_UPDATE, ROLLOUT, SAVE_BEST, SAVE_NOW, Channels
 from sample_factory.model.actor_critic import ActorCritic
-from sample_factory.pbt import apply_hyperparams
-from sample_factory.policy_worker import resolve_device
-from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers
+from sample_factory.pbt.population import apply_hyperparams
+from sample_factory.runtime.component import Component
+from sample_factory.runtime.device import torch_device
+from sample_factory.runtime.messages import FREE_SLOTS, PBT_UPDATE, ROLLOUT, SAVE_BEST, SAVE_NOW, Channels
+from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
 
 
 class Learner(Component):
@@ -71,7 +71,7 @@ class Learner(Component):
 
     def init(self) -> None:
         cfg = self.cfg
-        self.device = resolve_device(cfg)
+        self.device = torch_device(cfg.device)
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed * 7919 + self.policy_id)
         self.model = ActorCritic(cfg, self.obs_space, self.action_space)
@@ -163,12 +163,11 @@ class Learner(Component):
 
     def _iteration(self, taken: list[tuple]) -> None:
         self.activity = "copying a batch"
-        t0 = time.perf_counter()
-        columns = None if self.cfg.num_policies == 1 else [p[3] for p in taken]
-        batch = self.buffers.gather([p[0] for p in taken], columns)
-        if self.cfg.async_rl or self.cfg.sampler_only:
-            self._return_slots(taken)  # collection continues while we train
-        self.timing["copy_batch"] += time.perf_counter() - t0
+        with self.timing.add("copy_batch"):
+            columns = None if self.cfg.num_policies == 1 else [p[3] for p in taken]
+            batch = self.buffers.gather([p[0] for p in taken], columns)
+            if self.cfg.async_rl or self.cfg.sampler_only:
+                self._return_slots(taken)  # collection continues while we train
         if self.cfg.num_policies == 1:
             samples = len(taken) * self.buffers.spec.samples_per_slot
         else:  # the columns may hold steps of other policies too (an env passes to another policy)
@@ -179,20 +178,20 @@ class Learner(Component):
             return
         self.activity = "training"
         t0 = time.perf_counter()
-        self.algo.set_learning_rate(learning_rate_at(self.cfg, self.env_steps))
-        stats, self.version = self.algo.train(batch, self.version, self.policy_id)
+        with self.timing.add("train"):
+            self.algo.set_learning_rate(learning_rate_at(self.cfg, self.env_steps))
+            stats, self.version = self.algo.train(batch, self.version, self.policy_id)
+        train_time = time.perf_counter() - t0
         if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:
             raise RuntimeError(
                 f"{self.algo.consecutive_skipped} consecutive updates had a NaN/inf loss or gradient "
                 f"(--max_nonfinite_updates={self.cfg.max_nonfinite_updates}); stopping instead of training garbage"
             )
-        t1 = time.perf_counter()
-        self.weights.publish(self.model, self.version)
-        self.timing["train"] += t1 - t0
-        self.timing["publish_weights"] += time.perf_counter() - t1
+        with self.timing.add("publish_weights"):
+            self.weights.publish(self.model, self.version)
         if not self.cfg.async_rl:
             self._return_slots(taken)  # only now: the next batch is collected with the weights just published
-        stats.update(env_steps=self.env_steps, version=self.version, train_time=t1 - t0)
+        stats.update(env_steps=self.env_steps, version=self.version, train_time=train_time)
         self.report("train", stats)
         self.activity = "waiting for rollouts"
 
@@ -228,10 +227,10 @@ class Learner(Component):
 
     def save(self) -> None:
         self.activity = "saving a checkpoint"
-        t0 = time.perf_counter()
-        state = self._state()
-        path = save_checkpoint(self.ckpt_dir, state, self.version, self.env_steps, self.cfg.keep_checkpoints)
-        self.timing["save_checkpoint"] += time.perf_counter() - t0
+        with self.timing.add("save_checkpoint"):
+            path = save_checkpoint(
+                self.ckpt_dir, self._state(), self.version, self.env_steps, self.cfg.keep_checkpoints
+            )
         self.last_save = time.monotonic()
         self.report("checkpoint", str(path))
 

@@ -1,5 +1,5 @@
 """Every command-line option, declared once: name, aliases, type, default, help (and argparse extras), grouped for
-the generated reference (docs/config-reference.md). cfg.py builds the parser, the presets and the checks from it."""
+the generated reference (docs/config-reference.md). parse.py builds the parser and the checks from it."""
 
 from __future__ import annotations
 
@@ -110,8 +110,8 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
             str,
             None,
             "Multi-agent envs with several policies mixed in one env: a mapping registered with "
-            "sample_factory.policy_mapping.register_policy_mapping that picks each agent's policy at episode start "
-            "(default: uniformly at random).",
+            "sample_factory.workers.policy_mapping.register_policy_mapping that picks each agent's policy at episode "
+            "start (default: uniformly at random).",
             {},
         ),
         ("rollout", (), int, 32, "Trajectory length collected per env before it is handed to the learner.", {}),

@@ -27,13 +27,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from sample_factory.cfg import build_parser
-from sample_factory.checkpoint import list_best_checkpoints, load_latest_checkpoint
+from sample_factory.config import build_parser
 from sample_factory.envs.actions import action_converter, bound_box
 from sample_factory.envs.env_utils import make_env
 from sample_factory.envs.spaces import ACTION_MASK_KEY, OBS_KEY, as_obs_dict, is_dict_space, obs_fields
-from sample_factory.experiment import resolve_experiment_dir
+from sample_factory.experiment.checkpoints import list_best_checkpoints, load_latest_checkpoint
+from sample_factory.experiment.folder import resolve_experiment_dir
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.runtime.device import torch_device
 
 State = np.ndarray | torch.Tensor | None
 
@@ -72,13 +73,6 @@ def _build_cfg(exp_dir: Path, ckpt_cfg: dict | None) -> argparse.Namespace:
         raise FileNotFoundError(f"no experiment at {exp_dir} (cfg.json not found)")
     cfg.update(ckpt_cfg or {})
     return argparse.Namespace(**cfg)
-
-
-def _resolve_device(device: str | torch.device) -> torch.device:
-    dev = torch.device("cuda" if str(device) == "gpu" else device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device={device!r} but no CUDA GPU is visible to torch; use device='cpu'")
-    return dev
 
 
 class Policy:
@@ -247,7 +241,7 @@ def load_policy(
     exp_dir = resolve_experiment_dir(experiment_dir_or_name, train_dir)
     if not exp_dir.is_dir() and checkpoint in ("latest", "best"):
         raise FileNotFoundError(f"no experiment folder {exp_dir}")
-    dev = _resolve_device(device)
+    dev = torch_device(device)
     state, path = _load_checkpoint(exp_dir, checkpoint, policy_id, dev)
     cfg = _build_cfg(exp_dir, state.get("cfg"))
     if obs_space is None or action_space is None:

@@ -5,21 +5,17 @@ splits are ready. New weights are picked up between batches when the learner has
 from __future__ import annotations
 
 import collections
-import time
 from typing import Any
 
 import gymnasium as gym
 import torch
 
-from sample_factory.component import Component
 from sample_factory.envs.spaces import ACTION_MASK_KEY
-from sample_factory.messages import ACTIONS_READY, REQUEST, STOP, Channels
 from sample_factory.model.actor_critic import ActorCritic
-from sample_factory.shared_buffers import SharedWeights, TrajectoryBuffers
-
-
-def resolve_device(cfg: Any) -> torch.device:
-    return torch.device("cuda" if cfg.device == "gpu" else "cpu")
+from sample_factory.runtime.component import Component
+from sample_factory.runtime.device import torch_device
+from sample_factory.runtime.messages import ACTIONS_READY, REQUEST, STOP, Channels
+from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
 
 
 class PolicyWorker(Component):
@@ -42,7 +38,7 @@ class PolicyWorker(Component):
         self.num_splits = cfg.worker_num_splits
 
     def init(self) -> None:
-        self.device = resolve_device(self.cfg)
+        self.device = torch_device(self.cfg.device)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
         self.version = self.weights.load_into(self.model)
         self.deterministic = bool(getattr(self.cfg, "evaluation_run", False) and self.cfg.eval_deterministic)
@@ -74,12 +70,10 @@ class PolicyWorker(Component):
             super().on_messages([m for m in others if m[0] != STOP] + stops[:1])
         if requests:
             self.activity = "inference"
-            t0 = time.perf_counter()
-            self._maybe_update_weights()
-            t1 = time.perf_counter()
-            self._serve(requests)
-            self.timing["weight_update"] += t1 - t0
-            self.timing["inference"] += time.perf_counter() - t1
+            with self.timing.add("weight_update"):
+                self._maybe_update_weights()
+            with self.timing.add("inference"):
+                self._serve(requests)
             self.activity = "waiting for requests"
 
     def _maybe_update_weights(self) -> None:

@@ -1,4 +1,4 @@
-"""Atari throughput: `python -m sample_factory.benchmark_atari [--env=atari_pong] [--seconds=60]`.
+"""Atari throughput: `python -m sample_factory.tools.benchmark_atari [--env=atari_pong] [--seconds=60]`.
 
 Prints, measured in one run on the same machine:
 - the raw ceiling: N plain processes (N = --num_workers) stepping the same wrapped env with random actions;
@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 
-from sample_factory.benchmark import REPO
-from sample_factory.cfg import parse_cfg
+from sample_factory.config import parse_cfg
+from sample_factory.tools.benchmark import REPO
 
 _DONE = re.compile(r"done: (\d+) env steps in ([\d.]+) s, (\d+) FPS overall")
 _FPS10 = re.compile(r"FPS 10s/60s/300s: ([\d.]+)/")

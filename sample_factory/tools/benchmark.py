@@ -1,4 +1,4 @@
-"""Throughput and time-to-solve benchmark: `python -m sample_factory.benchmark [--runs=3]`.
+"""Throughput and time-to-solve benchmark: `python -m sample_factory.tools.benchmark [--runs=3]`.
 
 Runs the command a user would type, `python train.py --env=CartPole-v1 --num_workers=2` (plus a step budget
 and a finer progress interval, which change no training setting), several times in one go, and prints:

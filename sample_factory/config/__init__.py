@@ -1,0 +1,20 @@
+"""Configuration: every option declared once (options.py), env-family presets (presets.py), parsing and checks
+(parse.py), and the generated reference (reference.py)."""
+
+from sample_factory.config.options import OPTIONS, ConfigError, int_list, str2bool
+from sample_factory.config.parse import build_parser, finalize_cfg, parse_cfg, suggest_flag, typed_flags
+from sample_factory.config.presets import PRESETS, preset_name_for_env
+
+__all__ = [
+    "OPTIONS",
+    "PRESETS",
+    "ConfigError",
+    "build_parser",
+    "finalize_cfg",
+    "int_list",
+    "parse_cfg",
+    "preset_name_for_env",
+    "str2bool",
+    "suggest_flag",
+    "typed_flags",
+]

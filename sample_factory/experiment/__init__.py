@@ -1,0 +1,1 @@
+"""One experiment's folder on disk: its lock and saved config, checkpoints, TensorBoard summaries and progress.csv."""

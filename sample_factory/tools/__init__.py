@@ -1,0 +1,1 @@
+"""Benchmarks, the soak test and plots. Training code never imports from here."""
