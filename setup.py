@@ -18,6 +18,7 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
+    "box2d": ["Box2D"],  # LunarLander, BipedalWalker, CarRacing: a prebuilt wheel (gymnasium[box2d] needs swig)
     "atari": ["ale-py", "opencv-python-headless"],
     "mujoco": ["mujoco", "gymnasium[mujoco]"],
     "vizdoom": ["vizdoom"],

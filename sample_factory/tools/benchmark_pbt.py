@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sample_factory.tools.benchmark import REPO
 from sample_factory.tools.plot import plot_experiments
 
-REPO = Path(__file__).resolve().parent.parent
 _PROGRESS = re.compile(r"FPS 10s/60s/300s: .*\| env steps: (\d+)")
 _POLICY = re.compile(r"p(\d+) reward (\S+) \((\d+) episodes(?:, (\d+) steps)?\)")
 _DONE = re.compile(r"done: (\d+) env steps in ([\d.]+) s, (\d+) FPS overall")
