@@ -23,6 +23,12 @@ LEVELS = ("ci", "short", "full")
 REPORT_INTERVAL_SEC = {"ci": 1.0, "short": 5.0, "full": 10.0}
 NOT_FILLED = "not filled (no published number known for certain for this setting)"
 SET_HERE = "set here; no standard budget exists for this env"
+# CleanRL's PPO benchmark tables (docs.cleanrl.dev/rl-algorithms/ppo/, "Experiment results", tag pr-424): mean
+# +- std of the final episodic return over seeds. MuJoCo: ppo_continuous_action.py on the v4 envs (the v5 envs
+# here have the same dynamics and rewards) at 1M env steps; Atari: ppo_atari.py on the NoFrameskip-v4 games at
+# 10M env steps = 40M frames.
+CLEANRL_MUJOCO = "CleanRL ppo_continuous_action.py, {} at 1M env steps (docs.cleanrl.dev/rl-algorithms/ppo/, pr-424)"
+CLEANRL_ATARI = "CleanRL ppo_atari.py, {} at 10M env steps = 40M frames (docs.cleanrl.dev/rl-algorithms/ppo/, pr-424)"
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ def _levels(ci: Budget, short: Budget, full: Budget) -> dict[str, Budget]:
     return {"ci": ci, "short": short, "full": full}
 
 
+_NO_TARGET = "no target: the return at the step budget is reported"
 _GYM = "the gymnasium registry's reward_threshold of {}, a mean return over 100 consecutive episodes"
 _CLASSIC_CI = Budget(50_000, 20, 1)
 
@@ -74,7 +81,7 @@ def _classic(env: str, threshold: float, short: Budget, full: Budget) -> SuiteEn
     )
 
 
-def _mujoco(env: str, gym_threshold: float | None) -> SuiteEnv:
+def _mujoco(env: str, gym_threshold: float | None, cleanrl: Reference) -> SuiteEnv:
     # short: 3 envs x 2 seeds x 400 s = 40 min at most (HalfCheetah-v5 ran at ~600 FPS overall in a 30 s ci run
     # on 2 shared cores, so a run may end at its cap before 300k steps).
     note = f"gymnasium registers reward_threshold={gym_threshold}; not used" if gym_threshold else "none registered"
@@ -85,11 +92,11 @@ def _mujoco(env: str, gym_threshold: float | None) -> SuiteEnv:
         budgets=_levels(Budget(20_000, 30, 1), Budget(300_000, 400, 2), Budget(1_000_000, 4 * 3600, 5)),
         budget_source="full: 1M env steps, the budget of the MuJoCo benchmarks in the PPO paper (Schulman et al. "
         "2017, arXiv:1707.06347)",
-        references=(Reference("PPO at 1M env steps", None, NOT_FILLED),),
+        references=(cleanrl,),
     )
 
 
-def _atari(env: str, threshold: float | None, threshold_source: str) -> SuiteEnv:
+def _atari(env: str, threshold: float | None, threshold_source: str, cleanrl: Reference) -> SuiteEnv:
     return SuiteEnv(
         env=env,
         threshold=threshold,
@@ -99,7 +106,7 @@ def _atari(env: str, threshold: float | None, threshold_source: str) -> SuiteEnv
         budgets=_levels(Budget(5_000, 30, 1), Budget(500_000, 900, 1), Budget(10_000_000, 48 * 3600, 3)),
         budget_source="full: 10M env steps = 40M frames, the Atari budget of the PPO paper (Schulman et al. 2017, "
         "arXiv:1707.06347)",
-        references=(Reference("PPO at 10M env steps (40M frames)", None, NOT_FILLED),),
+        references=(cleanrl,),
     )
 
 
@@ -123,12 +130,43 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
         # physics is the slowest of the four: it gets the longest cap.
         _classic("LunarLander-v3", 200.0, Budget(3_000_000, 480, 3), Budget(5_000_000, 3 * 3600, 5)),
     ),
-    "mujoco": (_mujoco("HalfCheetah-v5", 4800.0), _mujoco("Hopper-v5", 3800.0), _mujoco("Walker2d-v5", None)),
+    "mujoco": (
+        _mujoco(
+            "HalfCheetah-v5",
+            4800.0,
+            Reference("CleanRL PPO", 1442.64, CLEANRL_MUJOCO.format("HalfCheetah-v4: 1442.64 +- 46.03")),
+        ),
+        _mujoco(
+            "Hopper-v5",
+            3800.0,
+            Reference("CleanRL PPO", 2382.86, CLEANRL_MUJOCO.format("Hopper-v4: 2382.86 +- 271.74")),
+        ),
+        _mujoco(
+            "Walker2d-v5",
+            None,
+            Reference("CleanRL PPO", 2287.95, CLEANRL_MUJOCO.format("Walker2d-v4: 2287.95 +- 571.78")),
+        ),
+    ),
     "atari": (
-        _atari("atari_pong", 18.0, "issue #11 (a Pong game scores between -21 and 21)"),
-        _atari("atari_breakout", None, "no target: the return at the step budget is reported"),
-        _atari("atari_beamrider", None, "no target: the return at the step budget is reported"),
-        _atari("atari_spaceinvaders", None, "no target: the return at the step budget is reported"),
+        _atari(
+            "atari_pong",
+            18.0,
+            "issue #11 (a Pong game scores between -21 and 21)",
+            Reference("CleanRL PPO", 20.36, CLEANRL_ATARI.format("PongNoFrameskip-v4: 20.36 +- 0.20")),
+        ),
+        _atari(
+            "atari_breakout",
+            None,
+            _NO_TARGET,
+            Reference("CleanRL PPO", 414.66, CLEANRL_ATARI.format("BreakoutNoFrameskip-v4: 414.66 +- 28.09")),
+        ),
+        _atari(
+            "atari_beamrider",
+            None,
+            _NO_TARGET,
+            Reference("CleanRL PPO", 1915.93, CLEANRL_ATARI.format("BeamRiderNoFrameskip-v4: 1915.93 +- 484.58")),
+        ),
+        _atari("atari_spaceinvaders", None, _NO_TARGET, Reference("published PPO", None, NOT_FILLED)),
     ),
     "doom": (
         _doom("doom_basic", Budget(200_000, 450, 2)),
