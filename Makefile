@@ -4,7 +4,7 @@
 #   make test       lint (ruff format --check, ruff check) + pytest
 #   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2")
 #   make format     auto-format and auto-fix lint
-#   make docs       regenerate docs/config-reference.md
+#   make docs       regenerate docs/config-reference.md and sample_factory/config/fields.py
 #   make benchmark  run the throughput benchmark (extra flags: make benchmark ARGS="...")
 #   make clean      remove .venv, build artifacts and train_dir
 
@@ -51,11 +51,13 @@ format: venv
 	$(RUFF) format $(LINT_PATHS)
 	$(RUFF) check --fix $(LINT_PATHS)
 
-# Write to a temp file first so a failing generator does not leave a truncated reference behind.
+# Write to a temp file first so a failing generator does not leave a truncated file behind.
 docs: venv
 	mkdir -p docs
 	$(VENV_PY) -m sample_factory.config.reference > docs/config-reference.md.tmp
 	mv docs/config-reference.md.tmp docs/config-reference.md
+	$(VENV_PY) -m sample_factory.config.reference fields > sample_factory/config/fields.py.tmp
+	mv sample_factory/config/fields.py.tmp sample_factory/config/fields.py
 
 benchmark: venv
 	$(VENV_PY) -m sample_factory.tools.benchmark $(ARGS)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sample_factory.config import Config
 from sample_factory.envs.env_utils import probe_env
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
@@ -38,7 +39,7 @@ def log(msg: str) -> None:
 
 
 class Runner:
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Config):
         self.cfg = cfg
         self.stop_reason: str | None = None
         self.exit_code = 0
@@ -54,7 +55,7 @@ class Runner:
             cfg.device
         )  # --device is never taken from cfg.json: check it before creating anything
         # First the folder (lock, resume merge: the saved cfg may change what follows), then the env.
-        if getattr(cfg, "evaluation_run", False):
+        if cfg.evaluation_run:
             # Evaluation reads the experiment and writes only eval_results.json: no lock, no cfg.json rewrite.
             self.exp_dir, what, self.lock = experiment_dir(cfg), "evaluating", None
             if not (self.exp_dir / "cfg.json").exists():
@@ -96,9 +97,7 @@ class Runner:
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
         self.evaluator = PeriodicEvaluator(cfg, self.exp_dir, lambda: self.channels.learner[0].put((SAVE_NOW,)), log)
-        self.summaries = SummaryWriters(
-            self.exp_dir, cfg.num_policies, enabled=not getattr(cfg, "evaluation_run", False)
-        )
+        self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run)
         self.supervisor = (
             None
             if cfg.serial_mode
@@ -205,7 +204,7 @@ class Runner:
             self.summaries.add_scalar(0, "eval/episode_length", results["length_mean"], results["env_steps"])
 
     def _maybe_save_best(self) -> None:
-        if getattr(self.cfg, "evaluation_run", False) or self.progress.total_env_steps() < self.cfg.save_best_after:
+        if self.cfg.evaluation_run or self.progress.total_env_steps() < self.cfg.save_best_after:
             return
         for p in range(self.cfg.num_policies):
             value = self.progress.metric(p, self.cfg.save_best_metric)
@@ -287,8 +286,8 @@ class Runner:
 
     def _check_stop(self, now: float) -> None:
         cfg = self.cfg
-        if getattr(cfg, "evaluation_run", False):
-            if self.progress.num_episodes[getattr(cfg, "policy_index", 0)] >= cfg.max_num_episodes:
+        if cfg.evaluation_run:
+            if self.progress.num_episodes[cfg.policy_index] >= cfg.max_num_episodes:
                 self.stop_reason = f"evaluated {cfg.max_num_episodes} episodes"
             elif self.progress.total_env_steps() - sum(self.progress.resumed_steps) >= cfg.max_num_frames:
                 self.stop_reason = f"evaluated {int(cfg.max_num_frames)} env steps"
@@ -317,7 +316,7 @@ class Runner:
         order = ("actor", "policy", "learner")
         if self.driver is not None:
             try:
-                if self.exit_code == 0 and not getattr(self.cfg, "evaluation_run", False):
+                if self.exit_code == 0 and not self.cfg.evaluation_run:
                     self._save_serial_snapshot()
                 self.driver.finish()
             except Exception as e:
@@ -364,5 +363,5 @@ def mp_context():
     return multiprocessing.get_context("spawn")
 
 
-def run(cfg: Any) -> int:
+def run(cfg: Config) -> int:
     return Runner(cfg).run()

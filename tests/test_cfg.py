@@ -1,17 +1,21 @@
+import argparse
+import copy
+import json
+import pickle
+import types
+import typing
+
 import pytest
 
-from sample_factory.config import OPTIONS, PRESETS, parse_cfg
+from sample_factory.config import PRESETS, Config, Option, all_options, parse_cfg
+from sample_factory.config.fields import OptionFields
 from sample_factory.config.reference import markdown_reference
 
 BASE = ["--env=SomeCustomEnv-v0", "--num_workers=2"]  # an env without a preset: plain defaults apply
 
 
-def _all_options():
-    return [opt for options in OPTIONS.values() for opt in options]
-
-
 def _defaults():
-    return {name: default for name, _aliases, _typ, default, _help, _extra in _all_options()}
+    return {opt.name: opt.default for opt in all_options()}
 
 
 def _parse_error(capsys, argv) -> str:
@@ -210,12 +214,11 @@ def test_recurrence_and_accumulation_derivation():
 
 def test_markdown_reference_contains_every_option():
     md = markdown_reference()
-    options = _all_options()
+    options = all_options()
     assert len(options) > 40
-    for name, aliases, *_ in options:
-        assert f"`--{name}`" in md, name
-        for a in aliases:
-            assert f"`--{a}`" in md, a
+    for opt in options:
+        for flag in opt.flags:
+            assert f"`{flag}`" in md, flag
     for preset, values in PRESETS.items():
         assert f"### {preset}" in md
         for k in values:
@@ -235,3 +238,88 @@ def test_short_help_prints_usage_and_exits_zero(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: train.py") and "--num_workers" in out
+
+
+# ---- Option records and the typed Config -------------------------------------------------------------------------
+def test_option_names_and_flags_are_unique():
+    names = [opt.name for opt in all_options()]
+    assert len(names) == len(set(names))
+    flags = [f for opt in all_options() for f in opt.flags]
+    assert len(flags) == len(set(flags))
+    assert all(isinstance(opt, Option) and opt.help for opt in all_options())
+
+
+def _matches(value, hint) -> bool:
+    """isinstance for the annotations config/fields.py uses: X, X | None, list[int]; an int is a valid float."""
+    if isinstance(hint, types.UnionType):
+        return any(_matches(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_matches(v, item) for v in value)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def test_config_declares_every_option_with_its_type():
+    hints = typing.get_type_hints(OptionFields)
+    assert list(hints) == [opt.name for opt in all_options()]  # same names, in table order
+    for opt in all_options():
+        assert _matches(opt.default, hints[opt.name]), (opt.name, opt.default, hints[opt.name])
+    # Parsed values (with a preset, and finalized) have the declared types too.
+    for argv in (BASE, ["--env=CartPole-v1", "--num_workers=2"], [*BASE, "--seed=3", "--stop_at_reward=1"]):
+        cfg = parse_cfg(argv)
+        for opt in all_options():
+            assert _matches(getattr(cfg, opt.name), hints[opt.name]), (opt.name, getattr(cfg, opt.name))
+
+
+def test_options_have_no_class_level_value():
+    # argparse sets a default on the namespace only when the attribute is missing: a class-level value would keep
+    # the option out of vars(cfg), hence out of cfg.json.
+    for opt in all_options():
+        assert not hasattr(Config, opt.name), opt.name
+    assert set(vars(parse_cfg(BASE))) == {opt.name for opt in all_options()} | {"preset", "command_line", "cli_flags"}
+
+
+def test_derived_fields_are_declared_with_defaults_and_docs():
+    derived = typing.get_type_hints(Config).keys() - typing.get_type_hints(OptionFields).keys()
+    assert derived == {"preset", "command_line", "cli_flags", "evaluation_run", "reward_shaping"}
+    cfg = Config.from_dict({})
+    assert cfg.preset is None and cfg.command_line == "" and tuple(cfg.cli_flags) == ()
+    assert cfg.evaluation_run is False and cfg.reward_shaping is None
+    # Unset derived fields stay out of vars(cfg): cfg.json only has what code set.
+    assert not derived & set(vars(cfg))
+
+
+def test_parse_cfg_returns_config():
+    cfg = parse_cfg(BASE)
+    assert isinstance(cfg, Config) and isinstance(cfg, argparse.Namespace)
+    assert cfg.cli_flags == ["env", "num_workers"]
+    assert cfg.evaluation_run is False and cfg.reward_shaping is None
+
+
+def test_from_dict_fills_missing_options_with_defaults():
+    old = {"env": "CartPole-v1", "experiment": "old", "learning_rate": 0.5, "removed_option": 1}
+    cfg = Config.from_dict(old)
+    assert cfg.learning_rate == 0.5 and cfg.experiment == "old"
+    for name, default in _defaults().items():
+        if name not in old:
+            assert getattr(cfg, name) == default, name
+    assert cfg.removed_option == 1  # kept as read
+    # Defaults are copies: changing one config's list does not change another's or the table.
+    cfg.encoder_mlp_layers.append(7)
+    assert Config.from_dict({}).encoder_mlp_layers == _defaults()["encoder_mlp_layers"] == [512, 512]
+
+
+def test_cfg_json_round_trip():
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=2", "--seed=5"])
+    text = json.dumps(vars(cfg), indent=2, sort_keys=True)  # as experiment/folder.py writes cfg.json
+    back = Config.from_dict(json.loads(text))
+    assert back == cfg and vars(back) == vars(cfg)
+    assert json.dumps(vars(back), indent=2, sort_keys=True) == text
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    assert isinstance(copy.deepcopy(cfg), Config)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import sample_factory.workers.learner as learner_module
+from sample_factory.config import Config
 from sample_factory.experiment.checkpoints import best_metric_of, list_best_checkpoints, list_checkpoints
 from sample_factory.runner import Runner
 from sample_factory.runtime.messages import SAVE_BEST
@@ -105,7 +106,7 @@ def test_best_checkpoint_is_the_best_metric_seen(saves):
 def _best_check_runner(best: float | None = None) -> tuple[Runner, list]:
     sent: list = []
     r = Runner.__new__(Runner)  # only what _maybe_save_best uses
-    r.cfg = SimpleNamespace(num_policies=1, save_best_after=0, save_best_metric="reward")
+    r.cfg = Config.from_dict(dict(num_policies=1, save_best_after=0, save_best_metric="reward"))
     r.best_metric = [best]
     r.channels = SimpleNamespace(learner=[SimpleNamespace(put=sent.append)])
     r.progress = SimpleNamespace(total_env_steps=lambda: 10**6, value=None)

@@ -1,10 +1,18 @@
-"""The config reference in docs/ is generated from the parser and must not drift from it."""
+"""The generated files must not drift from the option table: the config reference in docs/ and the typed option
+attributes of Config (sample_factory/config/fields.py)."""
 
 from pathlib import Path
 
-from sample_factory.config.reference import markdown_reference
+from sample_factory.config.reference import fields_module, markdown_reference
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_config_reference_is_up_to_date():
-    doc = Path(__file__).resolve().parent.parent / "docs" / "config-reference.md"
+    doc = ROOT / "docs" / "config-reference.md"
     assert doc.read_text().strip() == markdown_reference().strip(), "run `make docs` to regenerate it"
+
+
+def test_config_fields_are_up_to_date():
+    fields = ROOT / "sample_factory" / "config" / "fields.py"
+    assert fields.read_text() == fields_module(), "run `make docs` to regenerate it"

@@ -261,7 +261,7 @@ def test_apply_hyperparams():
     apply_hyperparams(learner_cfg, hp)
     assert learner_cfg.learning_rate == 0.005 and learner_cfg.gamma == 0.95
     assert learner_cfg.reward_shaping == {"kill": 3.0}
-    assert cfg.learning_rate != 0.005 and not hasattr(cfg, "reward_shaping")  # only the copy changed
+    assert cfg.learning_rate != 0.005 and cfg.reward_shaping is None  # only the copy changed
     before = learner_cfg.gamma
     apply_hyperparams(learner_cfg, {"max_grad_norm": 1.0})  # partial sets are fine; gamma left alone
     assert learner_cfg.max_grad_norm == 1.0 and learner_cfg.gamma == before

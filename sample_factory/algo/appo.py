@@ -9,17 +9,17 @@ replay) plug in.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from sample_factory.algo.losses import clipped_value_loss, entropy_loss, masked_mean, ppo_policy_loss
 from sample_factory.algo.returns import calculate_gae, calculate_vtrace
+from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 
 
-def shaped_rewards(rewards: Tensor, truncated: Tensor, final_values: Tensor, cfg: Any) -> Tensor:
+def shaped_rewards(rewards: Tensor, truncated: Tensor, final_values: Tensor, cfg: Config) -> Tensor:
     """[B, T] rewards scaled and clipped; with value bootstrap a truncated step also gets gamma * V(final obs),
     so truncation can be treated as an episode end everywhere else."""
     r = (rewards * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
@@ -28,7 +28,7 @@ def shaped_rewards(rewards: Tensor, truncated: Tensor, final_values: Tensor, cfg
     return r
 
 
-def learning_rate_at(cfg: Any, env_steps: int) -> float:
+def learning_rate_at(cfg: Config, env_steps: int) -> float:
     if cfg.lr_schedule == "linear_decay":
         return cfg.learning_rate * max(0.0, 1.0 - env_steps / cfg.train_for_env_steps)
     return cfg.learning_rate
@@ -38,7 +38,7 @@ class PPOAlgorithm:
     """PPO clipped surrogate with V-trace (default) or GAE targets, over whole trajectories so BPTT and V-trace
     see consecutive steps. One policy version is one SGD step."""
 
-    def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device):
+    def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         self.cfg, self.model, self.device = cfg, model, device
         self.optimizer = torch.optim.Adam(
             model.parameters(),

@@ -1,14 +1,19 @@
-"""Configuration: every option declared once (options.py), env-family presets (presets.py), parsing and checks
-(parse.py), and the generated reference (reference.py)."""
+"""Configuration: every option declared once (options.py), the typed config components take (cfg.py, with the
+option attributes generated into fields.py), env-family presets (presets.py), parsing and checks (parse.py), and
+the generated reference (reference.py)."""
 
-from sample_factory.config.options import OPTIONS, ConfigError, int_list, str2bool
+from sample_factory.config.cfg import Config
+from sample_factory.config.options import OPTIONS, ConfigError, Option, all_options, int_list, str2bool
 from sample_factory.config.parse import build_parser, finalize_cfg, parse_cfg, suggest_flag, typed_flags
 from sample_factory.config.presets import PRESETS, preset_name_for_env
 
 __all__ = [
     "OPTIONS",
     "PRESETS",
+    "Config",
     "ConfigError",
+    "Option",
+    "all_options",
     "build_parser",
     "finalize_cfg",
     "int_list",

@@ -1,10 +1,12 @@
-"""Every command-line option, declared once: name, aliases, type, default, help (and argparse extras), grouped for
-the generated reference (docs/config-reference.md). parse.py builds the parser and the checks from it."""
+"""Every command-line option, declared once as an `Option` record (name, type, default, help, aliases, choices),
+grouped for the generated reference (docs/config-reference.md). parse.py builds the parser and the checks from it;
+config/fields.py (the typed attributes of `Config`) is generated from it."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -40,474 +42,418 @@ def _num(v: str) -> float:
     return float(v)
 
 
-# (name, aliases, type, default, help, extra argparse kwargs). Groups make the reference readable.
-_BOOL = str2bool
-OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
+# Parse function -> (its name in the reference's type column, the Python type of the values it returns).
+_VALUE_TYPES: dict[Callable[[str], Any], tuple[str, str]] = {
+    str: ("str", "str"),
+    int: ("int", "int"),
+    float: ("float", "float"),
+    str2bool: ("bool", "bool"),
+    int_list: ("int list", "list[int]"),
+    _num: ("number", "float"),
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flag `--name` (and `--alias` for each alias, same destination). `type` parses the typed text (argparse's
+    `type=`); `default` applies when the flag is not typed and no preset sets it."""
+
+    name: str
+    type: Callable[[str], Any]
+    default: Any
+    help: str
+    aliases: tuple[str, ...] = ()
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(f"--{n}" for n in (self.name, *self.aliases))
+
+    @property
+    def is_bool(self) -> bool:
+        return self.type is str2bool
+
+    @property
+    def type_name(self) -> str:
+        """As the reference shows it: bool, int list, number (a float that may be written 1e6), str, int, float."""
+        return _VALUE_TYPES[self.type][0]
+
+    @property
+    def annotation(self) -> str:
+        """The type of the parsed value, as config/fields.py declares it (`| None` when the default is None)."""
+        value_type = _VALUE_TYPES[self.type][1]
+        return f"{value_type} | None" if self.default is None else value_type
+
+
+def all_options() -> list[Option]:
+    return [opt for options in OPTIONS.values() for opt in options]
+
+
+# Groups make the reference readable.
+OPTIONS: dict[str, list[Option]] = {
     "Basic": [
-        (
+        Option(
             "env",
-            (),
             str,
             None,
             "Environment: a gymnasium id (CartPole-v1), a custom env registered with register_env, or module:EnvId "
             "(the module is imported first, in every process).",
-            {},
         ),
-        ("experiment", (), str, "default_experiment", "Experiment name; its folder is <train_dir>/<experiment>.", {}),
-        ("train_dir", (), str, "./train_dir", "Root folder for experiments.", {}),
-        (
+        Option("experiment", str, "default_experiment", "Experiment name; its folder is <train_dir>/<experiment>."),
+        Option("train_dir", str, "./train_dir", "Root folder for experiments."),
+        Option(
             "device",
-            (),
             str,
             "auto",
             "Where policy workers and learners run: auto (GPU when available), gpu, or cpu.",
-            {"choices": ["auto", "gpu", "cpu"]},
+            choices=("auto", "gpu", "cpu"),
         ),
-        ("seed", (), int, None, "Random seed. With --serial_mode=True a fixed seed makes the run reproducible.", {}),
-        ("serial_mode", (), _BOOL, False, "Run actor, policy and learner components in one process (debugging).", {}),
-        (
+        Option("seed", int, None, "Random seed. With --serial_mode=True a fixed seed makes the run reproducible."),
+        Option("serial_mode", str2bool, False, "Run actor, policy and learner components in one process (debugging)."),
+        Option(
             "async_rl",
-            (),
-            _BOOL,
+            str2bool,
             True,
             "Asynchronous collection (APPO). False: collect one batch with the current policy, train, repeat.",
-            {},
         ),
-        (
+        Option(
             "restart_behavior",
-            (),
             str,
             "resume",
             "What to do when the experiment folder already exists: resume it, restart (archive the old one), "
             "or overwrite (delete it).",
-            {"choices": ["resume", "restart", "overwrite"]},
+            choices=("resume", "restart", "overwrite"),
         ),
     ],
     "Sampling": [
-        ("num_workers", (), int, None, "Number of actor worker processes (default: number of CPU cores).", {}),
-        ("num_envs_per_worker", (), int, 2, "Envs stepped by one actor worker.", {}),
-        (
+        Option("num_workers", int, None, "Number of actor worker processes (default: number of CPU cores)."),
+        Option("num_envs_per_worker", int, 2, "Envs stepped by one actor worker."),
+        Option(
             "worker_num_splits",
-            (),
             int,
             2,
             "Groups the envs of a worker are split into for double-buffered sampling (divides num_envs_per_worker).",
-            {},
         ),
-        ("policy_workers_per_policy", (), int, 1, "Policy worker processes serving inference for each policy.", {}),
-        (
+        Option("policy_workers_per_policy", int, 1, "Policy worker processes serving inference for each policy."),
+        Option(
             "num_policies",
-            (),
             int,
             1,
             "Number of policies trained at once, each with its own learner, policy workers, checkpoints and "
             "summaries; they share the actor workers (docs/multi-policy-and-pbt.md).",
-            {},
         ),
-        (
+        Option(
             "policy_mapping",
-            (),
             str,
             None,
             "Multi-agent envs with several policies mixed in one env: a mapping registered with "
             "sample_factory.workers.policy_mapping.register_policy_mapping that picks each agent's policy at episode "
             "start (default: uniformly at random).",
-            {},
         ),
-        ("rollout", (), int, 32, "Trajectory length collected per env before it is handed to the learner.", {}),
-        (
+        Option("rollout", int, 32, "Trajectory length collected per env before it is handed to the learner."),
+        Option(
             "min_traj_buffers_per_worker",
-            (),
             int,
             2,
             "Shared trajectory buffers per split of each actor worker (more buffers: more tolerance to learner "
             "hiccups, more policy lag).",
-            {},
         ),
-        (
+        Option(
             "decorrelate_envs_on_one_worker",
-            (),
-            _BOOL,
+            str2bool,
             True,
             "Step the envs of a worker a different random number of times at start so episodes are decorrelated.",
-            {},
         ),
-        (
-            "force_envs_single_thread",
-            (),
-            _BOOL,
-            True,
-            "Limit native thread pools in actor workers (threadpoolctl).",
-            {},
+        Option(
+            "force_envs_single_thread", str2bool, True, "Limit native thread pools in actor workers (threadpoolctl)."
         ),
-        ("set_workers_cpu_affinity", (), _BOOL, True, "Pin actor workers to CPU cores (psutil).", {}),
-        ("sampler_only", (), _BOOL, False, "Collect experience without training (throughput measurement).", {}),
-        (
+        Option("set_workers_cpu_affinity", str2bool, True, "Pin actor workers to CPU cores (psutil)."),
+        Option("sampler_only", str2bool, False, "Collect experience without training (throughput measurement)."),
+        Option(
             "message_queue",
-            (),
             str,
             "socket",
             "Transport of the small messages between processes: socket (Unix SOCK_SEQPACKET, kill-safe, default) "
             "or faster_fifo.",
-            {"choices": ["socket", "faster_fifo"]},
+            choices=("socket", "faster_fifo"),
         ),
-        (
+        Option(
             "env_backend",
-            (),
             str,
             "gymnasium",
             "How an actor worker steps the envs of a split: gymnasium (one python env each) or envpool (one "
             "batched EnvPool call per split; Atari and MuJoCo names, needs the [envpool] extra).",
-            {"choices": ["gymnasium", "envpool"]},
+            choices=("gymnasium", "envpool"),
         ),
-        (
-            "env_frameskip",
-            (),
-            int,
-            4,
-            "Atari and VizDoom: frames per agent step (Atari max-pools over the last two).",
-            {},
+        Option(
+            "env_frameskip", int, 4, "Atari and VizDoom: frames per agent step (Atari max-pools over the last two)."
         ),
-        (
+        Option(
             "env_episodic_life",
-            (),
-            _BOOL,
+            str2bool,
             True,
             "Atari: a lost life ends the training episode (the game goes on); evaluation always plays whole games "
             "and episode rewards are always reported per whole game.",
-            {},
         ),
-        ("env_framestack", (), int, 4, "Atari: stacked frames per observation.", {}),
-        ("env_sticky_actions", (), float, 0.25, "Atari: probability of repeating the previous action.", {}),
-        ("env_seed_offset", (), int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env).", {}),
+        Option("env_framestack", int, 4, "Atari: stacked frames per observation."),
+        Option("env_sticky_actions", float, 0.25, "Atari: probability of repeating the previous action."),
+        Option("env_seed_offset", int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env)."),
     ],
     "Learner": [
-        ("batch_size", (), int, 1024, "Minibatch size in samples (a multiple of --rollout).", {}),
-        (
+        Option("batch_size", int, 1024, "Minibatch size in samples (a multiple of --rollout)."),
+        Option(
             "num_batches_per_epoch",
-            ("num_batches_per_iteration",),
             int,
             1,
             "Minibatches per training iteration; an iteration consumes batch_size * num_batches_per_epoch samples.",
-            {},
+            aliases=("num_batches_per_iteration",),
         ),
-        ("num_epochs", ("ppo_epochs",), int, 1, "Passes over the data of one iteration.", {}),
-        (
+        Option("num_epochs", int, 1, "Passes over the data of one iteration.", aliases=("ppo_epochs",)),
+        Option(
             "num_minibatches_to_accumulate",
-            (),
             int,
             -1,
             "Extra minibatches of experience collected ahead while the learner trains; collection pauses beyond "
             "it (-1: one iteration's worth in async mode, 0 in sync mode).",
-            {},
         ),
-        ("max_policy_lag", (), int, 1000, "Samples older than this many policy versions are dropped.", {}),
-        ("gamma", (), float, 0.99, "Discount factor.", {}),
-        ("with_vtrace", (), _BOOL, True, "V-trace value targets and advantages; False uses GAE.", {}),
-        ("vtrace_rho", (), float, 1.0, "V-trace importance ratio clipping (rho bar).", {}),
-        ("vtrace_c", (), float, 1.0, "V-trace trace-cutting clipping (c bar).", {}),
-        ("gae_lambda", (), float, 0.95, "GAE lambda (used when --with_vtrace=False).", {}),
-        (
+        Option("max_policy_lag", int, 1000, "Samples older than this many policy versions are dropped."),
+        Option("gamma", float, 0.99, "Discount factor."),
+        Option("with_vtrace", str2bool, True, "V-trace value targets and advantages; False uses GAE."),
+        Option("vtrace_rho", float, 1.0, "V-trace importance ratio clipping (rho bar)."),
+        Option("vtrace_c", float, 1.0, "V-trace trace-cutting clipping (c bar)."),
+        Option("gae_lambda", float, 0.95, "GAE lambda (used when --with_vtrace=False)."),
+        Option(
             "value_bootstrap",
-            (),
-            _BOOL,
+            str2bool,
             True,
             "On time-limit truncation bootstrap the return from the value of the final observation.",
-            {},
         ),
-        ("ppo_clip_ratio", (), float, 0.1, "PPO ratio clipping: the ratio is clipped to [1 - c, 1 + c].", {}),
-        ("ppo_clip_value", (), float, 1.0, "Value clipping around the behaviour value (<= 0 disables).", {}),
-        ("value_loss_coeff", (), float, 0.5, "Weight of the value loss.", {}),
-        ("normalize_advantage", (), _BOOL, True, "Normalize advantages to zero mean, unit std per minibatch.", {}),
-        ("exploration_loss_coeff", (), float, 0.003, "Weight of the entropy bonus.", {}),
-        ("max_grad_norm", (), float, 4.0, "Gradient norm clipping (<= 0 disables).", {}),
-        ("learning_rate", (), float, 1e-4, "Adam learning rate.", {}),
-        (
+        Option("ppo_clip_ratio", float, 0.1, "PPO ratio clipping: the ratio is clipped to [1 - c, 1 + c]."),
+        Option("ppo_clip_value", float, 1.0, "Value clipping around the behaviour value (<= 0 disables)."),
+        Option("value_loss_coeff", float, 0.5, "Weight of the value loss."),
+        Option("normalize_advantage", str2bool, True, "Normalize advantages to zero mean, unit std per minibatch."),
+        Option("exploration_loss_coeff", float, 0.003, "Weight of the entropy bonus."),
+        Option("max_grad_norm", float, 4.0, "Gradient norm clipping (<= 0 disables)."),
+        Option("learning_rate", float, 1e-4, "Adam learning rate."),
+        Option(
             "lr_schedule",
-            (),
             str,
             "constant",
             "constant, or linear_decay to 0 over --train_for_env_steps.",
-            {"choices": ["constant", "linear_decay"]},
+            choices=("constant", "linear_decay"),
         ),
-        ("adam_eps", (), float, 1e-6, "Adam epsilon.", {}),
-        ("adam_beta1", (), float, 0.9, "Adam beta1.", {}),
-        ("adam_beta2", (), float, 0.999, "Adam beta2.", {}),
-        ("reward_scale", (), float, 1.0, "Rewards are multiplied by this before training.", {}),
-        ("reward_clip", (), float, 1000.0, "Rewards are clipped to [-c, c] after scaling.", {}),
-        (
+        Option("adam_eps", float, 1e-6, "Adam epsilon."),
+        Option("adam_beta1", float, 0.9, "Adam beta1."),
+        Option("adam_beta2", float, 0.999, "Adam beta2."),
+        Option("reward_scale", float, 1.0, "Rewards are multiplied by this before training."),
+        Option("reward_clip", float, 1000.0, "Rewards are clipped to [-c, c] after scaling."),
+        Option(
             "max_nonfinite_updates",
-            (),
             int,
             20,
             "Consecutive SGD steps skipped for a NaN/inf loss or gradient before the run stops with an error.",
-            {},
         ),
-        ("learner_main_loop_num_cores", (), int, 1, "Torch threads in the learner process.", {}),
+        Option("learner_main_loop_num_cores", int, 1, "Torch threads in the learner process."),
     ],
     "Model": [
-        ("encoder_mlp_layers", (), int_list, [512, 512], "Hidden layer sizes of the MLP encoder, e.g. 64,64.", {}),
-        ("encoder_custom", (), str, None, "Name of an encoder registered with register_encoder (custom models).", {}),
-        (
+        Option("encoder_mlp_layers", int_list, [512, 512], "Hidden layer sizes of the MLP encoder, e.g. 64,64."),
+        Option("encoder_custom", str, None, "Name of an encoder registered with register_encoder (custom models)."),
+        Option(
             "encoder_conv_architecture",
-            (),
             str,
             "convnet_simple",
             "Conv net for image observations (then --encoder_mlp_layers): convnet_simple (3 conv layers), "
             "convnet_nature (the DQN Nature paper's) or resnet_impala (IMPALA's 15-layer ResNet).",
-            {"choices": ["convnet_simple", "convnet_nature", "resnet_impala"]},
+            choices=("convnet_simple", "convnet_nature", "resnet_impala"),
         ),
-        (
-            "nonlinearity",
-            (),
-            str,
-            "elu",
-            "Activation function.",
-            {"choices": ["elu", "relu", "tanh"]},
-        ),
-        (
+        Option("nonlinearity", str, "elu", "Activation function.", choices=("elu", "relu", "tanh")),
+        Option(
             "policy_initialization",
-            (),
             str,
             "orthogonal",
             "Weight initialization.",
-            {"choices": ["orthogonal", "xavier_uniform", "torch_default"]},
+            choices=("orthogonal", "xavier_uniform", "torch_default"),
         ),
-        ("use_rnn", (), _BOOL, True, "Recurrent core after the encoder.", {}),
-        ("rnn_type", (), str, "gru", "Recurrent core type.", {"choices": ["gru", "lstm"]}),
-        ("rnn_size", ("hidden_size",), int, 512, "Size of the recurrent state.", {}),
-        ("rnn_num_layers", (), int, 1, "Stacked recurrent layers.", {}),
-        ("recurrence", (), int, -1, "BPTT length (-1: --rollout with an RNN, else 1). Divides --rollout.", {}),
-        ("actor_critic_share_weights", (), _BOOL, True, "Actor and critic share encoder and core.", {}),
-        ("initial_stddev", (), float, 1.0, "Initial standard deviation of Gaussian actions.", {}),
-        (
+        Option("use_rnn", str2bool, True, "Recurrent core after the encoder."),
+        Option("rnn_type", str, "gru", "Recurrent core type.", choices=("gru", "lstm")),
+        Option("rnn_size", int, 512, "Size of the recurrent state.", aliases=("hidden_size",)),
+        Option("rnn_num_layers", int, 1, "Stacked recurrent layers."),
+        Option("recurrence", int, -1, "BPTT length (-1: --rollout with an RNN, else 1). Divides --rollout."),
+        Option("actor_critic_share_weights", str2bool, True, "Actor and critic share encoder and core."),
+        Option("initial_stddev", float, 1.0, "Initial standard deviation of Gaussian actions."),
+        Option(
             "adaptive_stddev",
-            (),
-            _BOOL,
+            str2bool,
             False,
             "Gaussian actions: the policy head predicts the std per state (False: one learned std per dimension).",
-            {},
         ),
-        (
+        Option(
             "continuous_tanh_scale",
-            (),
             float,
             0.0,
             "Gaussian actions: squash the predicted means to (-scale, scale) with scale * tanh(mean / scale) (0: off).",
-            {},
         ),
-        (
+        Option(
             "action_bounds",
-            (),
             str,
             "clip",
             "How Box actions are brought into the action space's bounds before the env gets them: clip, tanh "
             "(squash into the bounds; needs finite bounds), or none. Training always uses the unbounded sample.",
-            {"choices": ["clip", "tanh", "none"]},
+            choices=("clip", "tanh", "none"),
         ),
-        (
+        Option(
             "normalize_returns",
-            (),
-            _BOOL,
+            str2bool,
             False,
             "The value head predicts returns normalized by their running mean/std (buffers keep real-scale values).",
-            {},
         ),
-        (
+        Option(
             "normalize_input",
-            (),
-            _BOOL,
+            str2bool,
             False,
             "Normalize float observations with running mean/std (updated by the learner, shared with the workers).",
-            {},
         ),
     ],
     "Run control and logging": [
-        ("train_for_env_steps", (), _num, 1e10, "Stop after this many env steps (all policies together).", {}),
-        ("train_for_seconds", (), _num, 1e10, "Stop after this much wall time.", {}),
-        (
+        Option("train_for_env_steps", _num, 1e10, "Stop after this many env steps (all policies together)."),
+        Option("train_for_seconds", _num, 1e10, "Stop after this much wall time."),
+        Option(
             "stop_at_reward",
-            (),
             float,
             None,
             "Stop once the mean episode reward (over --stats_avg episodes) of every policy reaches this value.",
-            {},
         ),
-        ("save_every_sec", (), int, 120, "Checkpoint period.", {}),
-        ("keep_checkpoints", (), int, 2, "Newest checkpoints kept per policy.", {}),
-        (
+        Option("save_every_sec", int, 120, "Checkpoint period."),
+        Option("keep_checkpoints", int, 2, "Newest checkpoints kept per policy."),
+        Option(
             "save_best_metric",
-            (),
             str,
             "reward",
             "Metric of the best checkpoint (higher is better): reward (mean episode reward) or a learner statistic.",
-            {},
         ),
-        ("save_best_every_sec", (), int, 5, "How often the best-checkpoint metric is checked.", {}),
-        ("save_best_after", (), _num, 100000, "No best checkpoint before this many env steps.", {}),
-        ("save_milestones_sec", (), int, -1, "Keep a permanent checkpoint copy this often (-1: never).", {}),
-        ("experiment_summaries_interval", (), int, 10, "Seconds between TensorBoard summaries.", {}),
-        ("report_interval_sec", (), float, 5.0, "Seconds between progress lines.", {}),
-        ("stats_avg", (), int, 100, "Episodes averaged in reported episode statistics.", {}),
-        ("heartbeat_interval", (), float, 2.0, "Seconds between heartbeats of each process.", {}),
-        (
+        Option("save_best_every_sec", int, 5, "How often the best-checkpoint metric is checked."),
+        Option("save_best_after", _num, 100000, "No best checkpoint before this many env steps."),
+        Option("save_milestones_sec", int, -1, "Keep a permanent checkpoint copy this often (-1: never)."),
+        Option("experiment_summaries_interval", int, 10, "Seconds between TensorBoard summaries."),
+        Option("report_interval_sec", float, 5.0, "Seconds between progress lines."),
+        Option("stats_avg", int, 100, "Episodes averaged in reported episode statistics."),
+        Option("heartbeat_interval", float, 2.0, "Seconds between heartbeats of each process."),
+        Option(
             "heartbeat_timeout_sec",
-            (),
             float,
             60.0,
             "A process silent this long is killed; actor/policy workers are restarted, a silent learner stops the run.",
-            {},
         ),
-        (
+        Option(
             "max_worker_restarts",
-            (),
             int,
             3,
             "Restarts allowed per actor/policy worker after a crash before the run stops with an error.",
-            {},
         ),
-        ("shutdown_timeout_sec", (), float, 8.0, "Time children get to exit before they are killed.", {}),
-        ("probe_env_timeout_sec", (), float, 60.0, "Time allowed to create the env once to read its spaces.", {}),
+        Option("shutdown_timeout_sec", float, 8.0, "Time children get to exit before they are killed."),
+        Option("probe_env_timeout_sec", float, 60.0, "Time allowed to create the env once to read its spaces."),
     ],
     "Evaluation (enjoy.py)": [
-        ("max_num_episodes", (), int, 10, "Episodes to evaluate.", {}),
-        ("policy_index", (), int, 0, "enjoy.py: which policy of a multi-policy experiment to evaluate.", {}),
-        ("max_num_frames", (), _num, 1e9, "Stop evaluating after this many env steps.", {}),
-        ("eval_deterministic", (), _BOOL, False, "Take the most likely action (argmax / Gaussian mean).", {}),
-        (
-            "load_checkpoint_kind",
-            (),
-            str,
-            "latest",
-            "Which checkpoint to evaluate.",
-            {"choices": ["latest", "best"]},
+        Option("max_num_episodes", int, 10, "Episodes to evaluate."),
+        Option("policy_index", int, 0, "enjoy.py: which policy of a multi-policy experiment to evaluate."),
+        Option("max_num_frames", _num, 1e9, "Stop evaluating after this many env steps."),
+        Option("eval_deterministic", str2bool, False, "Take the most likely action (argmax / Gaussian mean)."),
+        Option("load_checkpoint_kind", str, "latest", "Which checkpoint to evaluate.", choices=("latest", "best")),
+        Option("no_render", str2bool, False, "Do not open a window (headless evaluation)."),
+        Option(
+            "fps", float, 0.0, "Slow on-screen rendering down to this many frames per second (0: as fast as possible)."
         ),
-        ("no_render", (), _BOOL, False, "Do not open a window (headless evaluation).", {}),
-        (
-            "fps",
-            (),
-            float,
-            0.0,
-            "Slow on-screen rendering down to this many frames per second (0: as fast as possible).",
-            {},
-        ),
-        ("save_video", (), _BOOL, False, "Write the evaluated episodes as mp4 into the experiment folder.", {}),
-        ("video_frames", (), _num, 1e9, "At most this many frames per video.", {}),
-        ("video_name", (), str, None, "Video file name (default: <experiment>_ep<N>.mp4 per episode).", {}),
-        ("video_per_episode", (), _BOOL, True, "One mp4 per episode; False: one file for all episodes.", {}),
-        (
+        Option("save_video", str2bool, False, "Write the evaluated episodes as mp4 into the experiment folder."),
+        Option("video_frames", _num, 1e9, "At most this many frames per video."),
+        Option("video_name", str, None, "Video file name (default: <experiment>_ep<N>.mp4 per episode)."),
+        Option("video_per_episode", str2bool, True, "One mp4 per episode; False: one file for all episodes."),
+        Option(
             "eval_every_env_steps",
-            (),
             _num,
             -1,
             "During training, evaluate the latest checkpoint in a separate process this often (-1: never).",
-            {},
         ),
-        ("eval_episodes", (), int, 10, "Episodes per periodic evaluation during training.", {}),
-        (
+        Option("eval_episodes", int, 10, "Episodes per periodic evaluation during training."),
+        Option(
             "eval_results_file",
-            (),
             str,
             None,
             "Where enjoy.py writes its JSON summary (default: <experiment>/eval_results.json).",
-            {},
         ),
     ],
     "PBT": [
-        (
+        Option(
             "with_pbt",
-            (),
-            _BOOL,
+            str2bool,
             False,
             "Population-based training over the --num_policies policies: the worst ones periodically take over "
             "the weights of better ones, and hyperparameters are perturbed.",
-            {},
         ),
-        (
+        Option(
             "pbt_period_env_steps",
-            (),
             int,
             5_000_000,
             "Env steps of one policy between two of its PBT steps (replacement or mutation).",
-            {},
         ),
-        (
+        Option(
             "pbt_start_mutation",
-            (),
             int,
             20_000_000,
             "No replacement or mutation before this many env steps of a policy, so the initially diverse "
             "policies can develop first.",
-            {},
         ),
-        (
+        Option(
             "pbt_replace_fraction",
-            (),
             float,
             0.3,
             "Fraction of the population (rounded up) that counts as worst, and as best: a worst policy may be "
             "replaced by a random one of the best.",
-            {},
         ),
-        ("pbt_mutation_rate", (), float, 0.15, "Probability that each hyperparameter is perturbed in a PBT step.", {}),
-        (
+        Option("pbt_mutation_rate", float, 0.15, "Probability that each hyperparameter is perturbed in a PBT step."),
+        Option(
             "pbt_replace_reward_gap",
-            (),
             float,
             0.1,
             "A replacement needs the better policy's objective to exceed the worse one's by this fraction of "
             "the better one's absolute objective.",
-            {},
         ),
-        (
+        Option(
             "pbt_replace_reward_gap_absolute",
-            (),
             float,
             1e-6,
             "A replacement also needs the objective gap to exceed this absolute value.",
-            {},
         ),
-        (
+        Option(
             "pbt_optimize_gamma",
-            (),
-            _BOOL,
+            str2bool,
             False,
             "Let PBT perturb the discount factor as well (kept within [0.9, 0.9999]).",
-            {},
         ),
-        (
+        Option(
             "pbt_target_objective",
-            (),
             str,
             "true_objective",
             "Per-policy statistic PBT ranks policies by (higher is better): true_objective is the mean episode "
             "reward (once --stats_avg episodes, at most 10, finished); any other name is a statistic of the "
             "policy's learner (e.g. value, entropy; the train/* TensorBoard tags).",
-            {},
         ),
-        (
+        Option(
             "pbt_perturb_min",
-            (),
             float,
             1.1,
             "Smallest factor by which a perturbed hyperparameter is multiplied or divided.",
-            {},
         ),
-        (
+        Option(
             "pbt_perturb_max",
-            (),
             float,
             1.5,
             "Largest factor by which a perturbed hyperparameter is multiplied or divided.",
-            {},
         ),
-        (
+        Option(
             "pbt_mix_policies_in_one_env",
-            (),
-            _BOOL,
+            str2bool,
             True,
             "Multi-agent envs: agents of one env may be controlled by different policies (False: one policy per env).",
-            {},
         ),
     ],
 }

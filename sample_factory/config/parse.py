@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from sample_factory.config.options import _BOOL, OPTIONS, ConfigError
+from sample_factory.config.cfg import Config
+from sample_factory.config.options import OPTIONS, ConfigError, all_options
 from sample_factory.config.presets import PRESETS, preset_name_for_env
 
 
@@ -31,19 +32,20 @@ def build_parser(defaults: bool = True) -> argparse.ArgumentParser:
     )
     for group_name, options in OPTIONS.items():
         g = p.add_argument_group(group_name)
-        for name, aliases, typ, default, help_text, extra in options:
-            flags = [f"--{name}"] + [f"--{a}" for a in aliases]
-            kwargs = dict(extra)
-            if typ is _BOOL:
+        for opt in options:
+            kwargs: dict[str, Any] = {}
+            if opt.choices:
+                kwargs["choices"] = opt.choices
+            if opt.is_bool:
                 kwargs.update(nargs="?", const=True)
             if defaults:
-                kwargs["default"] = default
-            g.add_argument(*flags, dest=name, type=typ, help=help_text, **kwargs)
+                kwargs["default"] = opt.default
+            g.add_argument(*opt.flags, dest=opt.name, type=opt.type, help=opt.help, **kwargs)
     return p
 
 
 def suggest_flag(argv: Sequence[str]) -> str | None:
-    known = {f"--{n}" for opts in OPTIONS.values() for n, al, *_ in opts for n in (n, *al)} | {"--help"}
+    known = {flag for opt in all_options() for flag in opt.flags} | {"--help"}
     for a in argv:
         if a.startswith("--"):
             flag = a.split("=", 1)[0]
@@ -59,14 +61,14 @@ def typed_flags(argv: Sequence[str]) -> dict[str, Any]:
     return vars(build_parser(defaults=False).parse_args(list(argv)))
 
 
-def parse_cfg(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     """Parse, apply the env-family preset to flags not typed, and validate. Raises SystemExit on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     unknown_msg = suggest_flag(argv)
     if unknown_msg:
         parser.error(unknown_msg)
-    cfg = parser.parse_args(argv)
+    cfg = parser.parse_args(argv, namespace=Config())
     typed = typed_flags(argv)
     cfg.preset = preset_name_for_env(cfg.env)
     if cfg.preset:
@@ -82,7 +84,7 @@ def parse_cfg(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return cfg
 
 
-def finalize_cfg(cfg: argparse.Namespace) -> argparse.Namespace:
+def finalize_cfg(cfg: Config) -> Config:
     """Fill derived values and validate combinations (raises ConfigError with a one-line message)."""
     if not cfg.env:
         raise ConfigError("--env is required (e.g. --env=CartPole-v1)")

@@ -1,9 +1,13 @@
-"""The generated config reference: `python -m sample_factory.config.reference > docs/config-reference.md`
-(what `make docs` runs)."""
+"""What is generated from the option table (`make docs` writes both):
+`python -m sample_factory.config.reference > docs/config-reference.md` (the config reference) and
+`python -m sample_factory.config.reference fields > sample_factory/config/fields.py` (the options' typed
+attributes of `Config`). Tests fail when either is out of date."""
 
 from __future__ import annotations
 
-from sample_factory.config.options import _BOOL, OPTIONS, _num, int_list
+import sys
+
+from sample_factory.config.options import OPTIONS
 from sample_factory.config.presets import CLASSIC_CONTROL_ENVS, CONTINUOUS_CONTROL_ENVS, PRESETS
 
 
@@ -18,12 +22,12 @@ def markdown_reference() -> str:
     ]
     for group_name, options in OPTIONS.items():
         lines += [f"## {group_name}", "", "| flag | type | default | description |", "|---|---|---|---|"]
-        for name, aliases, typ, default, help_text, extra in options:
-            flags = " / ".join(f"`--{n}`" for n in (name, *aliases))
-            tname = {_BOOL: "bool", int_list: "int list", _num: "number"}.get(typ, getattr(typ, "__name__", str(typ)))
-            if "choices" in extra:
-                tname += " (" + ", ".join(extra["choices"]) + ")"
-            lines.append(f"| {flags} | {tname} | `{default}` | {help_text} |")
+        for opt in options:
+            flags = " / ".join(f"`{f}`" for f in opt.flags)
+            tname = opt.type_name
+            if opt.choices:
+                tname += " (" + ", ".join(opt.choices) + ")"
+            lines.append(f"| {flags} | {tname} | `{opt.default}` | {opt.help} |")
         lines.append("")
     lines += ["## Presets", "", "Applied by env family to flags not given on the command line; see `cfg.json`.", ""]
     for preset, values in PRESETS.items():
@@ -38,5 +42,32 @@ def markdown_reference() -> str:
     return "\n".join(lines)
 
 
+def fields_module() -> str:
+    """The source of config/fields.py: one annotation per option, grouped as in the table, with its default."""
+    lines = [
+        '"""Generated from config/options.py by `make docs` (`python -m sample_factory.config.reference fields`); '
+        "do not edit.",
+        "The type of every option's value, so that editors and readers see each option attribute of `Config`.",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "",
+        "class OptionFields:",
+        '    """Annotations only: argparse (or `Config.from_dict`) sets every option on the instance."""',
+    ]
+    for group_name, options in OPTIONS.items():
+        lines += ["", f"    # {group_name}"]
+        for opt in options:
+            choices = f"; one of {', '.join(opt.choices)}" if opt.choices else ""
+            lines.append(f"    {opt.name}: {opt.annotation}  # default {opt.default!r}{choices}")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    print(markdown_reference())
+    if sys.argv[1:] == ["fields"]:
+        print(fields_module(), end="")
+    elif not sys.argv[1:]:
+        print(markdown_reference())
+    else:
+        sys.exit("usage: python -m sample_factory.config.reference [fields]")

@@ -14,6 +14,8 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
+from sample_factory.config import Config
+
 NOOP = 0  # ALE's minimal action sets start with NOOP (AtariPreprocessing checks it)
 
 
@@ -107,12 +109,12 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
-def episodic_life_enabled(cfg: Any) -> bool:
+def episodic_life_enabled(cfg: Config) -> bool:
     """Training only: evaluation (enjoy, periodic evaluation) always plays whole games."""
-    return bool(getattr(cfg, "env_episodic_life", True)) and not getattr(cfg, "evaluation_run", False)
+    return cfg.env_episodic_life and not cfg.evaluation_run
 
 
-def make_atari_env(cfg: Any, ale_id: str, render_mode: str | None = None) -> gym.Env:
+def make_atari_env(cfg: Config, ale_id: str, render_mode: str | None = None) -> gym.Env:
     """The ALE env `ale_id` with the wrappers above; observations are uint8 [framestack, 84, 84]."""
     try:
         import ale_py

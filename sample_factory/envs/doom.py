@@ -27,6 +27,8 @@ import gymnasium as gym
 import numpy as np
 import psutil
 
+from sample_factory.config import Config
+
 # Our short names -> vizdoom's gymnasium ids (one button pressed at a time: Discrete actions).
 DOOM_ENVS = {
     "doom_basic": "VizdoomBasic-v1",
@@ -220,7 +222,7 @@ class DoomAction(gym.ActionWrapper):
         return {k: self._cast(sp, a) for k, sp, a in zip(self.dict_keys, self.parts, action)}
 
 
-def make_doom_env(cfg: Any, env_id: str, render_mode: str | None = None) -> gym.Env:
+def make_doom_env(cfg: Config, env_id: str, render_mode: str | None = None) -> gym.Env:
     """A vizdoom env (env_id: a Vizdoom*-v* id or one of our doom_* names) wrapped as described in the module
     docstring; cfg.env_frameskip tics per step."""
     env_id = doom_env_id(env_id) or env_id

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import gymnasium as gym
 
+from sample_factory.config import Config
 from sample_factory.envs.atari import atari_env_id, make_atari_env
 from sample_factory.envs.env_group import env_num_agents
 
@@ -71,7 +72,7 @@ def _missing_extra_hint(env_name: str) -> str:
     return ""
 
 
-def make_env(cfg: Any, env_config: dict | None = None, render_mode: str | None = None) -> gym.Env:
+def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | None = None) -> gym.Env:
     """`--env` is a registered custom name, a gymnasium id, or `module:EnvId` (the module is imported first, so
     envs registered by it exist in every worker process too). A render mode goes to gym.make, or to a custom
     env's factory as env_config["render_mode"]."""
@@ -128,8 +129,8 @@ def default_reward_shaping(env: gym.Env) -> dict[str, float] | None:
     return {k: float(v) for k, v in getter().items()}
 
 
-def _env_info(cfg: Any) -> EnvInfo:
-    if getattr(cfg, "env_backend", "gymnasium") == "envpool":
+def _env_info(cfg: Config) -> EnvInfo:
+    if cfg.env_backend == "envpool":
         from sample_factory.envs.envpool_group import envpool_spaces
 
         return EnvInfo(*envpool_spaces(cfg), 1)
@@ -140,7 +141,7 @@ def _env_info(cfg: Any) -> EnvInfo:
         env.close()
 
 
-def _probe_target(cfg: Any, conn) -> None:
+def _probe_target(cfg: Config, conn) -> None:
     try:
         conn.send(("ok", _env_info(cfg)))
     except Exception as e:  # sent back to the parent as one clear line
@@ -149,7 +150,7 @@ def _probe_target(cfg: Any, conn) -> None:
         conn.close()
 
 
-def probe_env(cfg: Any, ctx: Any = None) -> EnvInfo:
+def probe_env(cfg: Config, ctx: Any = None) -> EnvInfo:
     """Create the env once to read its spaces and number of agents. A subprocess (from multiprocessing context `ctx`,
     spawn when not given) keeps env state out of the runner; a timeout turns a hanging env constructor into an
     error. `ctx=False` probes in this process (serial mode)."""

@@ -19,7 +19,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from sample_factory.envs.atari import atari_env_id
+from sample_factory.config import Config
+from sample_factory.envs.atari import atari_env_id, episodic_life_enabled
 from sample_factory.envs.env_group import EnvError
 from sample_factory.envs.env_utils import MUJOCO_NAMES
 from sample_factory.envs.spaces import OBS_KEY
@@ -38,7 +39,7 @@ def _import_envpool() -> Any:
     return envpool
 
 
-def envpool_task(cfg: Any) -> tuple[str, str, dict[str, Any]]:
+def envpool_task(cfg: Config) -> tuple[str, str, dict[str, Any]]:
     """(envpool task id, family "atari" or "mujoco", keyword arguments for envpool.make) for `cfg.env`."""
     name = cfg.env
     ale_id = atari_env_id(name)
@@ -48,7 +49,7 @@ def envpool_task(cfg: Any) -> tuple[str, str, dict[str, Any]]:
             raise ValueError(f"env {name!r}: --env_backend=envpool supports only the v5 Atari envs (ALE/<Game>-v5)")
         frameskip = int(cfg.env_frameskip)
         # Training only, as the gymnasium pipeline: evaluation plays whole games.
-        episodic_life = bool(getattr(cfg, "env_episodic_life", True)) and not getattr(cfg, "evaluation_run", False)
+        episodic_life = episodic_life_enabled(cfg)
         kwargs: dict[str, Any] = dict(
             img_height=84,
             img_width=84,
@@ -79,7 +80,7 @@ def envpool_task(cfg: Any) -> tuple[str, str, dict[str, Any]]:
     return task, family, kwargs
 
 
-def envpool_spaces(cfg: Any) -> tuple[gym.Space, gym.Space]:
+def envpool_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
     """Observation and action space of one env (not batched), equal to those of the gymnasium pipeline."""
     task, family, kwargs = envpool_task(cfg)
     spec = _import_envpool().make_spec(task, **kwargs)
@@ -94,7 +95,7 @@ def _action_space(space: gym.Space, family: str) -> gym.Space:
 
 
 def make_envpool_group(
-    cfg: Any, num_envs: int, base_seed: int | None, env_ids: list[int], **overrides: Any
+    cfg: Config, num_envs: int, base_seed: int | None, env_ids: list[int], **overrides: Any
 ) -> EnvPoolGroup:
     """One EnvPool batch of `num_envs` envs for the split whose global env indices are `env_ids`. Env i is seeded
     with base_seed + env_ids[i], as in the gymnasium pipeline (random seeds when base_seed is None). `overrides`

@@ -23,6 +23,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from sample_factory.config import Config
+
 PREFIX = "pettingzoo."
 # Families that left PettingZoo for a package of their own that kept the module names.
 _MOVED_FAMILIES = {"mpe": "mpe2"}
@@ -239,7 +241,7 @@ def _import_env_module(name: str, family: str, env_module: str) -> Any:
         raise ValueError(f"env {name!r} cannot be imported: {e}") from None
 
 
-def make_pettingzoo_env(cfg: Any, name: str, render_mode: str | None = None) -> PettingZooParallelEnv:
+def make_pettingzoo_env(cfg: Config, name: str, render_mode: str | None = None) -> PettingZooParallelEnv:
     """Create `pettingzoo.<family>.<env_module>` through the module's `parallel_env()`, wrapped as a multi-agent
     env. Every failure to find or import the env is a ValueError that says what to install or which names exist."""
     parts = name.split(".")

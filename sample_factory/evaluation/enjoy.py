@@ -19,7 +19,6 @@ Both print each episode's reward and length, the mean +- std, and write a JSON s
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -33,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from sample_factory.config import OPTIONS, build_parser, finalize_cfg, suggest_flag, typed_flags
+from sample_factory.config import OPTIONS, Config, build_parser, finalize_cfg, suggest_flag, typed_flags
 from sample_factory.envs.env_group import EnvGroup, env_num_agents
 from sample_factory.envs.env_utils import make_env
 from sample_factory.evaluation.policy_api import load_policy
@@ -41,7 +40,7 @@ from sample_factory.experiment.checkpoints import checkpoint_dir, list_best_chec
 from sample_factory.runner import Runner
 from sample_factory.runtime.device import torch_device
 
-EVAL_FLAGS = {name for name, *_ in OPTIONS["Evaluation (enjoy.py)"]}
+EVAL_FLAGS = {opt.name for opt in OPTIONS["Evaluation (enjoy.py)"]}
 
 
 class EnjoyError(RuntimeError):
@@ -53,7 +52,7 @@ def notice(msg: str) -> None:
 
 
 # ---- configuration -----------------------------------------------------------------------------------------
-def load_experiment_cfg(argv: Sequence[str]) -> argparse.Namespace:
+def load_experiment_cfg(argv: Sequence[str]) -> Config:
     """Parser defaults <- the experiment's cfg.json (except evaluation flags) <- flags typed now.
     `cfg.cli_flags` lists the flags typed on this command line."""
     argv = list(argv)
@@ -79,22 +78,21 @@ def load_experiment_cfg(argv: Sequence[str]) -> argparse.Namespace:
     merged["cli_flags"] = sorted(typed)
     merged["command_line"] = " ".join(argv)
     merged["evaluation_run"] = True  # env wrappers for training only (Atari episodic life) stay off
-    if not 0 <= merged.get("policy_index", 0) < merged.get("num_policies", 1):
-        raise EnjoyError(
-            f"--policy_index={merged['policy_index']}: the experiment has {merged['num_policies']} policies"
-        )
-    return finalize_cfg(argparse.Namespace(**merged))
+    cfg = Config.from_dict(merged)
+    if not 0 <= cfg.policy_index < cfg.num_policies:
+        raise EnjoyError(f"--policy_index={cfg.policy_index}: the experiment has {cfg.num_policies} policies")
+    return finalize_cfg(cfg)
 
 
-def is_parallel(cfg: argparse.Namespace) -> bool:
+def is_parallel(cfg: Config) -> bool:
     return "num_workers" in cfg.cli_flags and cfg.num_workers > 1
 
 
-def experiment_path(cfg: argparse.Namespace) -> Path:
+def experiment_path(cfg: Config) -> Path:
     return Path(cfg.train_dir) / cfg.experiment
 
 
-def check_checkpoint_exists(cfg: argparse.Namespace) -> None:
+def check_checkpoint_exists(cfg: Config) -> None:
     """Fail fast, in one line, before any env or process is started."""
     d = checkpoint_dir(cfg, 0)
     if cfg.load_checkpoint_kind == "best":
@@ -108,7 +106,7 @@ def check_checkpoint_exists(cfg: argparse.Namespace) -> None:
 
 
 # ---- envs with rendering -----------------------------------------------------------------------------------
-def make_env_with_render_mode(cfg: argparse.Namespace, render_mode: str) -> gym.Env:
+def make_env_with_render_mode(cfg: Config, render_mode: str) -> gym.Env:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # gymnasium warns about a mode the env lacks; the caller checks it
         return make_env(cfg, render_mode=render_mode)
@@ -125,7 +123,7 @@ def _first_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def open_eval_env(cfg: argparse.Namespace) -> tuple[gym.Env, str | None, Any]:
+def open_eval_env(cfg: Config) -> tuple[gym.Env, str | None, Any]:
     """(env, the render mode really used, the first observation). human -> headless fallback with a notice;
     rgb_array (for --save_video) must work, else a one-line error."""
     wanted = "rgb_array" if cfg.save_video else None if cfg.no_render else "human"
@@ -238,7 +236,7 @@ class VideoRecorder:
 
 
 # ---- evaluation ----------------------------------------------------------------------------------------------
-def evaluate_single(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
+def evaluate_single(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
     """Episodes [(return, length)] and the checkpoint info, evaluated in this process."""
     if cfg.seed is not None:
         torch.manual_seed(cfg.seed)  # sampled actions are reproducible too
@@ -250,7 +248,7 @@ def evaluate_single(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], d
         torch.set_num_threads(threads)
 
 
-def _play(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
+def _play(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
     env, render_mode, obs = open_eval_env(cfg)
     video = None
     try:
@@ -318,7 +316,7 @@ def _play(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
     return episodes, info
 
 
-def _play_multi_agent(cfg: argparse.Namespace, env: gym.Env, policy: Any, video: Any, frame_period: float) -> list:
+def _play_multi_agent(cfg: Config, env: gym.Env, policy: Any, video: Any, frame_period: float) -> list:
     """A multi-agent env, every agent controlled by the policy: one env group column per agent (as in training);
     an episode is reported per agent. The env was reset with --seed by open_eval_env; the group resets it again with
     the same seed, so the first episode is the same."""
@@ -352,7 +350,7 @@ def _play_multi_agent(cfg: argparse.Namespace, env: gym.Env, policy: Any, video:
 class EvalRunner(Runner):
     """A Runner (with cfg.evaluation_run) that also remembers which checkpoint the learner loaded."""
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Config):
         super().__init__(cfg)
         self.loaded: dict = {}
 
@@ -362,7 +360,7 @@ class EvalRunner(Runner):
         super()._on_report(r)
 
 
-def evaluate_parallel(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]], dict]:
+def evaluate_parallel(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
     """Through the runner: --num_workers actor processes x --num_envs_per_worker envs, policy workers acting
     (the mode when --eval_deterministic), a learner that only loads the checkpoint."""
     if cfg.save_video:
@@ -401,7 +399,7 @@ def evaluate_parallel(cfg: argparse.Namespace) -> tuple[list[tuple[float, int]],
 
 
 # ---- results -------------------------------------------------------------------------------------------------
-def summarize(episodes: list[tuple[float, int]], cfg: argparse.Namespace, info: dict) -> dict:
+def summarize(episodes: list[tuple[float, int]], cfg: Config, info: dict) -> dict:
     rewards = [float(r) for r, _ in episodes]
     lengths = [int(n) for _, n in episodes]
 
@@ -423,7 +421,7 @@ def summarize(episodes: list[tuple[float, int]], cfg: argparse.Namespace, info: 
     }
 
 
-def write_results(results: dict, cfg: argparse.Namespace) -> Path:
+def write_results(results: dict, cfg: Config) -> Path:
     path = Path(cfg.eval_results_file) if cfg.eval_results_file else experiment_path(cfg) / "eval_results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

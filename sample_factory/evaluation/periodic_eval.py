@@ -9,11 +9,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+from sample_factory.config import Config
 
 
 class PeriodicEvaluator:
-    def __init__(self, cfg: Any, exp_dir: Path, request_checkpoint: Callable[[], None], log: Callable[[str], None]):
+    def __init__(self, cfg: Config, exp_dir: Path, request_checkpoint: Callable[[], None], log: Callable[[str], None]):
         self.cfg, self.exp_dir, self.request_checkpoint, self.log = cfg, exp_dir, request_checkpoint, log
         self.every = cfg.eval_every_env_steps
         self.next_at = self.every

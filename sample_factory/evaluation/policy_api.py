@@ -18,7 +18,6 @@ Actions are returned exactly as the training actors sent them to the env (Box ac
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from sample_factory.config import build_parser
+from sample_factory.config import Config
 from sample_factory.envs.actions import action_converter, bound_box
 from sample_factory.envs.env_utils import make_env
 from sample_factory.envs.spaces import ACTION_MASK_KEY, OBS_KEY, as_obs_dict, is_dict_space, obs_fields
@@ -62,17 +61,14 @@ def _load_checkpoint(exp_dir: Path, checkpoint: str | Path, policy_id: int, devi
     return torch.load(path, map_location=device, weights_only=False), path
 
 
-def _build_cfg(exp_dir: Path, ckpt_cfg: dict | None) -> argparse.Namespace:
-    """Parser defaults <- cfg.json <- the cfg stored in the checkpoint (it describes exactly these weights).
+def _build_cfg(exp_dir: Path, ckpt_cfg: dict | None) -> Config:
+    """Option defaults <- cfg.json <- the cfg stored in the checkpoint (it describes exactly these weights).
     Defaults fill options added after the run was made."""
-    cfg = vars(build_parser().parse_args([]))
     cfg_json = exp_dir / "cfg.json"
-    if cfg_json.exists():
-        cfg.update(json.loads(cfg_json.read_text()))
-    elif not ckpt_cfg:
+    if not cfg_json.exists() and not ckpt_cfg:
         raise FileNotFoundError(f"no experiment at {exp_dir} (cfg.json not found)")
-    cfg.update(ckpt_cfg or {})
-    return argparse.Namespace(**cfg)
+    saved = json.loads(cfg_json.read_text()) if cfg_json.exists() else {}
+    return Config.from_dict({**saved, **(ckpt_cfg or {})})
 
 
 class Policy:
@@ -81,7 +77,7 @@ class Policy:
     def __init__(
         self,
         model: ActorCritic,
-        cfg: argparse.Namespace,
+        cfg: Config,
         obs_space: gym.Space,
         action_space: gym.Space,
         device: torch.device,
@@ -100,7 +96,7 @@ class Policy:
             {k: f.shape for k, f in self.fields.items()} if is_dict_space(obs_space) else self.fields[OBS_KEY].shape
         )
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.action_bounds = getattr(cfg, "action_bounds", "clip")
+        self.action_bounds = cfg.action_bounds
         self.convert_action = action_converter(action_space, self.action_bounds)
 
     @property

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from sample_factory.config import Config
+
 _NAME = re.compile(r"^checkpoint_(\d+)_(\d+)\.pth$")
 
 
@@ -18,7 +20,7 @@ class CheckpointError(RuntimeError):
     user_facing = True
 
 
-def checkpoint_dir(cfg: Any, policy_id: int) -> Path:
+def checkpoint_dir(cfg: Config, policy_id: int) -> Path:
     return Path(cfg.train_dir) / cfg.experiment / f"checkpoint_p{policy_id}"
 
 
@@ -84,12 +86,12 @@ def best_metric_of(path: Path) -> float:
 
 
 def load_policy_checkpoint(
-    cfg: Any, policy_id: int, map_location: Any = "cpu", quiet: bool = False
+    cfg: Config, policy_id: int, map_location: Any = "cpu", quiet: bool = False
 ) -> tuple[dict, Path] | None:
     """The checkpoint a run starts from: the latest one, or for an evaluation with --load_checkpoint_kind=best the
     best one. An evaluation without a checkpoint is an error; a training run without one starts fresh."""
     directory = checkpoint_dir(cfg, policy_id)
-    evaluating = getattr(cfg, "evaluation_run", False)
+    evaluating = cfg.evaluation_run
     if evaluating and cfg.load_checkpoint_kind == "best":
         best = list_best_checkpoints(directory)
         if not best:

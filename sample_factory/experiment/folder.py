@@ -12,7 +12,8 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+
+from sample_factory.config import Config
 
 # Changing these would make the saved checkpoints unusable or meaningless.
 UNSAFE_ON_RESUME = (
@@ -40,7 +41,7 @@ class ExperimentError(RuntimeError):
     """A problem with the experiment folder; the message says what to do."""
 
 
-def experiment_dir(cfg: Any) -> Path:
+def experiment_dir(cfg: Config) -> Path:
     return Path(cfg.train_dir) / cfg.experiment
 
 
@@ -99,9 +100,9 @@ def load_saved_cfg(exp_dir: Path) -> dict | None:
         ) from None
 
 
-def merge_for_resume(cfg: Any, saved: dict) -> list[str]:
+def merge_for_resume(cfg: Config, saved: dict) -> list[str]:
     """Take saved values for flags not typed now; refuse unsafe changes. Returns the overridden flag names."""
-    typed = set(getattr(cfg, "cli_flags", []))
+    typed = set(cfg.cli_flags)
     for key in UNSAFE_ON_RESUME:
         if key in typed and key in saved and getattr(cfg, key) != saved[key]:
             raise ExperimentError(
@@ -110,7 +111,7 @@ def merge_for_resume(cfg: Any, saved: dict) -> list[str]:
             )
     overridden = []
     for key, value in saved.items():
-        if key in _NOT_FROM_SAVED or not hasattr(cfg, key):
+        if key in _NOT_FROM_SAVED or key not in vars(cfg):  # options since removed; unset derived fields
             continue
         if key in typed:
             if getattr(cfg, key) != value:
@@ -120,7 +121,7 @@ def merge_for_resume(cfg: Any, saved: dict) -> list[str]:
     return overridden
 
 
-def prepare_experiment_dir(cfg: Any) -> tuple[Path, str, ExperimentLock]:
+def prepare_experiment_dir(cfg: Config) -> tuple[Path, str, ExperimentLock]:
     """Lock the folder, apply --restart_behavior, merge a resumed cfg, write cfg.json.
     Returns (folder, what happened, the held lock)."""
     d = experiment_dir(cfg)
@@ -134,7 +135,7 @@ def prepare_experiment_dir(cfg: Any) -> tuple[Path, str, ExperimentLock]:
         raise
 
 
-def _prepare_locked(cfg: Any, d: Path, existed: bool, lock: ExperimentLock) -> tuple[Path, str, ExperimentLock]:
+def _prepare_locked(cfg: Config, d: Path, existed: bool, lock: ExperimentLock) -> tuple[Path, str, ExperimentLock]:
     what = "new experiment"
     if existed and cfg.restart_behavior in ("overwrite", "restart"):
         if cfg.restart_behavior == "overwrite":

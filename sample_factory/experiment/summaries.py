@@ -7,16 +7,17 @@ import collections
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tensorboardX import SummaryWriter
+
+from sample_factory.config import Config
 
 FPS_WINDOWS = (10, 60, 300)
 
 
 class ProgressTracker:
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Config):
         self.cfg = cfg
         P = cfg.num_policies
         self.start = time.monotonic()
@@ -44,7 +45,7 @@ class ProgressTracker:
     def add_samples(self, policy: int, steps: int, episodes: list[tuple[float, int]]) -> None:
         self.env_steps[policy] += steps
         self.episodes[policy].extend(episodes)
-        if getattr(self.cfg, "evaluation_run", False):
+        if self.cfg.evaluation_run:
             self.all_episodes[policy].extend(episodes)
         self.num_episodes[policy] += len(episodes)
         now = time.monotonic()

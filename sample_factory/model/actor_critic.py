@@ -5,13 +5,13 @@ is not encoded but masks the discrete actions of the policy's distribution."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
 from sample_factory.algo.distributions import gaussian_dims, make_distribution, num_action_params, squash_means
+from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY, OBS_KEY, obs_subspaces
 from sample_factory.model.encoders import make_encoder
 from sample_factory.model.normalization import RunningMeanStd
@@ -62,7 +62,7 @@ CORES = {"gru": GruCore, "lstm": LstmCore}
 class _Tower(nn.Module):
     """Encoder + optional core: one for both heads when weights are shared, one each otherwise."""
 
-    def __init__(self, cfg: Any, obs_space: gym.Space):
+    def __init__(self, cfg: Config, obs_space: gym.Space):
         super().__init__()
         self.encoder = make_encoder(cfg, obs_space)
         core_type = CORES[cfg.rnn_type]
@@ -87,7 +87,7 @@ def encoded_space(obs_space: gym.Space) -> gym.Space:
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space):
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space):
         super().__init__()
         self.action_space = action_space
         self.dict_obs = isinstance(obs_space, gym.spaces.Dict)

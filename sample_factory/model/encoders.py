@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import gymnasium as gym
 import torch
 from torch import Tensor, nn
+
+from sample_factory.config import Config
 
 NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
 
@@ -91,7 +92,7 @@ class ConvEncoder(nn.Module):
 class DictEncoder(nn.Module):
     """{key: [B, *shape]} -> [B, sum of the per-key out_sizes]: one encoder per key, chosen from its space."""
 
-    def __init__(self, cfg: Any, obs_space: gym.spaces.Dict):
+    def __init__(self, cfg: Config, obs_space: gym.spaces.Dict):
         super().__init__()
         self.encoders = nn.ModuleDict({k: space_encoder(cfg, sub) for k, sub in obs_space.spaces.items()})
         self.out_size = sum(e.out_size for e in self.encoders.values())
@@ -100,10 +101,10 @@ class DictEncoder(nn.Module):
         return torch.cat([enc(obs[k]) for k, enc in self.encoders.items()], dim=1)
 
 
-_CUSTOM_ENCODERS: dict[str, Callable[[Any, gym.Space], nn.Module]] = {}
+_CUSTOM_ENCODERS: dict[str, Callable[[Config, gym.Space], nn.Module]] = {}
 
 
-def register_encoder(name: str, factory: Callable[[Any, gym.Space], nn.Module]) -> None:
+def register_encoder(name: str, factory: Callable[[Config, gym.Space], nn.Module]) -> None:
     """Register a custom encoder, selected with --encoder_custom=name. `factory(cfg, obs_space)` returns an nn.Module
     mapping a batch of observations [B, *obs_shape] to features [B, out_size] and having an `out_size` attribute.
     For a Dict observation space the module gets a dict key -> [B, *shape] (without "action_mask"). Register at
@@ -111,8 +112,8 @@ def register_encoder(name: str, factory: Callable[[Any, gym.Space], nn.Module]) 
     _CUSTOM_ENCODERS[name] = factory
 
 
-def make_encoder(cfg: Any, obs_space: gym.Space) -> nn.Module:
-    if getattr(cfg, "encoder_custom", None):
+def make_encoder(cfg: Config, obs_space: gym.Space) -> nn.Module:
+    if cfg.encoder_custom:
         if cfg.encoder_custom not in _CUSTOM_ENCODERS:
             raise ValueError(f"--encoder_custom={cfg.encoder_custom} is not registered (register_encoder)")
         return _CUSTOM_ENCODERS[cfg.encoder_custom](cfg, obs_space)
@@ -121,7 +122,7 @@ def make_encoder(cfg: Any, obs_space: gym.Space) -> nn.Module:
     return space_encoder(cfg, obs_space)
 
 
-def space_encoder(cfg: Any, space: gym.Space) -> nn.Module:
+def space_encoder(cfg: Config, space: gym.Space) -> nn.Module:
     """The built-in encoder for one (non-Dict) observation space: conv for [C, H, W] images, MLP otherwise."""
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 3:
         return ConvEncoder(space, cfg.encoder_conv_architecture, cfg.encoder_mlp_layers, cfg.nonlinearity)

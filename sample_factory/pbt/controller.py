@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from sample_factory.config import Config
 from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from sample_factory.pbt.population import (
     REWARD_SHAPING_PREFIX,
@@ -24,7 +24,7 @@ from sample_factory.runtime.messages import PBT_UPDATE, SET_REWARD_SHAPING, Chan
 class PbtController:
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         exp_dir: Path,
         channels: Channels,
         log: Callable[[str], None],

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sample_factory.config import ConfigError
+from sample_factory.config import Config, ConfigError
 
 TRUE_OBJECTIVE = "true_objective"  # --pbt_target_objective default: the mean episode reward
 REWARD_SHAPING_PREFIX = "reward_shaping/"
@@ -55,7 +55,7 @@ MUTABLE_HYPERPARAMS: dict[str, tuple[float, float]] = {
 }
 
 
-def validate_pbt_cfg(cfg: Any) -> None:
+def validate_pbt_cfg(cfg: Config) -> None:
     """Raises ConfigError for PBT flag values the algorithm cannot work with."""
     if cfg.pbt_period_env_steps < 1:
         raise ConfigError(f"--pbt_period_env_steps must be >= 1, got {cfg.pbt_period_env_steps}")
@@ -72,7 +72,7 @@ def validate_pbt_cfg(cfg: Any) -> None:
         )
 
 
-def objective_from_stats(cfg: Any, mean_episode_reward: float, policy_stats: Mapping[str, float]) -> float:
+def objective_from_stats(cfg: Config, mean_episode_reward: float, policy_stats: Mapping[str, float]) -> float:
     """The value PBT ranks a policy by; NaN when it is not known yet (no finished episodes, stat not reported)."""
     if cfg.pbt_target_objective == TRUE_OBJECTIVE:
         value = mean_episode_reward
@@ -81,7 +81,7 @@ def objective_from_stats(cfg: Any, mean_episode_reward: float, policy_stats: Map
     return float(value) if value is not None else math.nan
 
 
-def cfg_hyperparams(cfg: Any, reward_shaping: Mapping[str, float] | None = None) -> dict[str, float]:
+def cfg_hyperparams(cfg: Config, reward_shaping: Mapping[str, float] | None = None) -> dict[str, float]:
     """The hyperparameters PBT manages, with their cfg values (what policy 0 starts from)."""
     hp = {name: float(getattr(cfg, name)) for name in MUTABLE_HYPERPARAMS}
     if cfg.pbt_optimize_gamma:
@@ -91,22 +91,22 @@ def cfg_hyperparams(cfg: Any, reward_shaping: Mapping[str, float] | None = None)
     return hp
 
 
-def apply_hyperparams(cfg_namespace: Any, hyperparams: Mapping[str, float]) -> None:
+def apply_hyperparams(cfg: Config, hyperparams: Mapping[str, float]) -> None:
     """Set hyperparameters on a learner's own cfg copy; the algorithm reads them from there every iteration.
 
     Reward-shaping coefficients go into the dict attribute `cfg.reward_shaping` (name -> coefficient), which is
     replaced, not mutated in place, so a cfg shared by mistake with another learner is not changed behind its back.
     """
-    shaping = dict(getattr(cfg_namespace, "reward_shaping", None) or {})
+    shaping = dict(cfg.reward_shaping or {})
     for key, value in hyperparams.items():
         if key.startswith(REWARD_SHAPING_PREFIX):
             shaping[key[len(REWARD_SHAPING_PREFIX) :]] = float(value)
         elif key in MUTABLE_HYPERPARAMS or key == "gamma":
-            setattr(cfg_namespace, key, float(value))
+            setattr(cfg, key, float(value))
         else:
             raise KeyError(f"not a PBT hyperparameter: {key!r}")
     if shaping:
-        cfg_namespace.reward_shaping = shaping
+        cfg.reward_shaping = shaping
 
 
 @dataclass
@@ -172,7 +172,7 @@ def save_pbt_state(exp_dir: str | Path, states: Sequence[PolicyPbtState]) -> Non
             raise
 
 
-def load_pbt_state(exp_dir: str | Path, num_policies: int, cfg: Any) -> list[PolicyPbtState | None]:
+def load_pbt_state(exp_dir: str | Path, num_policies: int, cfg: Config) -> list[PolicyPbtState | None]:
     """The saved state of each policy, None where there is no file (a fresh run gives all None).
 
     The learner options are reconciled with the current cfg: ones missing from the file take the cfg value, and
@@ -213,7 +213,7 @@ class PopulationBasedTraining:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         num_policies: int,
         rng: np.random.Generator | None = None,
         reward_shaping: Mapping[str, float] | None = None,

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from sample_factory.config import Config
+
 SNAPSHOT_NAME = "serial_state.pth"
 # Flags that may change between the stop and the resume without breaking exactness.
 SAFE_TO_CHANGE = {
@@ -40,11 +42,11 @@ SAFE_TO_CHANGE = {
 }
 
 
-def _fingerprint(cfg: Any) -> dict:
+def _fingerprint(cfg: Config) -> dict:
     return {k: v for k, v in vars(cfg).items() if k not in SAFE_TO_CHANGE}
 
 
-def save_snapshot(exp_dir: Path, cfg: Any, components: list, channels: Any, buffers: Any, counters: dict) -> Path:
+def save_snapshot(exp_dir: Path, cfg: Config, components: list, channels: Any, buffers: Any, counters: dict) -> Path:
     state = {
         "cfg": _fingerprint(cfg),
         "components": components,
@@ -60,7 +62,7 @@ def save_snapshot(exp_dir: Path, cfg: Any, components: list, channels: Any, buff
     return path
 
 
-def load_snapshot(exp_dir: Path, cfg: Any, latest_checkpoint: tuple[int, int] | None) -> tuple[dict | None, str]:
+def load_snapshot(exp_dir: Path, cfg: Config, latest_checkpoint: tuple[int, int] | None) -> tuple[dict | None, str]:
     """Returns (state, why) — state is None when the snapshot cannot be used, with the reason."""
     path = exp_dir / SNAPSHOT_NAME
     if not path.exists():
@@ -69,10 +71,9 @@ def load_snapshot(exp_dir: Path, cfg: Any, latest_checkpoint: tuple[int, int] | 
         state = torch.load(path, weights_only=False)
     except Exception as e:
         return None, f"serial snapshot unreadable ({type(e).__name__})"
-    if state["cfg"] != _fingerprint(cfg):
-        changed = sorted(
-            k for k in set(state["cfg"]) | set(_fingerprint(cfg)) if state["cfg"].get(k) != getattr(cfg, k, None)
-        )
+    now = _fingerprint(cfg)
+    if state["cfg"] != now:
+        changed = sorted(k for k in set(state["cfg"]) | set(now) if state["cfg"].get(k) != now.get(k))
         return None, f"configuration changed since the snapshot ({', '.join(changed)})"
     if latest_checkpoint != state["counters"]["checkpoint"]:
         return None, "the snapshot is older than the latest checkpoint"

@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from sample_factory.algo.distributions import action_columns
+from sample_factory.config import Config
 from sample_factory.envs.spaces import ObsField, obs_fields
 
 
@@ -79,7 +80,7 @@ class BufferSpec:
         return self.agents_per_split * self.rollout
 
 
-def slots_per_split_for(cfg, agents_per_split: int) -> int:
+def slots_per_split_for(cfg: Config, agents_per_split: int) -> int:
     """Enough slots that every learner can hold one iteration (plus the accumulation allowance) while every split
     still fills a slot; in sync mode exactly one iteration's worth, so no sample is collected ahead."""
     splits = cfg.num_workers * cfg.worker_num_splits

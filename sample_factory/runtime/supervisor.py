@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sample_factory.config import Config
 from sample_factory.runtime.component import Component, process_main
 from sample_factory.runtime.heartbeat import HeartbeatMonitor
 from sample_factory.runtime.messages import RESEND, STOP, Channels
@@ -32,7 +33,7 @@ RESTART_GRACE_SEC = 0.5
 class Supervisor:
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         ctx: Any,
         make_component: Callable[[str, Any], Component],
         buffers: TrajectoryBuffers,

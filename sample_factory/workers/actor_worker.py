@@ -19,11 +19,11 @@ learner copies out only the columns its policy acted in.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 import psutil
 
+from sample_factory.config import Config
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env
 from sample_factory.runtime.component import Component
@@ -48,7 +48,7 @@ _CARRY_OUTPUTS = ("actions", "log_probs", "values", "policy_version", "policy_id
 class ActorWorker(Component):
     role = "actor"
 
-    def __init__(self, cfg: Any, index: int, buffers: TrajectoryBuffers, channels: Channels):
+    def __init__(self, cfg: Config, index: int, buffers: TrajectoryBuffers, channels: Channels):
         super().__init__(index, channels.actor[index], channels.report)
         self.gen = int(buffers.generation[index])  # > 0 when this worker replaces a crashed one
         self.cfg, self.buffers, self.channels = cfg, buffers, channels

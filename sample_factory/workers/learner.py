@@ -13,12 +13,12 @@ import collections
 import copy
 import math
 import time
-from typing import Any
 
 import gymnasium as gym
 import torch
 
 from sample_factory.algo.appo import PPOAlgorithm, learning_rate_at
+from sample_factory.config import Config
 from sample_factory.experiment.checkpoints import (
     best_metric_of,
     checkpoint_dir,
@@ -41,7 +41,7 @@ class Learner(Component):
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         policy_id: int,
         buffers: TrajectoryBuffers,
         channels: Channels,
@@ -139,7 +139,7 @@ class Learner(Component):
         self._drop_stale()
         while not self.stopped and (taken := self._take_iteration()):
             self._iteration(taken)
-        if getattr(self.cfg, "evaluation_run", False):
+        if self.cfg.evaluation_run:
             return  # an evaluation never writes into the experiment
         now = time.monotonic()
         if now - self.last_save > self.cfg.save_every_sec:
@@ -235,5 +235,5 @@ class Learner(Component):
         self.report("checkpoint", str(path))
 
     def finish(self) -> None:
-        if getattr(self, "ready", False) and not getattr(self.cfg, "evaluation_run", False):
+        if getattr(self, "ready", False) and not self.cfg.evaluation_run:
             self.save()

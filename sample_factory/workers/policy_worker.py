@@ -5,11 +5,11 @@ splits are ready. New weights are picked up between batches when the learner has
 from __future__ import annotations
 
 import collections
-from typing import Any
 
 import gymnasium as gym
 import torch
 
+from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.runtime.component import Component
@@ -23,7 +23,7 @@ class PolicyWorker(Component):
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         policy_id: int,
         worker_idx: int,
         buffers: TrajectoryBuffers,
@@ -41,7 +41,7 @@ class PolicyWorker(Component):
         self.device = torch_device(self.cfg.device)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
         self.version = self.weights.load_into(self.model)
-        self.deterministic = bool(getattr(self.cfg, "evaluation_run", False) and self.cfg.eval_deterministic)
+        self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
         self.bind_views()
         self.multi_policy = self.cfg.num_policies > 1
         self.all_columns = torch.arange(self.buffers.spec.agents_per_split)
@@ -79,7 +79,7 @@ class PolicyWorker(Component):
     def _maybe_update_weights(self) -> None:
         if self.weights.version != self.version:
             self.version = self.weights.load_into(self.model)
-        self.deterministic = bool(getattr(self.cfg, "evaluation_run", False) and self.cfg.eval_deterministic)
+        self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
 
     def _columns(self, slot: int, t: int, within: torch.Tensor | None = None) -> torch.Tensor:
         """[k] columns of slot at position t that this policy acts for (all of them with a single policy),

@@ -1,9 +1,8 @@
-from types import SimpleNamespace
-
 import gymnasium as gym
 import numpy as np
 import pytest
 
+from sample_factory.config import Config
 from sample_factory.envs import env_utils
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env, probe_env, register_env
@@ -148,7 +147,7 @@ def test_env_group_matches_reference_cartpole():
 
 
 def test_make_env_gymnasium_id():
-    env = make_env(SimpleNamespace(env="CartPole-v1"))
+    env = make_env(Config.from_dict(dict(env="CartPole-v1")))
     assert env.action_space == gym.spaces.Discrete(2)
     assert env.observation_space.shape == (4,)
     env.close()
@@ -156,14 +155,14 @@ def test_make_env_gymnasium_id():
 
 def test_make_env_unknown_suggests_close_match():
     with pytest.raises(ValueError, match="unknown env 'CartPol-v1'") as exc:
-        make_env(SimpleNamespace(env="CartPol-v1"))
+        make_env(Config.from_dict(dict(env="CartPol-v1")))
     assert "did you mean" in str(exc.value)
     assert "CartPole-v1" in str(exc.value)
 
 
 def test_make_env_unknown_without_close_match():
     with pytest.raises(ValueError, match="unknown env") as exc:
-        make_env(SimpleNamespace(env="qqqqqqqqqqqqqqqqqqqq"))
+        make_env(Config.from_dict(dict(env="qqqqqqqqqqqqqqqqqqqq")))
     assert "did you mean" not in str(exc.value)
 
 
@@ -183,7 +182,7 @@ def registered_env():
 
 def test_register_env(registered_env):
     name, calls = registered_env
-    cfg = SimpleNamespace(env=name)
+    cfg = Config.from_dict(dict(env=name))
     env = make_env(cfg, {"offset": 7.0})
     assert isinstance(env, ThreeStepEnv)
     assert calls == [(cfg, {"offset": 7.0})]
@@ -193,7 +192,7 @@ def test_register_env(registered_env):
     assert isinstance(env, ThreeStepEnv)
     # Registered names take part in the suggestion.
     with pytest.raises(ValueError, match=name):
-        make_env(SimpleNamespace(env="sf_test_three_stp"))
+        make_env(Config.from_dict(dict(env="sf_test_three_stp")))
     # In-process probing works with registered envs.
     obs_space, action_space, num_agents, _ = probe_env(cfg, False)
     assert num_agents == 1
@@ -204,14 +203,14 @@ def test_registered_env_overrides_gymnasium_id():
     name = "CartPole-v1"
     register_env(name, lambda cfg, env_config: ThreeStepEnv())
     try:
-        assert isinstance(make_env(SimpleNamespace(env=name)), ThreeStepEnv)
+        assert isinstance(make_env(Config.from_dict(dict(env=name))), ThreeStepEnv)
     finally:
         env_utils._ENV_REGISTRY.pop(name)
-    assert not isinstance(make_env(SimpleNamespace(env=name)), ThreeStepEnv)
+    assert not isinstance(make_env(Config.from_dict(dict(env=name))), ThreeStepEnv)
 
 
 def test_probe_env_subprocess():
-    cfg = SimpleNamespace(env="CartPole-v1", probe_env_timeout_sec=20.0)
+    cfg = Config.from_dict(dict(env="CartPole-v1", probe_env_timeout_sec=20.0))
     obs_space, action_space, num_agents, _ = probe_env(cfg)
     assert num_agents == 1
     assert isinstance(obs_space, gym.spaces.Box) and obs_space.shape == (4,)
@@ -220,7 +219,7 @@ def test_probe_env_subprocess():
 
 
 def test_probe_env_subprocess_unknown_env():
-    cfg = SimpleNamespace(env="CartPol-v1", probe_env_timeout_sec=20.0)
+    cfg = Config.from_dict(dict(env="CartPol-v1", probe_env_timeout_sec=20.0))
     with pytest.raises(RuntimeError, match="could not create env 'CartPol-v1'") as exc:
         probe_env(cfg)
     msg = str(exc.value)

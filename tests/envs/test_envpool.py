@@ -3,11 +3,11 @@ autoreset without dropped actions, whole-game episode statistics with episodic l
 
 import pickle
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from sample_factory.config import Config
 from sample_factory.envs.envpool_group import EnvPoolGroup, envpool_spaces, envpool_task, make_envpool_group
 
 envpool = pytest.importorskip(
@@ -15,9 +15,9 @@ envpool = pytest.importorskip(
 )
 
 
-def _cfg(env: str, **kw) -> SimpleNamespace:
+def _cfg(env: str, **kw) -> Config:
     base = dict(env=env, env_frameskip=4, env_framestack=4, env_sticky_actions=0.25, env_episodic_life=True)
-    return SimpleNamespace(**{**base, **kw})
+    return Config.from_dict({**base, **kw})
 
 
 @pytest.mark.parametrize("name", ["atari_pong", "atari_breakout", "ALE/SpaceInvaders-v5"])

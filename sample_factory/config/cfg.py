@@ -1,0 +1,44 @@
+"""The typed config: `Config` is what `parse_cfg` returns and what every component takes as `cfg`.
+
+Its attributes are the options, typed in config/fields.py (generated from the option table, so each option is still
+declared once), plus the derived fields declared below, which code sets rather than a flag. It is an
+`argparse.Namespace`, so `vars(cfg)` is exactly what cfg.json and checkpoints store, and it pickles and copies as
+before."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sample_factory.config.fields import OptionFields
+from sample_factory.config.options import all_options
+
+
+def option_defaults() -> dict[str, Any]:
+    """Every option's default (fresh copies: a default list is never shared between configs)."""
+    return {opt.name: copy.deepcopy(opt.default) for opt in all_options()}
+
+
+class Config(OptionFields, argparse.Namespace):
+    """Every option is an instance attribute (argparse or `from_dict` sets each one). Derived fields have
+    class-level defaults instead, so `vars(cfg)` (cfg.json) holds only the ones code has set; no option may have a
+    class-level value, or argparse would not set its default on the instance."""
+
+    preset: str | None = None
+    """The env-family preset applied to the flags not typed (config/presets.py); None: the env has none."""
+    command_line: str = ""
+    """This run's command-line arguments, joined by spaces."""
+    cli_flags: Sequence[str] = ()
+    """Options typed on this command line (aliases resolved), sorted: on resume they win over cfg.json."""
+    evaluation_run: bool = False
+    """Set by enjoy.py: the runner evaluates a checkpoint (writes nothing, no training-only env wrappers)."""
+    reward_shaping: dict[str, float] | None = None
+    """A learner's reward-shaping coefficients (name -> value), set by PBT on that learner's own cfg copy."""
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Config:
+        """Every option's default <- `values`: a cfg.json or checkpoint cfg of an older run gets the options added
+        since. Keys the table no longer has are kept, as they were read."""
+        return cls(**{**option_defaults(), **values})

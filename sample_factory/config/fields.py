@@ -1,0 +1,136 @@
+"""Generated from config/options.py by `make docs` (`python -m sample_factory.config.reference fields`); do not edit.
+The type of every option's value, so that editors and readers see each option attribute of `Config`.
+"""
+
+from __future__ import annotations
+
+
+class OptionFields:
+    """Annotations only: argparse (or `Config.from_dict`) sets every option on the instance."""
+
+    # Basic
+    env: str | None  # default None
+    experiment: str  # default 'default_experiment'
+    train_dir: str  # default './train_dir'
+    device: str  # default 'auto'; one of auto, gpu, cpu
+    seed: int | None  # default None
+    serial_mode: bool  # default False
+    async_rl: bool  # default True
+    restart_behavior: str  # default 'resume'; one of resume, restart, overwrite
+
+    # Sampling
+    num_workers: int | None  # default None
+    num_envs_per_worker: int  # default 2
+    worker_num_splits: int  # default 2
+    policy_workers_per_policy: int  # default 1
+    num_policies: int  # default 1
+    policy_mapping: str | None  # default None
+    rollout: int  # default 32
+    min_traj_buffers_per_worker: int  # default 2
+    decorrelate_envs_on_one_worker: bool  # default True
+    force_envs_single_thread: bool  # default True
+    set_workers_cpu_affinity: bool  # default True
+    sampler_only: bool  # default False
+    message_queue: str  # default 'socket'; one of socket, faster_fifo
+    env_backend: str  # default 'gymnasium'; one of gymnasium, envpool
+    env_frameskip: int  # default 4
+    env_episodic_life: bool  # default True
+    env_framestack: int  # default 4
+    env_sticky_actions: float  # default 0.25
+    env_seed_offset: int  # default 0
+
+    # Learner
+    batch_size: int  # default 1024
+    num_batches_per_epoch: int  # default 1
+    num_epochs: int  # default 1
+    num_minibatches_to_accumulate: int  # default -1
+    max_policy_lag: int  # default 1000
+    gamma: float  # default 0.99
+    with_vtrace: bool  # default True
+    vtrace_rho: float  # default 1.0
+    vtrace_c: float  # default 1.0
+    gae_lambda: float  # default 0.95
+    value_bootstrap: bool  # default True
+    ppo_clip_ratio: float  # default 0.1
+    ppo_clip_value: float  # default 1.0
+    value_loss_coeff: float  # default 0.5
+    normalize_advantage: bool  # default True
+    exploration_loss_coeff: float  # default 0.003
+    max_grad_norm: float  # default 4.0
+    learning_rate: float  # default 0.0001
+    lr_schedule: str  # default 'constant'; one of constant, linear_decay
+    adam_eps: float  # default 1e-06
+    adam_beta1: float  # default 0.9
+    adam_beta2: float  # default 0.999
+    reward_scale: float  # default 1.0
+    reward_clip: float  # default 1000.0
+    max_nonfinite_updates: int  # default 20
+    learner_main_loop_num_cores: int  # default 1
+
+    # Model
+    encoder_mlp_layers: list[int]  # default [512, 512]
+    encoder_custom: str | None  # default None
+    encoder_conv_architecture: str  # default 'convnet_simple'; one of convnet_simple, convnet_nature, resnet_impala
+    nonlinearity: str  # default 'elu'; one of elu, relu, tanh
+    policy_initialization: str  # default 'orthogonal'; one of orthogonal, xavier_uniform, torch_default
+    use_rnn: bool  # default True
+    rnn_type: str  # default 'gru'; one of gru, lstm
+    rnn_size: int  # default 512
+    rnn_num_layers: int  # default 1
+    recurrence: int  # default -1
+    actor_critic_share_weights: bool  # default True
+    initial_stddev: float  # default 1.0
+    adaptive_stddev: bool  # default False
+    continuous_tanh_scale: float  # default 0.0
+    action_bounds: str  # default 'clip'; one of clip, tanh, none
+    normalize_returns: bool  # default False
+    normalize_input: bool  # default False
+
+    # Run control and logging
+    train_for_env_steps: float  # default 10000000000.0
+    train_for_seconds: float  # default 10000000000.0
+    stop_at_reward: float | None  # default None
+    save_every_sec: int  # default 120
+    keep_checkpoints: int  # default 2
+    save_best_metric: str  # default 'reward'
+    save_best_every_sec: int  # default 5
+    save_best_after: float  # default 100000
+    save_milestones_sec: int  # default -1
+    experiment_summaries_interval: int  # default 10
+    report_interval_sec: float  # default 5.0
+    stats_avg: int  # default 100
+    heartbeat_interval: float  # default 2.0
+    heartbeat_timeout_sec: float  # default 60.0
+    max_worker_restarts: int  # default 3
+    shutdown_timeout_sec: float  # default 8.0
+    probe_env_timeout_sec: float  # default 60.0
+
+    # Evaluation (enjoy.py)
+    max_num_episodes: int  # default 10
+    policy_index: int  # default 0
+    max_num_frames: float  # default 1000000000.0
+    eval_deterministic: bool  # default False
+    load_checkpoint_kind: str  # default 'latest'; one of latest, best
+    no_render: bool  # default False
+    fps: float  # default 0.0
+    save_video: bool  # default False
+    video_frames: float  # default 1000000000.0
+    video_name: str | None  # default None
+    video_per_episode: bool  # default True
+    eval_every_env_steps: float  # default -1
+    eval_episodes: int  # default 10
+    eval_results_file: str | None  # default None
+
+    # PBT
+    with_pbt: bool  # default False
+    pbt_period_env_steps: int  # default 5000000
+    pbt_start_mutation: int  # default 20000000
+    pbt_replace_fraction: float  # default 0.3
+    pbt_mutation_rate: float  # default 0.15
+    pbt_replace_reward_gap: float  # default 0.1
+    pbt_replace_reward_gap_absolute: float  # default 1e-06
+    pbt_optimize_gamma: bool  # default False
+    pbt_target_objective: str  # default 'true_objective'
+    pbt_perturb_min: float  # default 1.1
+    pbt_perturb_max: float  # default 1.5
+    pbt_mix_policies_in_one_env: bool  # default True
