@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from sample_factory.config.options import OPTIONS
-from sample_factory.config.presets import CLASSIC_CONTROL_ENVS, CONTINUOUS_CONTROL_ENVS, PRESETS
+from sample_factory.config.presets import PRESET_ENVS, PRESETS
 
 
 def markdown_reference() -> str:
@@ -31,12 +31,7 @@ def markdown_reference() -> str:
         lines.append("")
     lines += ["## Presets", "", "Applied by env family to flags not given on the command line; see `cfg.json`.", ""]
     for preset, values in PRESETS.items():
-        envs = {
-            "classic_control": ", ".join(CLASSIC_CONTROL_ENVS),
-            "continuous_control": ", ".join(CONTINUOUS_CONTROL_ENVS),
-        }
-        envs = envs.get(preset, "atari_*, ALE/*")
-        lines += [f"### {preset} ({envs})", "", "| flag | value |", "|---|---|"]
+        lines += [f"### {preset} ({PRESET_ENVS[preset]})", "", "| flag | value |", "|---|---|"]
         lines += [f"| `--{k}` | `{v}` |" for k, v in values.items()]
         lines.append("")
     return "\n".join(lines)
