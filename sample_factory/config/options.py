@@ -182,6 +182,14 @@ OPTIONS: dict[str, list[tuple[str, tuple[str, ...], Any, Any, str, dict]]] = {
         ("env_seed_offset", (), int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env).", {}),
     ],
     "Learner": [
+        (
+            "algo",
+            (),
+            str,
+            "APPO",
+            "Training algorithm (see docs/architecture.md, 'The algorithm interface'). APPO is the only one for now.",
+            {"choices": ["APPO"]},
+        ),
         ("batch_size", (), int, 1024, "Minibatch size in samples (a multiple of --rollout).", {}),
         (
             "num_batches_per_epoch",
