@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tests.envs.multi_agent_envs  # noqa: F401  (registers the envs and the "by_agent" mapping)
-from sample_factory.algo.appo import PPOAlgorithm
+from sample_factory.algo.appo import APPOAlgorithm
 from sample_factory.config import ConfigError, finalize_cfg, parse_cfg
 from sample_factory.evaluation.policy_api import load_policy
 from sample_factory.experiment.checkpoints import list_checkpoints
@@ -29,13 +29,13 @@ BASE = [
 def _capture_training(monkeypatch) -> list[tuple[int, dict]]:
     """Record (policy id, batch) of every training call."""
     calls = []
-    train = PPOAlgorithm.train
+    train = APPOAlgorithm.train
 
     def spy(self, batch, version, policy_id=None):
         calls.append((policy_id, {k: v for k, v in batch.items()}))
         return train(self, batch, version, policy_id)
 
-    monkeypatch.setattr(PPOAlgorithm, "train", spy)
+    monkeypatch.setattr(APPOAlgorithm, "train", spy)
     return calls
 
 

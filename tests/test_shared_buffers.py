@@ -151,6 +151,19 @@ def test_gather_trajectory_layout(action_space):
             assert torch.equal(x[j], src[s, :, e]), (k, j)
 
 
+def test_gather_only_the_requested_keys():
+    b = _buffers(rnn_size=3)
+    _fill_distinct(b)
+    full = b.gather([2, 0], [torch.tensor([1]), torch.tensor([0, 1])])
+    out = b.gather([2, 0], [torch.tensor([1]), torch.tensor([0, 1])], keys=("obs", "rewards", "dones"))
+    assert set(out) == {"obs", "rewards", "dones"}
+    assert all(torch.equal(out[k], full[k]) for k in ("rewards", "dones"))
+    assert torch.equal(out["obs"]["obs"], full["obs"]["obs"])
+    assert set(b.gather([1], keys=["actions"])) == {"actions"}  # no observations unless asked
+    with pytest.raises(KeyError, match="reward"):
+        b.gather([1], keys=["reward"])
+
+
 def test_gather_returns_a_copy():
     b = _buffers()
     _fill_distinct(b)

@@ -1,19 +1,23 @@
-"""APPO / PPO training step on a batch of trajectories. No process code: the learner process hands it
-trajectories copied out of the shared slots and publishes the weights it produces.
-
-An algorithm object implements `train(batch, policy_version) -> (stats, new_version)`, `set_learning_rate(lr)`,
-`state_dict()` and `load_state_dict()`; the learner only relies on that, so other algorithms (off-policy with
-replay) plug in.
-"""
+"""APPO: PPO's clipped surrogate on trajectories collected asynchronously, with V-trace (default) or GAE targets.
+No process code: the learner process hands it trajectories copied out of the shared slots and publishes the
+weights it produces. One iteration = `prepare` the batch once, then for every epoch and minibatch
+`minibatch_loss` and `guarded_step` (algo/base.py)."""
 
 from __future__ import annotations
 
-import math
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from sample_factory.algo.losses import clipped_value_loss, entropy_loss, masked_mean, ppo_policy_loss
+from sample_factory.algo.base import Algorithm, learning_rate_at
+from sample_factory.algo.losses import (
+    clipped_value_loss,
+    entropy_loss,
+    masked_mean,
+    normalize_advantages,
+    ppo_policy_loss,
+)
 from sample_factory.algo.returns import calculate_gae, calculate_vtrace
 from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY
@@ -28,26 +32,61 @@ def shaped_rewards(rewards: Tensor, truncated: Tensor, final_values: Tensor, cfg
     return r
 
 
-def learning_rate_at(cfg: Config, env_steps: int) -> float:
-    if cfg.lr_schedule == "linear_decay":
-        return cfg.learning_rate * max(0.0, 1.0 - env_steps / cfg.train_for_env_steps)
-    return cfg.learning_rate
+class PreparedBatch(NamedTuple):
+    """One iteration's trajectories on the training device (M trajectories, T = --rollout), computed once."""
+
+    obs: dict[str, Tensor]  # {key: [M, T+1, *shape]}
+    rnn_states: Tensor  # [M, T+1, H] stored core states
+    is_first: Tensor  # [M, T+1] bool
+    action_mask: Tensor | None  # [M, T, A]
+    actions: Tensor  # [M, T, *act_shape]
+    old_log_probs: Tensor  # [M, T] behaviour log-probs
+    old_values: Tensor  # [M, T+1] behaviour values, real scale
+    rewards: Tensor  # [M, T] shaped (shaped_rewards)
+    dones: Tensor  # [M, T] float 0/1
+    lag: Tensor  # [M, T] policy versions between acting and this iteration
+    active: Tensor  # [M, T] bool: the agent took part in the step
+    own: Tensor  # [M, T] bool: active steps of the policy being trained
+    valid: Tensor  # [M, T] bool: own steps not older than --max_policy_lag (the loss mask)
+    gae_advantages: Tensor | None  # [M, T] with --with_vtrace=False (from behaviour values, once per iteration)
+    gae_returns: Tensor | None  # [M, T]
 
 
-class PPOAlgorithm:
+class APPOAlgorithm(Algorithm):
     """PPO clipped surrogate with V-trace (default) or GAE targets, over whole trajectories so BPTT and V-trace
-    see consecutive steps. One policy version is one SGD step."""
+    see consecutive steps. One policy version is one SGD step.
+
+    Stats of an iteration, averaged over its applied SGD steps: loss, policy_loss, value_loss, entropy,
+    grad_norm (before clipping), value (predicted, real scale), value_target, advantage_abs (after
+    normalization), clip_fraction, ratio_mean, approx_kl (ppo_policy_loss). Per iteration: sgd_steps,
+    skipped_updates (cumulative), lr, policy_lag_min/avg/max, dropped_samples (too stale), inactive_samples,
+    samples (this policy's active steps).
+    """
+
+    required_buffers = (
+        "obs",
+        "rnn_states",
+        "is_first",
+        "active",
+        "actions",
+        "log_probs",
+        "values",
+        "policy_version",
+        "policy_id",
+        "rewards",
+        "dones",
+        "truncated",
+        "final_values",
+    )
 
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
-        self.cfg, self.model, self.device = cfg, model, device
+        super().__init__(cfg, model, device)
         self.optimizer = torch.optim.Adam(
             model.parameters(),
             lr=cfg.learning_rate,
             betas=(cfg.adam_beta1, cfg.adam_beta2),
             eps=cfg.adam_eps,
         )
-        self.skipped_updates = 0
-        self.consecutive_skipped = 0  # the learner stops the run when this exceeds --max_nonfinite_updates
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}
@@ -55,130 +94,133 @@ class PPOAlgorithm:
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
 
-    def set_learning_rate(self, lr: float) -> None:
+    def update_learning_rate(self, env_steps: int) -> None:
         for g in self.optimizer.param_groups:
-            g["lr"] = lr
+            g["lr"] = learning_rate_at(self.cfg, env_steps)
+
+    def on_weights_replaced(self) -> None:
+        self.optimizer.state.clear()  # Adam's moment estimates belong to the old weights
 
     def train(
-        self, batch: dict[str, Tensor], policy_version: int, policy_id: int | None = None
+        self, batch: dict[str, Any], policy_version: int, policy_id: int | None = None
     ) -> tuple[dict[str, float], int]:
         """batch: trajectories [M, T(+1), ...] as produced by TrajectoryBuffers.gather. With `policy_id`, steps
         another policy acted on (multi-agent envs shared by several policies) are masked out."""
-        cfg, dev = self.cfg, self.device
-        T = cfg.rollout
+        p = self.prepare(batch, policy_version, policy_id)
+        M = p.is_first.shape[0]
+        sums: dict[str, float] = {}
+        num_steps = 0
+        for _ in range(self.cfg.num_epochs):
+            perm = torch.randperm(M, device=self.device)
+            for mb in torch.tensor_split(perm, min(self.cfg.num_batches_per_epoch, M)):
+                loss, mb_stats = self.minibatch_loss(p, mb)
+                grad_norm = self.guarded_step(loss, self.optimizer)
+                if grad_norm is None:
+                    continue
+                num_steps += 1
+                for k, v in {**mb_stats, "grad_norm": grad_norm}.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+        stats = {k: v / max(num_steps, 1) for k, v in sums.items()}
+        stats.update(self.batch_stats(p, num_steps))
+        return stats, policy_version + num_steps
+
+    def prepare(self, batch: dict[str, Any], policy_version: int, policy_id: int | None) -> PreparedBatch:
+        """Move the batch to the device and compute what does not change within the iteration: shaped rewards,
+        lag and masks, the observation-normalizer update, GAE (with --with_vtrace=False)."""
+        cfg, dev, T = self.cfg, self.device, self.cfg.rollout
         b = {k: v.to(dev, non_blocking=True) for k, v in batch.items() if k != "obs"}
         obs = {k: v.to(dev, non_blocking=True) for k, v in batch["obs"].items()}  # {key: [M, T+1, *shape]}
-        is_first = b["is_first"]  # [M, T+1]
-        action_mask = obs[ACTION_MASK_KEY][:, :T] if ACTION_MASK_KEY in obs else None  # [M, T, A]
-        rnn_states = b["rnn_states"][:, : T + 1]  # [M, T+1, H]
-        actions = b["actions"][:, :T]  # [M, T, *act_shape]
-        old_log_probs, old_values = b["log_probs"][:, :T], b["values"]  # [M, T], [M, T+1]
         rewards = shaped_rewards(b["rewards"], b["truncated"], b["final_values"], cfg)  # [M, T]
         dones = b["dones"].float()  # [M, T]
+        old_values = b["values"]  # [M, T+1]
         lag = policy_version - b["policy_version"][:, :T]  # [M, T]
         # inactive steps: agents of a multi-agent env that finished before the episode ended
-        own = b["active"][:, :T]  # [M, T] steps this policy trains on
+        own = b["active"][:, :T]  # [M, T]
         if policy_id is not None and "policy_id" in b:
             own = own & (b["policy_id"][:, :T] == policy_id)
-        valid = (lag <= cfg.max_policy_lag) & own
-
-        if getattr(self.model, "obs_normalizers", None) is not None:  # before the values are recomputed
+        if getattr(self.model, "obs_normalizers", None) is not None:  # before any value is recomputed
             self.model.update_normalizers({k: v[:, :T][own] for k, v in obs.items()})  # this policy's active steps
         gae_adv = gae_ret = None
         if not cfg.with_vtrace:
             adv, ret = calculate_gae(rewards.T, dones.T, old_values.T, cfg.gamma, cfg.gae_lambda)
-            gae_adv, gae_ret = adv.T, ret.T  # [M, T]
-
-        M = is_first.shape[0]
-        sums: dict[str, float] = {}
-        num_steps = 0
-        version = policy_version
-        for _ in range(cfg.num_epochs):
-            perm = torch.randperm(M, device=dev)
-            for mb in torch.tensor_split(perm, min(cfg.num_batches_per_epoch, M)):
-                # values: what the value head predicts (normalized with --normalize_returns); values_real: returns
-                obs_mb = {k: v[mb] for k, v in obs.items()}
-                params, values = self.model.forward_sequence(obs_mb, rnn_states[mb], is_first[mb], cfg.recurrence)
-                values_real = self.model.denormalize_values(values.detach())  # [B, T+1]
-                B = mb.numel()
-                mask_mb = None if action_mask is None else action_mask[mb].reshape(B * T, -1)
-                dist = self.model.distribution(params[:, :T].reshape(B * T, -1), mask_mb)
-                log_probs = dist.log_prob(actions[mb].reshape(B * T, *actions.shape[2:]))  # [B*T]
-                entropy = dist.entropy()
-                if cfg.with_vtrace:
-                    log_rhos = log_probs.detach().view(B, T) - old_log_probs[mb]
-                    vs, pg_adv = calculate_vtrace(
-                        rewards[mb].T,
-                        dones[mb].T,
-                        values_real.T,
-                        log_rhos.T,
-                        cfg.gamma,
-                        cfg.vtrace_rho,
-                        cfg.vtrace_c,
-                    )
-                    targets, adv = vs.T, pg_adv.T
-                else:
-                    targets, adv = gae_ret[mb], gae_adv[mb]
-                mask = valid[mb].reshape(-1)
-                adv = adv.reshape(-1)
-                if cfg.normalize_advantage:
-                    mean = masked_mean(adv, mask)
-                    std = masked_mean((adv - mean) ** 2, mask).sqrt()
-                    adv = (adv - mean) / (std + 1e-7)
-                policy_loss, pstats = ppo_policy_loss(
-                    log_probs, old_log_probs[mb].reshape(-1), adv, cfg.ppo_clip_ratio, mask
-                )
-                self.model.update_returns_normalizer(targets[mask.view(B, T)])
-                value_loss = clipped_value_loss(
-                    values[:, :T].reshape(-1),
-                    self.model.normalize_values(old_values[mb, :T]).reshape(-1),
-                    self.model.normalize_values(targets).reshape(-1),
-                    cfg.ppo_clip_value,
-                    mask,
-                )
-                ent_loss = entropy_loss(entropy, cfg.exploration_loss_coeff, mask)
-                loss = policy_loss + cfg.value_loss_coeff * value_loss + ent_loss
-
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.max_grad_norm > 0:
-                    grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                else:
-                    grad_norm = torch.sqrt(
-                        sum((p.grad**2).sum() for p in self.model.parameters() if p.grad is not None)
-                    )
-                if not (math.isfinite(float(loss.detach())) and math.isfinite(float(grad_norm))):
-                    self.skipped_updates += 1  # never apply a NaN/inf update
-                    self.consecutive_skipped += 1
-                    continue
-                self.consecutive_skipped = 0
-                self.optimizer.step()
-                version += 1
-                num_steps += 1
-                step_stats = {
-                    "loss": float(loss.detach()),
-                    "policy_loss": float(policy_loss.detach()),
-                    "value_loss": float(value_loss.detach()),
-                    "entropy": float(masked_mean(entropy.detach(), mask)),
-                    "grad_norm": float(grad_norm),
-                    "value": float(values_real[:, :T].mean()),
-                    "value_target": float(targets.mean()),
-                    "advantage_abs": float(adv.abs().mean()),
-                    **{k: float(v) for k, v in pstats.items()},
-                }
-                for k, v in step_stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
-        stats = {k: v / max(num_steps, 1) for k, v in sums.items()}
-        lagf = lag[own].float() if own.any() else lag.float()  # this policy's steps
-        stats.update(
-            sgd_steps=num_steps,
-            skipped_updates=self.skipped_updates,
-            lr=self.optimizer.param_groups[0]["lr"],
-            policy_lag_min=float(lagf.min()),
-            policy_lag_avg=float(lagf.mean()),
-            policy_lag_max=float(lagf.max()),
-            dropped_samples=int(((lag > cfg.max_policy_lag) & own).sum()),
-            inactive_samples=int((~b["active"]).sum()),
-            samples=int(own.sum()),
+            gae_adv, gae_ret = adv.T, ret.T
+        return PreparedBatch(
+            obs=obs,
+            rnn_states=b["rnn_states"][:, : T + 1],
+            is_first=b["is_first"],
+            action_mask=obs[ACTION_MASK_KEY][:, :T] if ACTION_MASK_KEY in obs else None,
+            actions=b["actions"][:, :T],
+            old_log_probs=b["log_probs"][:, :T],
+            old_values=old_values,
+            rewards=rewards,
+            dones=dones,
+            lag=lag,
+            active=b["active"],
+            own=own,
+            valid=(lag <= cfg.max_policy_lag) & own,
+            gae_advantages=gae_adv,
+            gae_returns=gae_ret,
         )
-        return stats, version
+
+    def minibatch_loss(self, p: PreparedBatch, mb: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The loss of the trajectories `mb` [B] (indices into the batch) and its detached stats. Also updates the
+        returns normalizer with the minibatch's value targets (between the policy and the value loss)."""
+        cfg, T, model = self.cfg, self.cfg.rollout, self.model
+        B = mb.numel()
+        # values: what the value head predicts (normalized with --normalize_returns); values_real: returns
+        obs_mb = {k: v[mb] for k, v in p.obs.items()}  # {key: [B, T+1, *shape]}
+        params, values = model.forward_sequence(obs_mb, p.rnn_states[mb], p.is_first[mb], cfg.recurrence)
+        values_real = model.denormalize_values(values.detach())  # [B, T+1]
+        mask_mb = None if p.action_mask is None else p.action_mask[mb].reshape(B * T, -1)  # [B*T, A]
+        dist = model.distribution(params[:, :T].reshape(B * T, -1), mask_mb)
+        log_probs = dist.log_prob(p.actions[mb].reshape(B * T, *p.actions.shape[2:]))  # [B*T]
+        entropy = dist.entropy()  # [B*T]
+        old_log_probs = p.old_log_probs[mb]  # [B, T]
+        if cfg.with_vtrace:
+            log_rhos = log_probs.detach().view(B, T) - old_log_probs
+            vs, pg_adv = calculate_vtrace(
+                p.rewards[mb].T, p.dones[mb].T, values_real.T, log_rhos.T, cfg.gamma, cfg.vtrace_rho, cfg.vtrace_c
+            )
+            targets, adv = vs.T, pg_adv.T  # [B, T]
+        else:
+            targets, adv = p.gae_returns[mb], p.gae_advantages[mb]
+        mask = p.valid[mb].reshape(-1)  # [B*T]
+        adv = adv.reshape(-1)  # [B*T]
+        if cfg.normalize_advantage:
+            adv = normalize_advantages(adv, mask)
+        policy_loss, pstats = ppo_policy_loss(log_probs, old_log_probs.reshape(-1), adv, cfg.ppo_clip_ratio, mask)
+        model.update_returns_normalizer(targets[mask.view(B, T)])
+        value_loss = clipped_value_loss(
+            values[:, :T].reshape(-1),
+            model.normalize_values(p.old_values[mb, :T]).reshape(-1),
+            model.normalize_values(targets).reshape(-1),
+            cfg.ppo_clip_value,
+            mask,
+        )
+        loss = policy_loss + cfg.value_loss_coeff * value_loss + entropy_loss(entropy, cfg.exploration_loss_coeff, mask)
+        stats = {
+            "loss": loss.detach(),
+            "policy_loss": policy_loss.detach(),
+            "value_loss": value_loss.detach(),
+            "entropy": masked_mean(entropy.detach(), mask),
+            "value": values_real[:, :T].mean(),
+            "value_target": targets.mean(),
+            "advantage_abs": adv.abs().mean(),
+            **pstats,
+        }
+        return loss, stats
+
+    def batch_stats(self, p: PreparedBatch, sgd_steps: int) -> dict[str, float]:
+        """Per-iteration counts: SGD steps, skipped updates, learning rate, policy lag of this policy's steps."""
+        lag = p.lag[p.own].float() if p.own.any() else p.lag.float()
+        return {
+            "sgd_steps": sgd_steps,
+            "skipped_updates": self.skipped_updates,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "policy_lag_min": float(lag.min()),
+            "policy_lag_avg": float(lag.mean()),
+            "policy_lag_max": float(lag.max()),
+            "dropped_samples": int(((p.lag > self.cfg.max_policy_lag) & p.own).sum()),
+            "inactive_samples": int((~p.active).sum()),
+            "samples": int(p.own.sum()),
+        }

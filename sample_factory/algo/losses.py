@@ -21,6 +21,15 @@ def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
     return total / count
 
 
+def normalize_advantages(advantages: Tensor, mask: Tensor | None) -> Tensor:
+    """advantages [N] shifted and scaled to zero mean and unit std over the entries where mask [N] is set (the
+    others do not count, but are transformed too). With nothing selected, mean and std are 0: the result is
+    advantages / 1e-7, finite, and every loss term masks it out anyway."""
+    mean = masked_mean(advantages, mask)
+    std = masked_mean((advantages - mean) ** 2, mask).sqrt()
+    return (advantages - mean) / (std + 1e-7)
+
+
 def ppo_policy_loss(
     log_prob_new: Tensor,
     log_prob_old: Tensor,

@@ -40,6 +40,7 @@ class OptionFields:
     env_seed_offset: int  # default 0
 
     # Learner
+    algo: str  # default 'APPO'; one of APPO
     batch_size: int  # default 1024
     num_batches_per_epoch: int  # default 1
     num_epochs: int  # default 1

@@ -200,6 +200,13 @@ OPTIONS: dict[str, list[Option]] = {
         Option("env_seed_offset", int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env)."),
     ],
     "Learner": [
+        Option(
+            "algo",
+            str,
+            "APPO",
+            "Training algorithm (see docs/architecture.md, 'The algorithm interface'). APPO is the only one for now.",
+            choices=("APPO",),
+        ),
         Option("batch_size", int, 1024, "Minibatch size in samples (a multiple of --rollout)."),
         Option(
             "num_batches_per_epoch",

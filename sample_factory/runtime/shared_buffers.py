@@ -40,6 +40,7 @@ travels to the learner when the rollout is complete and comes back when the lear
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -180,10 +181,15 @@ class TrajectoryBuffers:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
 
-    def gather(self, slots: list[int], columns: list[torch.Tensor] | None = None) -> dict:
+    def gather(
+        self, slots: list[int], columns: list[torch.Tensor] | None = None, keys: Iterable[str] | None = None
+    ) -> dict:
         """Copy the given slots out as trajectories: every tensor becomes [len(slots) * n, T(+1), ...]; "obs" is
         a dict of such tensors. With `columns` (one index tensor per slot) only those columns are copied:
-        [total columns, T(+1), ...]."""
+        [total columns, T(+1), ...]. With `keys` (SLOT_KEYS names, "obs") only those tensors are copied."""
+        keys = (*self.SLOT_KEYS, "obs") if keys is None else tuple(keys)
+        if unknown := set(keys) - {*self.SLOT_KEYS, "obs"}:
+            raise KeyError(f"no trajectory tensor named {sorted(unknown)}")
         if columns is not None:
             si = torch.as_tensor(slots, dtype=torch.long).repeat_interleave(torch.tensor([len(c) for c in columns]))
             ci = torch.cat(columns)
@@ -198,8 +204,9 @@ class TrajectoryBuffers:
                 x = t.index_select(0, idx)  # [k, L, n, ...] (a copy)
                 return x.transpose(1, 2).reshape(-1, *x.shape[1:2], *x.shape[3:])
 
-        out: dict = {k: take(getattr(self, k)) for k in self.SLOT_KEYS}
-        out["obs"] = {k: take(v) for k, v in self.obs.items()}
+        out: dict = {k: take(getattr(self, k)) for k in self.SLOT_KEYS if k in keys}
+        if "obs" in keys:
+            out["obs"] = {k: take(v) for k, v in self.obs.items()}
         return out
 
 

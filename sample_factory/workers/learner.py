@@ -17,7 +17,7 @@ import time
 import gymnasium as gym
 import torch
 
-from sample_factory.algo.appo import PPOAlgorithm, learning_rate_at
+from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config
 from sample_factory.experiment.checkpoints import (
     best_metric_of,
@@ -77,7 +77,9 @@ class Learner(Component):
         self.model = ActorCritic(cfg, self.obs_space, self.action_space)
         self.weights.load_into(self.model)  # the runner's initial weights: identical in every process
         self.model.to(self.device).train()
-        self.algo = PPOAlgorithm(cfg, self.model, self.device)
+        self.algo = make_algorithm(cfg, self.model, self.device)
+        # only what the algorithm reads is copied out of shared memory (plus policy ids to count a policy's samples)
+        self.batch_keys = {*self.algo.required_buffers, *(("policy_id",) if cfg.num_policies > 1 else ())}
         self.version = 0
         self.env_steps = 0
         self.ckpt_dir = checkpoint_dir(cfg, self.policy_id)
@@ -165,7 +167,7 @@ class Learner(Component):
         self.activity = "copying a batch"
         with self.timing.add("copy_batch"):
             columns = None if self.cfg.num_policies == 1 else [p[3] for p in taken]
-            batch = self.buffers.gather([p[0] for p in taken], columns)
+            batch = self.buffers.gather([p[0] for p in taken], columns, self.batch_keys)
             if self.cfg.async_rl or self.cfg.sampler_only:
                 self._return_slots(taken)  # collection continues while we train
         if self.cfg.num_policies == 1:
@@ -179,7 +181,7 @@ class Learner(Component):
         self.activity = "training"
         t0 = time.perf_counter()
         with self.timing.add("train"):
-            self.algo.set_learning_rate(learning_rate_at(self.cfg, self.env_steps))
+            self.algo.update_learning_rate(self.env_steps)
             stats, self.version = self.algo.train(batch, self.version, self.policy_id)
         train_time = time.perf_counter() - t0
         if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:
@@ -197,13 +199,13 @@ class Learner(Component):
 
     def _pbt_update(self, hyperparams: dict[str, float], source: int | None) -> None:
         """New hyperparameters; for a replacement also the source policy's latest published weights (normalizer
-        statistics included). The optimizer's moment estimates belong to the old weights, so they are dropped."""
+        statistics included), after which the algorithm drops its state tied to the old weights (optimizer moments)."""
         self.cfg = copy.copy(self.cfg)  # never the object other components share (serial mode)
         apply_hyperparams(self.cfg, hyperparams)
-        self.algo.cfg = self.cfg
+        self.algo.update_cfg(self.cfg)
         if source is not None:
             self.all_weights[source].load_into(self.model)
-            self.algo.optimizer.state.clear()
+            self.algo.on_weights_replaced()
             self.version += 1
             self.weights.publish(self.model, self.version)
 
@@ -215,7 +217,7 @@ class Learner(Component):
             self.channels.actor[w].put((FREE_SLOTS, slots, gen))
 
     def _state(self) -> dict:
-        """Everything needed to continue training exactly: weights, optimizer, counters, RNG."""
+        """Everything needed to continue training exactly: weights, algorithm state (optimizer), counters, RNG."""
         return {
             "model": self.model.state_dict(),
             "algo": self.algo.state_dict(),

@@ -9,6 +9,7 @@ import collections
 import gymnasium as gym
 import torch
 
+from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 from sample_factory.model.actor_critic import ActorCritic
@@ -41,6 +42,7 @@ class PolicyWorker(Component):
         self.device = torch_device(self.cfg.device)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
         self.version = self.weights.load_into(self.model)
+        self.algo = algorithm_class(self.cfg)  # the class: how to act (act, values), no training state
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
         self.bind_views()
         self.multi_policy = self.cfg.num_policies > 1
@@ -106,11 +108,9 @@ class PolicyWorker(Component):
             if self.model.recurrent:
                 keep = (~b.is_first[si, ti, ci]).unsqueeze(-1)  # [N, 1]
                 h = (b.rnn_states[si, ti, ci] * keep).to(dev)
-            params, values, h_new = self.model.forward_step(obs, h)
-            values = self.model.denormalize_values(values)  # buffers hold real-scale values
-            dist = self.model.distribution(params, obs.get(ACTION_MASK_KEY))
-            actions = dist.mode() if self.deterministic else dist.sample()
-            log_probs = dist.log_prob(actions)
+            actions, log_probs, values, h_new = self.algo.act(
+                self.cfg, self.model, obs, h, obs.get(ACTION_MASK_KEY), self.deterministic
+            )  # values: real scale, as the buffers hold them
             b.actions[si, ti, ci] = actions.to("cpu", b.actions.dtype).view(N, *b.actions.shape[3:])
             b.log_probs[si, ti, ci] = log_probs.cpu()
             b.values[si, ti, ci] = values.cpu()
@@ -139,8 +139,7 @@ class PolicyWorker(Component):
         split = actor_idx * self.num_splits + split_idx
         final_obs = {k: v[split, cols].to(self.device) for k, v in b.final_obs.items()}  # {key: [k, *shape]}
         h = b.rnn_states[slot, t, cols].to(self.device) if self.model.recurrent else None  # state before the reset
-        _, values, _ = self.model.forward_step(final_obs, h)
-        b.final_values[slot, t - 1, cols] = self.model.denormalize_values(values).cpu()
+        b.final_values[slot, t - 1, cols] = self.algo.values(self.cfg, self.model, final_obs, h).cpu()
 
     def on_idle(self) -> None:
         if self.batches >= 200:

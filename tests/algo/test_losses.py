@@ -1,9 +1,16 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from sample_factory.algo.losses import clipped_value_loss, entropy_loss, masked_mean, ppo_policy_loss
+from sample_factory.algo.losses import (
+    clipped_value_loss,
+    entropy_loss,
+    masked_mean,
+    normalize_advantages,
+    ppo_policy_loss,
+)
 
 
 def test_masked_mean():
@@ -92,3 +99,35 @@ def test_entropy_loss():
     assert entropy_loss(ent, 0.01).item() == pytest.approx(-0.02)
     assert entropy_loss(ent, 0.5, mask=torch.tensor([0.0, 0.0, 1.0])).item() == pytest.approx(-1.5)
     assert entropy_loss(ent, 0.5, mask=torch.zeros(3)).item() == 0.0
+
+
+def test_normalize_advantages_matches_numpy_reference():
+    g = torch.Generator().manual_seed(0)
+    adv = 3.0 * torch.randn(50, generator=g) + 1.5
+    mask = torch.rand(50, generator=g) < 0.7
+    a, m = adv.double().numpy(), mask.numpy()
+    ref = (a - a[m].mean()) / (a[m].std() + 1e-7)  # population std, as in the loss
+    out = normalize_advantages(adv, mask)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-6)
+    assert out[mask].mean().item() == pytest.approx(0.0, abs=1e-6)
+    assert out[mask].std(correction=0).item() == pytest.approx(1.0, rel=1e-5)
+    np.testing.assert_allclose(normalize_advantages(adv, None).numpy(), (a - a.mean()) / (a.std() + 1e-7), rtol=1e-5)
+
+
+def test_normalize_advantages_ignores_masked_out_entries():
+    adv = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    mask = torch.tensor([True, True, True, False])
+    wild = adv.clone()
+    wild[3] = float("nan")
+    out, out_wild = normalize_advantages(adv, mask), normalize_advantages(wild, mask)
+    assert torch.equal(out[:3], out_wild[:3])
+    std = math.sqrt(2.0 / 3.0)
+    torch.testing.assert_close(out[:3], torch.tensor([-1.0, 0.0, 1.0]) / (std + 1e-7))
+
+
+def test_normalize_advantages_all_masked_is_finite():
+    adv = torch.tensor([0.5, -2.0, 3.0])
+    out = normalize_advantages(adv, torch.zeros(3, dtype=torch.bool))
+    # mean and std over nothing are 0: the advantages are only scaled (the masked loss terms ignore them)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, adv / 1e-7)

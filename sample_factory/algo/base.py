@@ -1,0 +1,125 @@
+"""The algorithm interface: what the learner and the policy workers need from a training algorithm, and nothing
+about processes (see docs/architecture.md, "The algorithm interface").
+
+The learner builds one `Algorithm` per policy (`algo/registry.py::make_algorithm`) around its model and, every
+iteration, asks it for the learning rate at the current env step count and hands it a batch copied out of shared
+memory (only the tensors in `required_buffers`). Policy workers never build one: they call the class's
+`act` / `values`, which need only the model.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, NamedTuple
+
+import torch
+from torch import Tensor
+
+from sample_factory.config import Config
+
+
+class ActResult(NamedTuple):
+    """One inference step for N agents."""
+
+    actions: Tensor  # [N, *act_shape] what the env gets (and training reads back)
+    log_probs: Tensor  # [N] behaviour log-probability of the action
+    values: Tensor  # [N] value estimate, real (denormalized) scale
+    new_rnn_states: Tensor | None  # [N, H] core state after this step; None without a recurrent core
+
+
+def learning_rate_at(cfg: Config, env_steps: int) -> float:
+    """--learning_rate, constant or decayed linearly to 0 over --train_for_env_steps (--lr_schedule)."""
+    if cfg.lr_schedule == "linear_decay":
+        return cfg.learning_rate * max(0.0, 1.0 - env_steps / cfg.train_for_env_steps)
+    return cfg.learning_rate
+
+
+class Algorithm(ABC):
+    """Trains one policy's model in place from batches of trajectories.
+
+    Batches are dicts as produced by `TrajectoryBuffers.gather`: CPU tensors `[M, T(+1), ...]` named like the slot
+    tensors, "obs" a dict of them, restricted to `required_buffers`. They are private copies, so an algorithm may
+    keep them (e.g. in a replay buffer).
+    """
+
+    # Slot tensors train() reads ("obs" for the observation dict); the learner copies only these out.
+    required_buffers: ClassVar[tuple[str, ...]]
+
+    def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
+        self.cfg, self.model, self.device = cfg, model, device
+        self.skipped_updates = 0  # SGD steps skipped for a NaN/inf loss or gradient, in total (a reported stat)
+        self.consecutive_skipped = 0  # ... in a row: the learner stops the run above --max_nonfinite_updates
+
+    @abstractmethod
+    def train(
+        self, batch: dict[str, Any], policy_version: int, policy_id: int | None = None
+    ) -> tuple[dict[str, float], int]:
+        """One iteration on `batch`; steps another policy acted on (policy_id differs) are not trained on.
+        Returns (stats, new policy version): the version is what the learner publishes with the weights and what
+        samples acted with them carry, so the algorithm decides how versions advance."""
+
+    @abstractmethod
+    def update_learning_rate(self, env_steps: int) -> None:
+        """Called before every `train` with the policy's env steps so far (learning-rate schedules)."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """What the checkpoint stores under "algo" (optimizer state); the model is saved by the learner."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned (on resume)."""
+
+    def update_cfg(self, cfg: Config) -> None:
+        """PBT changed hyperparameters: `cfg` is the learner's own copy with them applied; read it from now on."""
+        self.cfg = cfg
+
+    @abstractmethod
+    def on_weights_replaced(self) -> None:
+        """PBT replaced the model's weights with another policy's: drop state that belongs to the old weights."""
+
+    def guarded_step(self, loss: Tensor, optimizer: torch.optim.Optimizer) -> Tensor | None:
+        """Backward and optimizer step, with gradient clipping at --max_grad_norm. A NaN/inf loss or gradient
+        norm is never applied: the step is skipped and counted. Returns the gradient norm (before clipping), or
+        None when the step was skipped."""
+        params = self.model.parameters
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.max_grad_norm > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params(), self.cfg.max_grad_norm)
+        else:
+            grad_norm = torch.sqrt(sum((p.grad**2).sum() for p in params() if p.grad is not None))
+        if not (math.isfinite(float(loss.detach())) and math.isfinite(float(grad_norm))):
+            self.skipped_updates += 1
+            self.consecutive_skipped += 1
+            return None
+        self.consecutive_skipped = 0
+        optimizer.step()
+        return grad_norm
+
+    # Acting: called by policy workers with the class (no optimizer, no instance). The default samples the
+    # actor-critic model's action distribution; an algorithm with another acting rule (epsilon-greedy) overrides.
+
+    @classmethod
+    def act(
+        cls,
+        cfg: Config,
+        model: torch.nn.Module,
+        obs: dict[str, Tensor],
+        rnn_states: Tensor | None,
+        action_mask: Tensor | None,
+        deterministic: bool,
+    ) -> ActResult:
+        """obs {key: [N, *shape]}, rnn_states [N, H] (already reset where an episode starts), action_mask [N, A]
+        (nonzero = allowed) -> the actions to take, with what training needs about them."""
+        params, values, new_rnn_states = model.forward_step(obs, rnn_states)
+        dist = model.distribution(params, action_mask)
+        actions = dist.mode() if deterministic else dist.sample()
+        return ActResult(actions, dist.log_prob(actions), model.denormalize_values(values), new_rnn_states)
+
+    @classmethod
+    def values(cls, cfg: Config, model: torch.nn.Module, obs: dict[str, Tensor], rnn_states: Tensor | None) -> Tensor:
+        """[N] real-scale value estimates of obs {key: [N, *shape]} (bootstrap values of truncated episodes)."""
+        _, values, _ = model.forward_step(obs, rnn_states)
+        return model.denormalize_values(values)
