@@ -9,8 +9,11 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -22,10 +25,10 @@ from sample_factory.experiment.folder import experiment_dir, prepare_experiment_
 from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.pbt.controller import PbtController
-from sample_factory.runtime.component import Component, SerialDriver
+from sample_factory.runtime.component import Component, ComponentKey, SerialDriver
 from sample_factory.runtime.device import resolve_device_name
 from sample_factory.runtime.heartbeat import enable_stack_dumps
-from sample_factory.runtime.messages import REPORT, SAVE_BEST, SAVE_NOW, Channels
+from sample_factory.runtime.messages import REPORT, Channels, Report, SaveBest, SaveNow
 from sample_factory.runtime.serial_snapshot import load_snapshot, save_snapshot
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
 from sample_factory.runtime.supervisor import RESTARTABLE, Supervisor
@@ -45,7 +48,40 @@ class Runner:
         self.exit_code = 0
         self.signals_received = 0
         self.best_metric: list[float | None] = [None] * cfg.num_policies
+        # Set up by `setup` and `_start`; None until then (shutdown releases only what exists).
+        self.exp_dir: Path | None = None
+        self.lock: Any = None  # the experiment folder's lock (None for evaluation runs)
+        self.ctx: Any = None  # multiprocessing context (None in serial mode)
+        self.obs_space: gym.Space | None = None
+        self.action_space: gym.Space | None = None
+        self.num_agents = 0
+        self.buffers: TrajectoryBuffers | None = None
+        self.weights: list[SharedWeights] = []  # one per policy
+        self.channels: Channels | None = None
         self.pbt: PbtController | None = None
+        self.components: list[Component] = []
+        self.progress: ProgressTracker | None = None
+        self.evaluator: PeriodicEvaluator | None = None
+        self.summaries: SummaryWriters | None = None
+        self.supervisor: Supervisor | None = None  # process mode
+        self.driver: SerialDriver | None = None  # serial mode
+        self.start_time: float | None = None  # time.monotonic() when the components were started
+        # report kind -> handler, for every kind a component sends (every report also counts as a sign of life)
+        self.report_handlers: dict[str, Callable[[Report], None]] = {
+            "started": self._on_started,
+            "heartbeat": self._on_heartbeat,
+            "samples": self._on_samples,
+            "train": self._on_train,
+            "inference": self._on_inference,
+            "resumed": self._on_resumed,
+            "best_checkpoint": self._on_best_checkpoint,
+            "best_metric": self._on_best_metric,
+            "checkpoint": self._on_checkpoint,
+            "timing": self._on_timing,
+            "discarded_rollouts": self._on_discarded_rollouts,
+            "error": self._on_error,
+            "finished": self._on_finished,
+        }
 
     # ---- set-up -------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -96,7 +132,7 @@ class Runner:
         self.pbt = PbtController(cfg, self.exp_dir, self.channels, log, reward_shaping) if cfg.with_pbt else None
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
-        self.evaluator = PeriodicEvaluator(cfg, self.exp_dir, lambda: self.channels.learner[0].put((SAVE_NOW,)), log)
+        self.evaluator = PeriodicEvaluator(cfg, self.exp_dir, lambda: self.channels.learner[0].put(SaveNow.wire()), log)
         self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run)
         self.supervisor = (
             None
@@ -132,8 +168,6 @@ class Runner:
     # ---- running ------------------------------------------------------------------------------------------
     def run(self) -> int:
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        self.driver = None
-        self.supervisor = None
         try:
             self.setup()
             self._start()
@@ -210,7 +244,7 @@ class Runner:
             value = self.progress.metric(p, self.cfg.save_best_metric)
             if value is not None and (self.best_metric[p] is None or value > self.best_metric[p]):
                 self.best_metric[p] = value
-                self.channels.learner[p].put((SAVE_BEST, value))
+                self.channels.learner[p].put(SaveBest.wire(value))
 
     def _main_loop(self) -> None:
         cfg = self.cfg
@@ -241,48 +275,66 @@ class Runner:
                     self.pbt.write_summaries(self.summaries, self.progress)
             self._check_stop(now)
 
-    def _on_report(self, r: tuple) -> None:
-        assert r[0] == REPORT, r
-        _, role, index, kind, payload = r
-        key = (role, index)
-        sup = self.supervisor
-        if sup is not None:
-            sup.monitor.seen(key, payload if kind == "heartbeat" else "")
-        if kind == "heartbeat":
-            return
-        if kind == "samples":
-            policy, steps, episodes = payload
-            self.progress.add_samples(policy, steps, episodes)
-        elif kind == "train":
-            self.progress.add_train_stats(index, payload)
-            self.summaries.add_train_stats(index, payload)
-            if self.pbt is not None and self.stop_reason is None:  # no decisions for learners that are stopping
-                self.pbt.on_train_report(index, payload, self.progress)
-        elif kind == "inference":
-            self.progress.add_inference(*payload)
-        elif kind == "resumed":
-            self.progress.resume(index, payload["env_steps"])
-            log(f"policy {index} resumed from {payload['path']} at {payload['env_steps']} env steps")
-        elif kind == "best_checkpoint":
-            log(f"policy {index}: new best checkpoint {payload}")
-        elif kind == "best_metric":
-            self.best_metric[index] = payload
-        elif kind == "checkpoint":
-            self.progress.last_checkpoint[index] = payload
-            if index == 0:
-                self.evaluator.on_checkpoint(payload)
-        elif kind == "timing":
-            self.progress.timing[role].append(payload)
-        elif kind == "discarded_rollouts":
-            self.progress.discarded_rollouts += payload
-        elif kind == "error":
-            log(f"ERROR in {role} {index}: {payload[0]}" + (f"\n{payload[1]}" if payload[1] else ""))
-            if sup is None or role not in RESTARTABLE:
-                self.exit_code = 1
-                self.stop_reason = self.stop_reason or f"{role} {index} failed: {payload[0]}"
-        elif kind == "finished":
-            if sup is not None:
-                sup.on_finished(key, payload)
+    def _on_report(self, msg: tuple) -> None:
+        report = Report._make(msg)
+        assert report.kind == REPORT, msg
+        if self.supervisor is not None:
+            activity = report.payload if report.report_kind == "heartbeat" else ""
+            self.supervisor.monitor.seen(ComponentKey(report.role, report.index), activity)
+        handler = self.report_handlers.get(report.report_kind)
+        if handler is not None:
+            handler(report)
+
+    def _on_started(self, report: Report) -> None:
+        pass  # the supervisor's monitor has noted it
+
+    def _on_heartbeat(self, report: Report) -> None:
+        pass  # the supervisor's monitor has noted it
+
+    def _on_samples(self, report: Report) -> None:
+        policy, steps, episodes = report.payload
+        self.progress.add_samples(policy, steps, episodes)
+
+    def _on_train(self, report: Report) -> None:
+        self.progress.add_train_stats(report.index, report.payload)
+        self.summaries.add_train_stats(report.index, report.payload)
+        if self.pbt is not None and self.stop_reason is None:  # no decisions for learners that are stopping
+            self.pbt.on_train_report(report.index, report.payload, self.progress)
+
+    def _on_inference(self, report: Report) -> None:
+        self.progress.add_inference(*report.payload)
+
+    def _on_resumed(self, report: Report) -> None:
+        self.progress.resume(report.index, report.payload["env_steps"])
+        log(f"policy {report.index} resumed from {report.payload['path']} at {report.payload['env_steps']} env steps")
+
+    def _on_best_checkpoint(self, report: Report) -> None:
+        log(f"policy {report.index}: new best checkpoint {report.payload}")
+
+    def _on_best_metric(self, report: Report) -> None:
+        self.best_metric[report.index] = report.payload
+
+    def _on_checkpoint(self, report: Report) -> None:
+        self.progress.last_checkpoint[report.index] = report.payload
+        if report.index == 0:
+            self.evaluator.on_checkpoint(report.payload)
+
+    def _on_timing(self, report: Report) -> None:
+        self.progress.timing[report.role].append(report.payload)
+
+    def _on_discarded_rollouts(self, report: Report) -> None:
+        self.progress.discarded_rollouts += report.payload
+
+    def _on_error(self, report: Report) -> None:
+        message, trace = report.payload
+        log(f"ERROR in {report.role} {report.index}: {message}" + (f"\n{trace}" if trace else ""))
+        if self.supervisor is None or report.role not in RESTARTABLE:
+            self.exit_code = 1
+            self.stop_reason = self.stop_reason or f"{report.role} {report.index} failed: {message}"
+
+    def _on_finished(self, report: Report) -> None:
+        if self.supervisor is not None:
+            self.supervisor.on_finished(ComponentKey(report.role, report.index), report.payload)
 
     def _check_stop(self, now: float) -> None:
         cfg = self.cfg
@@ -307,8 +359,8 @@ class Runner:
     def _shutdown(self) -> None:
         if self.stop_reason:
             log(f"stopping: {self.stop_reason}")
-        if not hasattr(self, "channels"):
-            if getattr(self, "lock", None) is not None:
+        if self.channels is None:
+            if self.lock is not None:
                 self.lock.release()
             return
         # STOPs go to actors first so no new rollouts arrive, then policy workers, then learners (which save
@@ -329,7 +381,7 @@ class Runner:
                 order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=lambda: self.signals_received > 1
             )
             self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
-        if hasattr(self, "evaluator"):
+        if self.evaluator is not None:
             self.evaluator.stop()
         self._final_report()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
@@ -347,7 +399,7 @@ class Runner:
             self._on_report(r)
 
     def _final_report(self) -> None:
-        elapsed = time.monotonic() - getattr(self, "start_time", time.monotonic())
+        elapsed = 0.0 if self.start_time is None else time.monotonic() - self.start_time
         log(self.progress.line())
         log(self.progress.final_summary(elapsed))
         log(f"experiment folder: {self.exp_dir}")

@@ -19,7 +19,7 @@ import sample_factory.workers.learner as learner_module
 from sample_factory.config import Config
 from sample_factory.experiment.checkpoints import best_metric_of, list_best_checkpoints, list_checkpoints
 from sample_factory.runner import Runner
-from sample_factory.runtime.messages import SAVE_BEST
+from sample_factory.runtime.messages import SAVE_BEST, SaveBest, decode
 from sample_factory.train import main as train_main
 from tests.policy_helpers import Run, one_torch_thread
 
@@ -121,12 +121,12 @@ def test_best_saved_only_on_improvement():
     for value in (None, 5.0, 3.0, 5.0, 7.5, 7.0, 9.0):
         r.progress.value = value
         r._maybe_save_best()
-    assert sent == [(SAVE_BEST, 5.0), (SAVE_BEST, 7.5), (SAVE_BEST, 9.0)]
+    assert [decode(m) for m in sent] == [SaveBest(SAVE_BEST, 5.0), SaveBest(SAVE_BEST, 7.5), SaveBest(SAVE_BEST, 9.0)]
     r, sent = _best_check_runner(best=8.0)
     for value in (7.0, 8.0, 8.5):
         r.progress.value = value
         r._maybe_save_best()
-    assert sent == [(SAVE_BEST, 8.5)]
+    assert [decode(m).metric_value for m in sent] == [8.5]
 
 
 def test_exact_serial_resume(tmp_path, capsys):

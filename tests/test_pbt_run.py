@@ -88,8 +88,8 @@ def test_pbt_mutates_reward_shaping_of_the_envs_each_policy_plays(tmp_path):
     mutated = [e for st in pbt.states for e in st.history if "reward_shaping/alive_bonus" in e["changes"]]
     assert mutated
     actor = next(c for c in runner.components if c.role == "actor")
-    for s, group in enumerate(actor.groups):
-        for i, env in enumerate(group.envs):
-            policy = int(actor.col_policy[s][i])
+    for split in actor.splits:
+        for i, env in enumerate(split.group.envs):
+            policy = int(split.col_policy[i])
             want = pbt.states[policy].hyperparams["reward_shaping/alive_bonus"]
             assert env.get_wrapper_attr("coefficients")["alive_bonus"] == pytest.approx(want)

@@ -39,6 +39,7 @@ from sample_factory.evaluation.policy_api import load_policy
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_best_checkpoints, list_checkpoints
 from sample_factory.runner import Runner
 from sample_factory.runtime.device import torch_device
+from sample_factory.runtime.messages import Report
 
 EVAL_FLAGS = {opt.name for opt in OPTIONS["Evaluation (enjoy.py)"]}
 
@@ -354,10 +355,10 @@ class EvalRunner(Runner):
         super().__init__(cfg)
         self.loaded: dict = {}
 
-    def _on_report(self, r: tuple) -> None:
-        if r[3] == "resumed" and r[2] == self.cfg.policy_index:  # (REPORT, role, index, kind, payload)
-            self.loaded = dict(r[4])
-        super()._on_report(r)
+    def _on_resumed(self, report: Report) -> None:
+        if report.index == self.cfg.policy_index:
+            self.loaded = dict(report.payload)
+        super()._on_resumed(report)
 
 
 def evaluate_parallel(cfg: Config) -> tuple[list[tuple[float, int]], dict]:

@@ -18,7 +18,7 @@ from sample_factory.pbt.population import (
     objective_from_stats,
     save_pbt_state,
 )
-from sample_factory.runtime.messages import PBT_UPDATE, SET_REWARD_SHAPING, Channels
+from sample_factory.runtime.messages import Channels, PbtUpdate, SetRewardShaping
 
 
 class PbtController:
@@ -46,7 +46,7 @@ class PbtController:
             k[len(REWARD_SHAPING_PREFIX) :]: v for k, v in hyperparams.items() if k.startswith(REWARD_SHAPING_PREFIX)
         }
         for actor in self.channels.actor:
-            actor.put((SET_REWARD_SHAPING, policy_id, shaping))
+            actor.put(SetRewardShaping.wire(policy_id, shaping))
 
     def hyperparams(self, policy_id: int) -> dict[str, float]:
         """What learner `policy_id` starts with (the saved values on resume)."""
@@ -68,7 +68,7 @@ class PbtController:
         for d in decisions:
             if d.source is None and not d.changes:
                 continue  # a mutation that happened to change nothing
-            self.channels.learner[d.target].put((PBT_UPDATE, d.hyperparams, d.source))
+            self.channels.learner[d.target].put(PbtUpdate.wire(d.hyperparams, d.source))
             if any(k.startswith(REWARD_SHAPING_PREFIX) for k in d.changes):
                 self._send_reward_shaping(d.target, d.hyperparams)
             changed = ", ".join(f"{k} {v['old']:.4g}->{v['new']:.4g}" for k, v in d.changes.items()) or "no change"

@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -20,8 +20,15 @@ from sample_factory.runtime.heartbeat import (
     process_alive,
     set_process_name,
 )
-from sample_factory.runtime.messages import STOP, Channel, Reporter
+from sample_factory.runtime.messages import STOP, Channel, Message, Reporter, decode
 from sample_factory.runtime.timing import Timing
+
+
+class ComponentKey(NamedTuple):
+    """How the runner and the supervisor tell components apart (reports carry the same two fields)."""
+
+    role: str
+    index: Any
 
 
 class Component:
@@ -37,6 +44,11 @@ class Component:
         self.stopped = False
         self.activity = "starting"
         self.timing = Timing()  # seconds per activity, reported at the end
+        self.initialized = False  # `init` completed: shared-tensor views exist, the component did work
+
+    @property
+    def key(self) -> ComponentKey:
+        return ComponentKey(self.role, self.index)
 
     @property
     def name(self) -> str:
@@ -46,6 +58,12 @@ class Component:
     def init(self) -> None:
         """Heavy set-up (envs, models) done inside the component's own process."""
 
+    def initialize(self) -> None:
+        """`init`, then tell the runner this component is up."""
+        self.init()
+        self.initialized = True
+        self.report("started", os.getpid())
+
     def bind_views(self) -> None:
         """(Re)create numpy views of shared tensors; views are not pickled (a copy would no longer be shared)."""
 
@@ -54,23 +72,26 @@ class Component:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         for k in self._view_attrs:
-            state.pop(k, None)
+            state[k] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        if any(k in state for k in ("groups", "model")):  # an initialized component: views existed
+        if self.initialized:
             self.bind_views()
 
-    def on_message(self, msg: tuple) -> None:
+    def on_message(self, msg: Message) -> None:
         raise NotImplementedError
 
-    def on_messages(self, msgs: list) -> None:
+    def on_messages(self, msgs: list[tuple]) -> None:
         for msg in msgs:
-            if msg[0] == STOP:
-                self.stopped = True
-            else:
-                self.on_message(msg)
+            self.handle(decode(msg))
+
+    def handle(self, msg: Message) -> None:
+        if msg.kind == STOP:
+            self.stopped = True
+        else:
+            self.on_message(msg)
 
     def on_idle(self) -> None:
         """Called after every batch of messages (or a poll timeout): periodic work and stall checks."""
@@ -90,16 +111,32 @@ def _configure_process(component: Component) -> None:
 
 def process_main(component: Component, heartbeat_interval: float, runner_pid: int) -> None:
     """Entry point of a spawned component process."""
-    terminated = []
+    terminated: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
     _configure_process(component)
+    exit_code = 1
+    try:
+        with component.timing.add("process_lifetime"):
+            try:
+                exit_code = _serve(component, heartbeat_interval, runner_pid, terminated)
+            finally:
+                component.finish()
+        component.report("timing", dict(component.timing))
+        component.report("finished", exit_code)
+    except Exception as e:
+        component.report("error", (f"{type(e).__name__} in finish: {e}", traceback.format_exc()))
+        exit_code = 1
+    finally:
+        sys.stdout.flush()
+    sys.exit(exit_code)
+
+
+def _serve(component: Component, heartbeat_interval: float, runner_pid: int, terminated: list[bool]) -> int:
+    """Initialize, then handle messages until STOP; returns the process's exit code. Errors are reported here."""
     heartbeat = Heartbeat(component.report, heartbeat_interval)
-    exit_code = 0
-    start = time.perf_counter()
     next_runner_check = 0.0
     try:
-        component.init()
-        component.report("started", os.getpid())
+        component.initialize()
         while not component.stopped:
             msgs = component.inbox.get_many(timeout=0.05)
             if msgs:
@@ -109,8 +146,7 @@ def process_main(component: Component, heartbeat_interval: float, runner_pid: in
             if terminated:
                 # Killed from outside (not asked to STOP by the runner): counts as a crash, so it is restarted.
                 component.report("error", ("terminated by SIGTERM", ""))
-                exit_code = 1
-                break
+                return 1
             now = time.monotonic()
             if now > next_runner_check:
                 next_runner_check = now + 0.5
@@ -120,18 +156,8 @@ def process_main(component: Component, heartbeat_interval: float, runner_pid: in
         # Errors whose message says it all (user_facing) travel without a traceback unless SF_DEBUG is set.
         quiet = getattr(e, "user_facing", False) and not os.environ.get("SF_DEBUG")
         component.report("error", (f"{type(e).__name__}: {e}", "" if quiet else traceback.format_exc()))
-        exit_code = 1
-    finally:
-        try:
-            component.finish()
-            component.timing["process_lifetime"] = time.perf_counter() - start
-            component.report("timing", dict(component.timing))
-            component.report("finished", exit_code)
-        except Exception as e:
-            component.report("error", (f"{type(e).__name__} in finish: {e}", traceback.format_exc()))
-            exit_code = 1
-        sys.stdout.flush()
-    sys.exit(exit_code)
+        return 1
+    return 0
 
 
 class SerialDriver:
@@ -142,8 +168,7 @@ class SerialDriver:
 
     def init(self) -> None:
         for c in self.components:
-            c.init()
-            c.report("started", os.getpid())
+            c.initialize()
 
     def step(self) -> bool:
         """Deliver every pending message once; returns whether anything happened."""

@@ -9,6 +9,7 @@ import io
 import os
 import signal
 import time
+from typing import NamedTuple
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -46,23 +47,31 @@ class Heartbeat:
             self.report("heartbeat", activity)
 
 
+class Seen(NamedTuple):
+    time: float  # time.monotonic() of the last report
+    activity: str  # the last activity a heartbeat named
+
+
 class HeartbeatMonitor:
     """Runner side: remembers when each (role, index) was last heard from and what it was doing."""
 
     def __init__(self, timeout: float):
         self.timeout = timeout
-        self.last_seen: dict[tuple, tuple[float, str]] = {}
+        self.last_seen: dict[tuple, Seen] = {}
 
     def seen(self, who: tuple, activity: str = "") -> None:
-        prev = self.last_seen.get(who, (0.0, ""))[1]
-        self.last_seen[who] = (time.monotonic(), activity or prev)
+        self.last_seen[who] = Seen(time.monotonic(), activity or self.last_activity(who, default=""))
+
+    def last_activity(self, who: tuple, default: str = "unknown") -> str:
+        seen = self.last_seen.get(who)
+        return default if seen is None else seen.activity
 
     def forget(self, who: tuple) -> None:
         self.last_seen.pop(who, None)
 
     def stale(self) -> list[tuple[tuple, float, str]]:
         now = time.monotonic()
-        return [(w, now - t, a) for w, (t, a) in self.last_seen.items() if now - t > self.timeout]
+        return [(who, now - s.time, s.activity) for who, s in self.last_seen.items() if now - s.time > self.timeout]
 
 
 def process_alive(pid: int) -> bool:

@@ -4,19 +4,22 @@ Only small tuples travel here (buffer indices, counts, reports); observations an
 trajectory tensors (shared_buffers.py). Components see the `Channel` interface only, so the same component code
 runs with faster-fifo queues between processes or with in-process deques in serial mode.
 
-Message formats (tuples, first element is the kind). `gen` is the actor worker's generation (bumped when the
-runner restarts it) and `seq` the split's request number: receivers drop messages that are no longer current.
-- actor -> policy workers of policy p:   (REQUEST, actor_idx, split_idx, slot, t, has_truncations, gen, seq)
-- policy worker -> actor:                (ACTIONS_READY, [(split_idx, seq), ...], gen, policy_id)
-- actor -> learner of policy p:          (ROLLOUT, actor_idx, slot, gen)
-- learner -> actor:                      (FREE_SLOTS, [slot, ...], gen)
-- runner -> learner:                     (SAVE_BEST, metric_value)  the run's metric improved
-- runner -> learner:                     (SAVE_NOW,)  write a checkpoint now (periodic evaluation)
-- runner -> learner:                     (PBT_UPDATE, hyperparams, source_policy or None)  PBT decision
-- runner -> actors:                      (SET_REWARD_SHAPING, policy_id, {name: coefficient})  PBT decision
-- runner -> actors:                      (RESEND,)  re-send outstanding requests (a policy worker was restarted)
-- anyone -> runner (report channel):     (REPORT, role, index, kind, payload)
-- runner -> any component:               (STOP,)
+Message formats: one NamedTuple per kind below, the first field being the kind. On the wire they are plain tuples
+built by `Request.wire(...)` etc. (a pickled NamedTuple would also carry its class path: 55 bytes against 30 for a
+request; building one costs ~1 us against ~0.1 us), and receivers read them by field name (`decode(msg)`).
+`gen` is the actor worker's generation (bumped when the runner restarts it) and `seq` the split's request
+number: receivers drop messages that are no longer current.
+- actor -> policy workers of policy p:   Request(REQUEST, actor_idx, split_idx, slot, t, has_truncations, gen, seq)
+- policy worker -> actor:                ActionsReady(ACTIONS_READY, splits=[(split_idx, seq), ...], gen, policy_id)
+- actor -> learner of policy p:          Rollout(ROLLOUT, actor_idx, slot, gen)
+- learner -> actor:                      FreeSlots(FREE_SLOTS, slots=[slot, ...], gen)
+- runner -> learner:                     SaveBest(SAVE_BEST, metric_value)  the run's metric improved
+- runner -> learner:                     SaveNow(SAVE_NOW)  write a checkpoint now (periodic evaluation)
+- runner -> learner:                     PbtUpdate(PBT_UPDATE, hyperparams, source_policy or None)  PBT decision
+- runner -> actors:                      SetRewardShaping(SET_REWARD_SHAPING, policy_id, {name: coefficient})  PBT
+- runner -> actors:                      Resend(RESEND)  re-send outstanding requests (a policy worker was restarted)
+- anyone -> runner (report channel):     Report(REPORT, role, index, report_kind, payload)
+- runner -> any component:               Stop(STOP)
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import queue
 import select
 import socket
 import time
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import faster_fifo
 
@@ -42,6 +45,157 @@ SAVE_BEST = 7
 SAVE_NOW = 8
 PBT_UPDATE = 9
 SET_REWARD_SHAPING = 10
+
+
+class Request(NamedTuple):
+    """Compute actions (and values) for the split's columns at [slot, t]."""
+
+    kind: int
+    actor_idx: int
+    split_idx: int
+    slot: int
+    t: int
+    has_truncations: bool  # also V(final observation) of the episodes truncated at t - 1
+    gen: int
+    seq: int
+
+    @staticmethod
+    def wire(actor_idx: int, split_idx: int, slot: int, t: int, has_truncations: bool, gen: int, seq: int) -> tuple:
+        return (REQUEST, actor_idx, split_idx, slot, t, has_truncations, gen, seq)
+
+
+class ActionsReady(NamedTuple):
+    """The requests (split_idx, seq) of one actor that this policy has answered."""
+
+    kind: int
+    splits: list[tuple[int, int]]
+    gen: int
+    policy_id: int
+
+    @staticmethod
+    def wire(splits: list[tuple[int, int]], gen: int, policy_id: int) -> tuple:
+        return (ACTIONS_READY, splits, gen, policy_id)
+
+
+class Rollout(NamedTuple):
+    """A finished slot for the learner; it goes back to the actor with FreeSlots."""
+
+    kind: int
+    actor_idx: int
+    slot: int
+    gen: int
+
+    @staticmethod
+    def wire(actor_idx: int, slot: int, gen: int) -> tuple:
+        return (ROLLOUT, actor_idx, slot, gen)
+
+
+class FreeSlots(NamedTuple):
+    kind: int
+    slots: list[int]
+    gen: int
+
+    @staticmethod
+    def wire(slots: list[int], gen: int) -> tuple:
+        return (FREE_SLOTS, slots, gen)
+
+
+class SaveBest(NamedTuple):
+    kind: int
+    metric_value: float
+
+    @staticmethod
+    def wire(metric_value: float) -> tuple:
+        return (SAVE_BEST, metric_value)
+
+
+class SaveNow(NamedTuple):
+    kind: int
+
+    @staticmethod
+    def wire() -> tuple:
+        return (SAVE_NOW,)
+
+
+class PbtUpdate(NamedTuple):
+    kind: int
+    hyperparams: dict[str, float]
+    source_policy: int | None  # a replacement: the policy whose published weights the learner loads
+
+    @staticmethod
+    def wire(hyperparams: dict[str, float], source_policy: int | None) -> tuple:
+        return (PBT_UPDATE, hyperparams, source_policy)
+
+
+class SetRewardShaping(NamedTuple):
+    kind: int
+    policy_id: int
+    coefficients: dict[str, float]
+
+    @staticmethod
+    def wire(policy_id: int, coefficients: dict[str, float]) -> tuple:
+        return (SET_REWARD_SHAPING, policy_id, coefficients)
+
+
+class Resend(NamedTuple):
+    kind: int
+
+    @staticmethod
+    def wire() -> tuple:
+        return (RESEND,)
+
+
+class Report(NamedTuple):
+    kind: int
+    role: str
+    index: Any  # the sender's index: an int, or (policy_id, worker_idx) for policy workers
+    report_kind: str  # "heartbeat", "samples", "train", ... (Runner lists them all)
+    payload: Any
+
+    @staticmethod
+    def wire(role: str, index: Any, report_kind: str, payload: Any) -> tuple:
+        return (REPORT, role, index, report_kind, payload)
+
+
+class Stop(NamedTuple):
+    kind: int
+
+    @staticmethod
+    def wire() -> tuple:
+        return (STOP,)
+
+
+Message = (
+    Request
+    | ActionsReady
+    | Rollout
+    | FreeSlots
+    | SaveBest
+    | SaveNow
+    | PbtUpdate
+    | SetRewardShaping
+    | Resend
+    | Report
+    | Stop
+)
+_RECORDS: dict[int, Any] = {
+    REQUEST: Request,
+    ACTIONS_READY: ActionsReady,
+    ROLLOUT: Rollout,
+    FREE_SLOTS: FreeSlots,
+    REPORT: Report,
+    STOP: Stop,
+    RESEND: Resend,
+    SAVE_BEST: SaveBest,
+    SAVE_NOW: SaveNow,
+    PBT_UPDATE: PbtUpdate,
+    SET_REWARD_SHAPING: SetRewardShaping,
+}
+
+
+def decode(msg: tuple) -> Message:
+    """The named record of a message as it arrived (the kind is its first element)."""
+    return _RECORDS[msg[0]]._make(msg)
 
 
 class Channel(Protocol):
@@ -174,4 +328,4 @@ class Reporter:
         self.channel, self.role, self.index = channel, role, index
 
     def __call__(self, kind: str, payload: Any = None) -> None:
-        self.channel.put((REPORT, self.role, self.index, kind, payload))
+        self.channel.put(Report.wire(self.role, self.index, kind, payload))

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sample_factory.config import Config
-from sample_factory.runtime.component import Component, process_main
+from sample_factory.runtime.component import Component, ComponentKey, process_main
 from sample_factory.runtime.heartbeat import HeartbeatMonitor
-from sample_factory.runtime.messages import RESEND, STOP, Channels
+from sample_factory.runtime.messages import Channels, Resend, Stop
 from sample_factory.runtime.shared_buffers import TrajectoryBuffers
 
 RESTARTABLE = ("actor", "policy")
@@ -43,15 +43,15 @@ class Supervisor:
         self.cfg, self.ctx, self.make_component = cfg, ctx, make_component
         self.buffers, self.channels, self.log = buffers, channels, log
         self.monitor = HeartbeatMonitor(cfg.heartbeat_timeout_sec)
-        self.processes: dict[tuple, Any] = {}
-        self.components: dict[tuple, Component] = {}
-        self.finished: set[tuple] = set()
+        self.processes: dict[ComponentKey, Any] = {}
+        self.components: dict[ComponentKey, Component] = {}
+        self.finished: set[ComponentKey] = set()
         self.restarts: collections.Counter = collections.Counter()
-        self.pending_restarts: dict[tuple, float] = {}  # key -> when to start the replacement
+        self.pending_restarts: dict[ComponentKey, float] = {}  # key -> when to start the replacement
         self.discarded_rollouts = 0
 
     def start(self, component: Component) -> None:
-        key = (component.role, component.index)
+        key = component.key
         proc = self.ctx.Process(
             target=process_main,
             args=(component, self.cfg.heartbeat_interval, os.getpid()),
@@ -64,7 +64,7 @@ class Supervisor:
         self.finished.discard(key)
         self.monitor.seen(key, "starting")
 
-    def on_finished(self, key: tuple, exit_code: int) -> None:
+    def on_finished(self, key: ComponentKey, exit_code: int) -> None:
         if exit_code == 0:  # otherwise _on_death still needs the last activity
             self.monitor.forget(key)
             self.finished.add(key)
@@ -80,9 +80,9 @@ class Supervisor:
                 return fatal
         for key, silent_for, activity in self.monitor.stale():
             why = f"silent for {silent_for:.0f} s"
-            if key[0] not in RESTARTABLE or stopping:
-                return f"{key[0]} {key[1]} {why} (last activity: {activity})"
-            self.log(f"{key[0]} {key[1]} {why} (last activity: {activity}): killing it")
+            if key.role not in RESTARTABLE or stopping:
+                return f"{key.role} {key.index} {why} (last activity: {activity})"
+            self.log(f"{key.role} {key.index} {why} (last activity: {activity}): killing it")
             self.processes[key].kill()
             self.processes[key].join(2.0)
             fatal = self._on_death(key, why, stopping)
@@ -91,15 +91,15 @@ class Supervisor:
         for key, when in list(self.pending_restarts.items()):
             if now >= when and not stopping:
                 del self.pending_restarts[key]
-                self.start(self.make_component(*key))
-                if key[0] == "policy":
+                self.start(self.make_component(key.role, key.index))
+                if key.role == "policy":
                     for ch in self.channels.actor:
-                        ch.put((RESEND,))
+                        ch.put(Resend.wire())
         return None
 
-    def _on_death(self, key: tuple, why: str, stopping: bool) -> str | None:
+    def _on_death(self, key: ComponentKey, why: str, stopping: bool) -> str | None:
         role, index = key
-        activity = self.monitor.last_seen.get(key, (0, "unknown"))[1]
+        activity = self.monitor.last_activity(key)
         self.monitor.forget(key)
         self.processes[key].join(0.1)
         if role not in RESTARTABLE or stopping:
@@ -124,12 +124,12 @@ class Supervisor:
         """STOP every component (by role order), wait up to `timeout` while draining reports, then terminate
         and finally kill what is left. `hurry()` returning True (a second Ctrl+C) skips the wait."""
         deadline = time.monotonic() + timeout
-        keys = sorted(self.processes, key=lambda k: order.index(k[0]))
+        keys = sorted(self.processes, key=lambda k: order.index(k.role))
         for key in keys:
             if not self.processes[key].is_alive():
                 continue  # a dead process's queue may be unusable: never write to it
             try:
-                self.components[key].inbox.put((STOP,), timeout=1.0)
+                self.components[key].inbox.put(Stop.wire(), timeout=1.0)
             except Exception:
                 pass  # a full inbox: the process is terminated below
         for key in keys:
@@ -137,7 +137,7 @@ class Supervisor:
             while proc.is_alive() and time.monotonic() < deadline and not hurry():
                 drain(0.05)
             if proc.is_alive():
-                self.log(f"{key[0]} {key[1]} did not stop in time, terminating it")
+                self.log(f"{key.role} {key.index} did not stop in time, terminating it")
                 proc.terminate()
         for proc in self.processes.values():
             proc.join(2.0)

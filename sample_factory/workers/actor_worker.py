@@ -19,6 +19,7 @@ learner copies out only the columns its policy acted in.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 import psutil
@@ -30,19 +31,38 @@ from sample_factory.runtime.component import Component
 from sample_factory.runtime.messages import (
     ACTIONS_READY,
     FREE_SLOTS,
-    REQUEST,
     RESEND,
-    ROLLOUT,
     SET_REWARD_SHAPING,
     Channels,
+    Message,
+    Request,
+    Rollout,
 )
 from sample_factory.runtime.shared_buffers import SlotPool, TrajectoryBuffers
-from sample_factory.workers.policy_mapping import checked_mapping, get_policy_mapping
+from sample_factory.workers.policy_mapping import PolicyMapping, checked_mapping, get_policy_mapping
 
 # Position T of a finished slot that the next slot starts from: inputs (and the observation dict), and (async) the
 # outputs already computed.
 _CARRY_INPUTS = ("is_first",)
 _CARRY_OUTPUTS = ("actions", "log_probs", "values", "policy_version", "policy_id")
+
+
+@dataclass
+class Split:
+    """One split of an actor worker: its envs and where its rollout stands. A plain dataclass, so it pickles with
+    the worker (serial-mode snapshots)."""
+
+    index: int  # within the worker (request_seq[worker, index]; final_obs row worker * num_splits + index)
+    group: EnvGroup  # the envs, stepped together
+    col_policy: np.ndarray  # [n] policy of every column (what policy_id[slot, t] gets at each request)
+    slot: int | None = None  # the slot being filled; None while waiting for the learner to return one
+    t: int = 0  # position in the slot of the latest request
+    carry: dict | None = None  # position T of the finished slot, until the next slot starts from it
+    request_time: float = 0.0  # when the outstanding request was sent; 0.0 while none is outstanding
+    seq: int = 0  # number of the latest request (policy workers drop answered re-sends)
+    last_request: tuple | None = None  # the latest request as sent (re-sent on RESEND)
+    wait_since: float = 0.0  # when it started waiting for a slot
+    answers_due: set[int] = field(default_factory=set)  # policies yet to answer the latest request
 
 
 class ActorWorker(Component):
@@ -52,8 +72,24 @@ class ActorWorker(Component):
         super().__init__(index, channels.actor[index], channels.report)
         self.gen = int(buffers.generation[index])  # > 0 when this worker replaces a crashed one
         self.cfg, self.buffers, self.channels = cfg, buffers, channels
-        self.T = cfg.rollout
+        self.rollout = cfg.rollout  # T: env steps per slot
         self.num_splits = cfg.worker_num_splits
+        self.num_policies = cfg.num_policies
+        # Everything below is set up by `init`, in the worker's own process.
+        self.pool: SlotPool | None = None
+        self.rng: np.random.Generator | None = None
+        self.splits: list[Split] = []
+        # draws each agent's policy where an env's agents play different policies; None: rotation per env
+        self.mapping: PolicyMapping | None = None
+        self.slot_holders: dict[int, int] = {}  # slot -> learners that still hold it
+        self.shaping: dict[int, dict[str, float]] = {}  # PBT: reward-shaping coefficients per policy
+        self.waiting: list[Split] = []  # splits parked until the learner returns a slot
+        self.env_steps = [0] * self.num_policies  # since the last progress report
+        self.episodes: list[list[tuple[float, int]]] = [[] for _ in range(self.num_policies)]
+        # numpy views of the shared tensors (bind_views): {name: array}, {obs key: array}, {obs key: array}
+        self.arrays: dict[str, np.ndarray] | None = None
+        self.obs_arrays: dict[str, np.ndarray] | None = None
+        self.final_obs_arrays: dict[str, np.ndarray] | None = None
 
     def init(self) -> None:
         cfg = self.cfg
@@ -68,30 +104,15 @@ class ActorWorker(Component):
         self.pool = SlotPool(self.buffers.slots_of_worker(self.index))
         base_seed = None if cfg.seed is None else cfg.seed * 1000 + cfg.env_seed_offset
         self.rng = np.random.default_rng(None if base_seed is None else base_seed + self.index)
-        self.groups = [self._make_group(s, base_seed) for s in range(self.num_splits)]
-        self.P = cfg.num_policies
-        num_agents = self.groups[0].num_agents
+        groups = [self._make_group(s, base_seed) for s in range(self.num_splits)]
+        self.splits = [Split(s, g, np.zeros(g.n, dtype=np.int64)) for s, g in enumerate(groups)]
+        num_agents = groups[0].num_agents
         # Agents of one env drawn separately (a registered mapping, or random mixing), or an env's agents together
         # passing to the next policy at each episode start.
-        mix = self.P > 1 and num_agents > 1 and cfg.pbt_mix_policies_in_one_env
+        mix = self.num_policies > 1 and num_agents > 1 and cfg.pbt_mix_policies_in_one_env
         self.mapping = get_policy_mapping(cfg.policy_mapping) if (mix or cfg.policy_mapping) else None
-        # [n] policy of every column of split s (what policy_id[slot, t] gets at each request)
-        self.col_policy = [np.zeros(self.groups[s].n, dtype=np.int64) for s in range(self.num_splits)]
-        self.answers_due: list[set[int]] = [set() for _ in range(self.num_splits)]  # policies yet to answer
-        self.slot_holders: dict[int, int] = {}  # slot -> learners that still hold it
-        self.shaping: dict[int, dict[str, float]] = {}  # PBT: reward-shaping coefficients per policy
-        self.slot: list[int | None] = [None] * self.num_splits
-        self.t = [0] * self.num_splits
-        self.carry: list[dict | None] = [None] * self.num_splits
-        self.waiting: list[int] = []  # splits parked until the learner returns a slot
-        self.request_time = [0.0] * self.num_splits
-        self.seq = [0] * self.num_splits
-        self.last_request: list[tuple | None] = [None] * self.num_splits
-        self.wait_since = [0.0] * self.num_splits
-        self.env_steps = [0] * self.cfg.num_policies
-        self.episodes: list[list[tuple[float, int]]] = [[] for _ in range(self.cfg.num_policies)]
-        for s in range(self.num_splits):
-            self._start_split(s)
+        for split in self.splits:
+            self._start_split(split)
         self.activity = "stepping envs"
 
     def _make_group(self, s: int, base_seed: int | None) -> EnvGroup:
@@ -111,89 +132,88 @@ class ActorWorker(Component):
                 envs[-1].action_space.seed(base_seed + env_idx)
         return EnvGroup(envs, seeds, env_ids=ids, action_bounds=cfg.action_bounds)
 
-    _view_attrs = ("np", "np_obs", "np_final_obs")
+    _view_attrs = ("arrays", "obs_arrays", "final_obs_arrays")
 
     def bind_views(self) -> None:
-        # numpy views of the shared tensors
-        self.np = {k: v.numpy() for k, v in self.buffers.tensors().items()}
-        self.np_obs = {k: v.numpy() for k, v in self.buffers.obs.items()}
-        self.np_final_obs = {k: v.numpy() for k, v in self.buffers.final_obs.items()}
+        self.arrays = {k: v.numpy() for k, v in self.buffers.tensors().items()}
+        self.obs_arrays = {k: v.numpy() for k, v in self.buffers.obs.items()}
+        self.final_obs_arrays = {k: v.numpy() for k, v in self.buffers.final_obs.items()}
 
-    def _start_split(self, s: int) -> None:
-        group = self.groups[s]
+    def _start_split(self, split: Split) -> None:
+        group = split.group
         group.reset()
         if self.cfg.decorrelate_envs_on_one_worker:
-            group.random_steps([int(self.rng.integers(0, 2 * self.T)) for _ in range(group.num_envs)])
+            group.random_steps([int(self.rng.integers(0, 2 * self.rollout)) for _ in range(group.num_envs)])
         slot = self.pool.acquire()
         assert slot is not None, "a fresh worker always has a slot per split"
-        self.slot[s], self.t[s] = slot, 0
-        if self.P > 1:
+        split.slot, split.t = slot, 0
+        if self.num_policies > 1:
             for i in range(group.num_envs):
-                self._draw_policies(s, i, first=True)
+                self._draw_policies(split, i, first=True)
         for k, v in group.obs.items():
-            self.np_obs[k][slot, 0] = v
-        self.np["is_first"][slot, 0] = True
-        self.np["rnn_states"][slot, 0] = 0.0
-        self._request(s, has_truncations=False)
+            self.obs_arrays[k][slot, 0] = v
+        self.arrays["is_first"][slot, 0] = True
+        self.arrays["rnn_states"][slot, 0] = 0.0
+        self._request(split, has_truncations=False)
 
-    def _draw_policies(self, s: int, env: int, first: bool = False) -> None:
-        """The policies of the agents of env `env` of split s for the episode it starts."""
-        A, group = self.groups[s].num_agents, self.groups[s]
+    def _draw_policies(self, split: Split, env: int, first: bool = False) -> None:
+        """The policies of the agents of env `env` of the split for the episode it starts."""
+        group, P = split.group, self.num_policies
+        A = group.num_agents
         cols = slice(env * A, (env + 1) * A)
         if self.mapping is not None:
-            ids = checked_mapping(self.mapping(group.env_ids[env], A, self.P, self.rng), A, self.P)
+            ids = checked_mapping(self.mapping(group.env_ids[env], A, P, self.rng), A, P)
         else:  # rotation: envs start spread over the policies
-            ids = group.env_ids[env] % self.P if first else (self.col_policy[s][env * A] + 1) % self.P
-        self.col_policy[s][cols] = ids
-        self._apply_shaping(s, env)
+            ids = group.env_ids[env] % P if first else (split.col_policy[env * A] + 1) % P
+        split.col_policy[cols] = ids
+        self._apply_shaping(split, env)
 
-    def _apply_shaping(self, s: int, env: int | None = None) -> None:
-        """Give the envs of split s (or only env `env`) the reward shaping of the policies controlling them."""
+    def _apply_shaping(self, split: Split, env: int | None = None) -> None:
+        """Give the envs of the split (or only env `env`) the reward shaping of the policies controlling them."""
         if not self.shaping:
             return
-        group = self.groups[s]
+        group = split.group
         A = group.num_agents
         for i in range(group.num_envs) if env is None else (env,):
             setter = group.envs[i].get_wrapper_attr("set_reward_shaping")
             for a in range(A):
-                p = int(self.col_policy[s][i * A + a])
+                p = int(split.col_policy[i * A + a])
                 if p in self.shaping:
                     setter(self.shaping[p], a)
 
-    def _request(self, s: int, has_truncations: bool) -> None:
-        slot, t = self.slot[s], self.t[s]
-        self.request_time[s] = time.monotonic()
-        self.seq[s] += 1
-        self.np["request_seq"][self.index, s] = self.seq[s]
-        pol = self.col_policy[s]
-        self.np["policy_id"][slot, t] = pol
-        if self.P == 1:
+    def _request(self, split: Split, has_truncations: bool) -> None:
+        slot, t, arrays = split.slot, split.t, self.arrays
+        split.request_time = time.monotonic()
+        split.seq += 1
+        arrays["request_seq"][self.index, split.index] = split.seq
+        pol = split.col_policy
+        arrays["policy_id"][slot, t] = pol
+        if self.num_policies == 1:
             due = {0}
         else:
             due = set(np.unique(pol).tolist())
             if has_truncations:  # V(final obs) is computed by the policy that acted at t - 1
-                b = self.np
-                due.update(np.unique(b["policy_id"][slot, t - 1][b["truncated"][slot, t - 1]]).tolist())
-        msg = (REQUEST, self.index, s, slot, t, has_truncations, self.gen, self.seq[s])
-        self.last_request[s] = msg
-        self.answers_due[s] = due
+                acted = arrays["policy_id"][slot, t - 1][arrays["truncated"][slot, t - 1]]
+                due.update(np.unique(acted).tolist())
+        msg = Request.wire(self.index, split.index, slot, t, has_truncations, self.gen, split.seq)
+        split.last_request = msg
+        split.answers_due = due
         for p in due:
             self.channels.policy[p].put(msg)
 
-    def on_message(self, msg: tuple) -> None:
-        kind = msg[0]
-        if kind in (ACTIONS_READY, FREE_SLOTS) and msg[2] != self.gen:
+    def on_message(self, msg: Message) -> None:
+        if msg.kind in (ACTIONS_READY, FREE_SLOTS) and msg.gen != self.gen:
             return  # addressed to the crashed worker this one replaced
-        if kind == ACTIONS_READY:
-            policy = msg[3]
-            for s, seq in msg[1]:
-                if seq == self.seq[s] and self.request_time[s]:  # a re-sent request may be answered twice
-                    self.answers_due[s].discard(policy)
-                    if not self.answers_due[s]:
-                        self._advance(s)
-        elif kind == FREE_SLOTS:
+        if msg.kind == ACTIONS_READY:
+            for s, seq in msg.splits:
+                split = self.splits[s]
+                if seq == split.seq and split.request_time:  # a re-sent request may be answered twice
+                    split.answers_due.discard(msg.policy_id)
+                    if not split.answers_due:
+                        self._advance(split)
+        elif msg.kind == FREE_SLOTS:
             returned = []
-            for slot in msg[1]:
+            for slot in msg.slots:
                 self.slot_holders[slot] -= 1
                 if self.slot_holders[slot] == 0:
                     del self.slot_holders[slot]
@@ -201,85 +221,84 @@ class ActorWorker(Component):
             self.pool.release(returned)
             while self.waiting and self.pool.free:
                 self._continue_in_new_slot(self.waiting.pop(0))
-        elif kind == SET_REWARD_SHAPING:
-            self.shaping[msg[1]] = msg[2]
-            if hasattr(self, "groups"):
-                for s in range(self.num_splits):
-                    self._apply_shaping(s)
-        elif kind == RESEND:
+        elif msg.kind == SET_REWARD_SHAPING:
+            self.shaping[msg.policy_id] = msg.coefficients
+            for split in self.splits:
+                self._apply_shaping(split)
+        elif msg.kind == RESEND:
             # A policy worker was restarted: requests it had taken are lost. Old ones are sent again.
             now = time.monotonic()
-            for s, msg_s in enumerate(self.last_request):
-                if self.request_time[s] and now - self.request_time[s] > 0.2:
-                    for p in self.answers_due[s]:
-                        self.channels.policy[p].put(msg_s)
-                    self.request_time[s] = now  # the replacement policy worker gets a full timeout
+            for split in self.splits:
+                if split.request_time and now - split.request_time > 0.2:
+                    for p in split.answers_due:
+                        self.channels.policy[p].put(split.last_request)
+                    split.request_time = now  # the replacement policy worker gets a full timeout
         else:
             raise RuntimeError(f"actor {self.index}: unexpected message {msg!r}")
 
-    def _advance(self, s: int) -> None:
-        self.request_time[s] = 0.0
-        if self.t[s] == self.T:
-            self._finish_rollout(s)
+    def _advance(self, split: Split) -> None:
+        split.request_time = 0.0
+        if split.t == self.rollout:
+            self._finish_rollout(split)
         else:
-            self._step_envs(s)
+            self._step_envs(split)
 
-    def _step_envs(self, s: int) -> None:
-        slot, t, group, b = self.slot[s], self.t[s], self.groups[s], self.np
+    def _step_envs(self, split: Split) -> None:
+        slot, t, group, arrays = split.slot, split.t, split.group, self.arrays
         with self.timing.add("env_step"):
-            finished = group.step(b["actions"][slot, t])
-        b["rewards"][slot, t] = group.rewards
-        b["dones"][slot, t] = group.dones
-        b["truncated"][slot, t] = group.truncated
+            finished = group.step(arrays["actions"][slot, t])
+        arrays["rewards"][slot, t] = group.rewards
+        arrays["dones"][slot, t] = group.dones
+        arrays["truncated"][slot, t] = group.truncated
         for k, v in group.obs.items():
-            self.np_obs[k][slot, t + 1] = v
-        b["is_first"][slot, t + 1] = group.first
-        b["active"][slot, t] = group.active
+            self.obs_arrays[k][slot, t + 1] = v
+        arrays["is_first"][slot, t + 1] = group.first
+        arrays["active"][slot, t] = group.active
         has_truncations = bool(group.truncated.any())
         if has_truncations:
-            split = self.index * self.num_splits + s
+            row = self.index * self.num_splits + split.index
             for k, v in group.final_obs.items():
-                self.np_final_obs[k][split] = v
-        pol = self.col_policy[s]  # the policies that acted in this step
-        if self.P == 1:
+                self.final_obs_arrays[k][row] = v
+        pol = split.col_policy  # the policies that acted in this step
+        if self.num_policies == 1:
             self.env_steps[0] += group.n
             self.episodes[0].extend(finished)
         else:
-            for p, count in enumerate(np.bincount(pol, minlength=self.P)):
+            for p, count in enumerate(np.bincount(pol, minlength=self.num_policies)):
                 self.env_steps[p] += int(count)
             for episode, col in zip(finished, group.finished_columns, strict=True):
                 self.episodes[pol[col]].append(episode)
             for i in np.flatnonzero(group.env_reset):
-                self._draw_policies(s, int(i))
-        self.t[s] = t + 1
-        self._request(s, has_truncations)
+                self._draw_policies(split, int(i))
+        split.t = t + 1
+        self._request(split, has_truncations)
 
-    def _finish_rollout(self, s: int) -> None:
-        slot, T = self.slot[s], self.T
+    def _finish_rollout(self, split: Split) -> None:
+        slot, T = split.slot, self.rollout
         # Keep position T before the slot leaves: the learner may return it and it may be reused at once.
         carry = {k: getattr(self.buffers, k)[slot, T].clone() for k in (*_CARRY_INPUTS, *_CARRY_OUTPUTS)}
         carry["obs"] = {k: v[slot, T].clone() for k, v in self.buffers.obs.items()}
         carry["rnn_in"] = self.buffers.rnn_states[slot, T].clone()
         carry["rnn_out"] = self.buffers.rnn_states[slot, T + 1].clone()
-        self.carry[s] = carry
+        split.carry = carry
         # the learners of every policy that acted at positions 0..T-1 (T only bootstraps)
-        holders = [0] if self.P == 1 else np.unique(self.np["policy_id"][slot, :T]).tolist()
+        holders = [0] if self.num_policies == 1 else np.unique(self.arrays["policy_id"][slot, :T]).tolist()
         self.slot_holders[slot] = len(holders)
         for p in holders:
-            self.channels.learner[p].put((ROLLOUT, self.index, slot, self.gen))
+            self.channels.learner[p].put(Rollout.wire(self.index, slot, self.gen))
         self._report_progress()
-        self.slot[s] = None
+        split.slot = None
         if self.pool.free:
-            self._continue_in_new_slot(s)
+            self._continue_in_new_slot(split)
         else:
-            self.wait_since[s] = time.monotonic()
-            self.waiting.append(s)
+            split.wait_since = time.monotonic()
+            self.waiting.append(split)
             self.activity = "waiting for a trajectory buffer"
 
-    def _continue_in_new_slot(self, s: int) -> None:
+    def _continue_in_new_slot(self, split: Split) -> None:
         slot = self.pool.acquire()
-        carry, buf = self.carry[s], self.buffers
-        self.slot[s], self.t[s], self.carry[s] = slot, 0, None
+        carry, buf = split.carry, self.buffers
+        split.slot, split.t, split.carry = slot, 0, None
         for k in _CARRY_INPUTS:
             getattr(buf, k)[slot, 0] = carry[k]
         for k, v in carry["obs"].items():
@@ -290,10 +309,10 @@ class ActorWorker(Component):
             for k in _CARRY_OUTPUTS:
                 getattr(buf, k)[slot, 0] = carry[k]
             buf.rnn_states[slot, 1] = carry["rnn_out"]
-            self._step_envs(s)
+            self._step_envs(split)
         else:
             # Synchronous PPO: act on position 0 again with the weights trained on the previous batch.
-            self._request(s, has_truncations=False)
+            self._request(split, has_truncations=False)
 
     def on_idle(self) -> None:
         now = time.monotonic()
@@ -301,22 +320,23 @@ class ActorWorker(Component):
         # Longer than the runner's detection of a hung policy worker (limit) plus its restart, so a policy-worker
         # hang costs one restart, not one per actor waiting on it.
         actions_limit = 2 * limit
-        for s in range(self.num_splits):
-            if self.request_time[s] and now - self.request_time[s] > actions_limit:
-                raise RuntimeError(f"split {s}: no actions from the policy workers for {actions_limit:.0f} s")
-        for s in self.waiting:
-            if now - self.wait_since[s] > limit:
-                raise RuntimeError(f"split {s}: no trajectory buffer returned by the learner for {limit:.0f} s")
+        for split in self.splits:
+            if split.request_time and now - split.request_time > actions_limit:
+                raise RuntimeError(f"split {split.index}: no actions from the policy workers for {actions_limit:.0f} s")
+        for split in self.waiting:
+            if now - split.wait_since > limit:
+                raise RuntimeError(
+                    f"split {split.index}: no trajectory buffer returned by the learner for {limit:.0f} s"
+                )
 
     def _report_progress(self) -> None:
         """Sent once per finished rollout (not on a timer), so serial runs stop at the same point every time."""
-        for p in range(self.cfg.num_policies):
+        for p in range(self.num_policies):
             if self.env_steps[p] or self.episodes[p]:
                 self.report("samples", (p, self.env_steps[p], self.episodes[p]))
                 self.env_steps[p], self.episodes[p] = 0, []
 
     def finish(self) -> None:
-        if hasattr(self, "groups"):
-            self._report_progress()
-            for g in self.groups:
-                g.close()
+        self._report_progress()
+        for split in self.splits:
+            split.group.close()

@@ -13,8 +13,10 @@ import collections
 import copy
 import math
 import time
+from typing import NamedTuple
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from sample_factory.algo.registry import make_algorithm
@@ -32,8 +34,17 @@ from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.pbt.population import apply_hyperparams
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import torch_device
-from sample_factory.runtime.messages import FREE_SLOTS, PBT_UPDATE, ROLLOUT, SAVE_BEST, SAVE_NOW, Channels
+from sample_factory.runtime.messages import PBT_UPDATE, ROLLOUT, SAVE_BEST, SAVE_NOW, Channels, FreeSlots, Message
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
+
+
+class PendingRollout(NamedTuple):
+    """A finished slot waiting to be trained on."""
+
+    slot: int
+    actor_idx: int
+    gen: int  # the actor worker's generation when it sent the slot
+    cols: torch.Tensor  # [k] columns of the slot this policy acted in
 
 
 class Learner(Component):
@@ -68,6 +79,9 @@ class Learner(Component):
         # learner, one of them then trains on what it has, so the actors always get slots back.
         filling = cfg.num_workers * cfg.worker_num_splits
         self.max_held_slots = max(1, (buffers.spec.num_slots - filling) // cfg.num_policies)
+        self.pending: list[PendingRollout] = []  # oldest first
+        self.discarded_rollouts = 0
+        self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
 
     def init(self) -> None:
         cfg = self.cfg
@@ -97,41 +111,36 @@ class Learner(Component):
         if best:
             self.report("best_metric", best_metric_of(best[-1]))
         self.weights.publish(self.model, self.version)
-        # (slot, actor_idx, actor generation, columns this policy acted in)
-        self.pending: list[tuple[int, int, int, torch.Tensor]] = []
         self.bind_views()
-        self.discarded_rollouts = 0
         self.last_save = self.last_milestone = time.monotonic()
         self.activity = "waiting for rollouts"
-        self.ready = True  # only a learner that started properly may write checkpoints
 
     _view_attrs = ("generation",)
 
     def bind_views(self) -> None:
         self.generation = self.buffers.generation.numpy()
 
-    def on_message(self, msg: tuple) -> None:
-        if msg[0] == ROLLOUT:
-            _, actor_idx, slot, gen = msg
+    def on_message(self, msg: Message) -> None:
+        if msg.kind == ROLLOUT:
             if self.cfg.num_policies == 1:
                 cols = self.all_columns
             else:  # a slot of several policies: only the trajectories this policy acted in
-                own = (self.buffers.policy_id[slot, :-1] == self.policy_id).any(0)  # [n]
+                own = (self.buffers.policy_id[msg.slot, :-1] == self.policy_id).any(0)  # [n]
                 cols = torch.nonzero(own).squeeze(1)
-            self.pending.append((slot, actor_idx, gen, cols))
-        elif msg[0] == SAVE_NOW:
+            self.pending.append(PendingRollout(msg.slot, msg.actor_idx, msg.gen, cols))
+        elif msg.kind == SAVE_NOW:
             self.save()
-        elif msg[0] == SAVE_BEST:
-            path = save_best_checkpoint(self.ckpt_dir, self._state(), self.version, self.env_steps, msg[1])
+        elif msg.kind == SAVE_BEST:
+            path = save_best_checkpoint(self.ckpt_dir, self._state(), self.version, self.env_steps, msg.metric_value)
             self.report("best_checkpoint", str(path))
-        elif msg[0] == PBT_UPDATE:
-            self._pbt_update(msg[1], msg[2])
+        elif msg.kind == PBT_UPDATE:
+            self._pbt_update(msg.hyperparams, msg.source_policy)
         else:
             raise RuntimeError(f"learner {self.policy_id}: unexpected message {msg!r}")
 
     def _drop_stale(self) -> None:
         """Rollouts of an actor worker that crashed and was replaced: its slots now belong to the new worker."""
-        fresh = [p for p in self.pending if p[2] == self.generation[p[1]]]
+        fresh = [p for p in self.pending if p.gen == self.generation[p.actor_idx]]
         if len(fresh) != len(self.pending):
             self.discarded_rollouts += len(self.pending) - len(fresh)
             self.report("discarded_rollouts", len(self.pending) - len(fresh))
@@ -150,11 +159,11 @@ class Learner(Component):
             self.last_milestone = now
             save_milestone(self.ckpt_dir, self._state(), self.version, self.env_steps)
 
-    def _take_iteration(self) -> list[tuple] | None:
+    def _take_iteration(self) -> list[PendingRollout] | None:
         """The oldest pending slots that hold an iteration's worth of this policy's trajectories, if there are."""
         count = 0
         for i, p in enumerate(self.pending):
-            count += len(p[3])
+            count += len(p.cols)
             if count >= self.columns_per_iteration:
                 taken, self.pending = self.pending[: i + 1], self.pending[i + 1 :]
                 return taken
@@ -163,11 +172,11 @@ class Learner(Component):
             return taken
         return None
 
-    def _iteration(self, taken: list[tuple]) -> None:
+    def _iteration(self, taken: list[PendingRollout]) -> None:
         self.activity = "copying a batch"
         with self.timing.add("copy_batch"):
-            columns = None if self.cfg.num_policies == 1 else [p[3] for p in taken]
-            batch = self.buffers.gather([p[0] for p in taken], columns, self.batch_keys)
+            columns = None if self.cfg.num_policies == 1 else [p.cols for p in taken]
+            batch = self.buffers.gather([p.slot for p in taken], columns, self.batch_keys)
             if self.cfg.async_rl or self.cfg.sampler_only:
                 self._return_slots(taken)  # collection continues while we train
         if self.cfg.num_policies == 1:
@@ -179,11 +188,11 @@ class Learner(Component):
             self.report("train", {"samples": samples, "env_steps": self.env_steps, "version": self.version})
             return
         self.activity = "training"
-        t0 = time.perf_counter()
+        trained_before = self.timing.get("train", 0.0)
         with self.timing.add("train"):
             self.algo.update_learning_rate(self.env_steps)
             stats, self.version = self.algo.train(batch, self.version, self.policy_id)
-        train_time = time.perf_counter() - t0
+        train_time = self.timing["train"] - trained_before
         if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:
             raise RuntimeError(
                 f"{self.algo.consecutive_skipped} consecutive updates had a NaN/inf loss or gradient "
@@ -209,12 +218,12 @@ class Learner(Component):
             self.version += 1
             self.weights.publish(self.model, self.version)
 
-    def _return_slots(self, taken: list[tuple]) -> None:
-        by_worker: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
-        for slot, actor_idx, gen, _ in taken:
-            by_worker[actor_idx, gen].append(slot)
-        for (w, gen), slots in by_worker.items():
-            self.channels.actor[w].put((FREE_SLOTS, slots, gen))
+    def _return_slots(self, taken: list[PendingRollout]) -> None:
+        by_worker: dict[tuple[int, int], list[int]] = collections.defaultdict(list)  # (actor_idx, gen) -> slots
+        for p in taken:
+            by_worker[p.actor_idx, p.gen].append(p.slot)
+        for (actor_idx, gen), slots in by_worker.items():
+            self.channels.actor[actor_idx].put(FreeSlots.wire(slots, gen))
 
     def _state(self) -> dict:
         """Everything needed to continue training exactly: weights, algorithm state (optimizer), counters, RNG."""
@@ -237,5 +246,6 @@ class Learner(Component):
         self.report("checkpoint", str(path))
 
     def finish(self) -> None:
-        if getattr(self, "ready", False) and not self.cfg.evaluation_run:
+        # only a learner that started properly may write checkpoints
+        if self.initialized and not self.cfg.evaluation_run:
             self.save()

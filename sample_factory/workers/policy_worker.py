@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from sample_factory.algo.registry import algorithm_class
@@ -15,7 +16,7 @@ from sample_factory.envs.spaces import ACTION_MASK_KEY
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import torch_device
-from sample_factory.runtime.messages import ACTIONS_READY, REQUEST, STOP, Channels
+from sample_factory.runtime.messages import REQUEST, STOP, ActionsReady, Channels, Request, Stop, decode
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
 
 
@@ -37,6 +38,18 @@ class PolicyWorker(Component):
         self.cfg, self.policy_id, self.buffers, self.channels = cfg, policy_id, buffers, channels
         self.weights, self.obs_space, self.action_space = weights, obs_space, action_space
         self.num_splits = cfg.worker_num_splits
+        self.multi_policy = cfg.num_policies > 1
+        self.all_columns = torch.arange(buffers.spec.agents_per_split)
+        self.requests_served = 0  # since the last "inference" report
+        self.batches = 0  # since the last "inference" report
+        # Set up by `init`, in the worker's own process.
+        self.device: torch.device | None = None
+        self.model: ActorCritic | None = None
+        self.version = -1  # of the weights in self.model
+        self.deterministic = False
+        # Shared views (bind_views): actor generations [num_workers], latest request numbers [num_workers, splits]
+        self.generation: np.ndarray | None = None
+        self.request_seq: np.ndarray | None = None
 
     def init(self) -> None:
         self.device = torch_device(self.cfg.device)
@@ -45,31 +58,31 @@ class PolicyWorker(Component):
         self.algo = algorithm_class(self.cfg)  # the class: how to act (act, values), no training state
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
         self.bind_views()
-        self.multi_policy = self.cfg.num_policies > 1
-        self.all_columns = torch.arange(self.buffers.spec.agents_per_split)
-        self.requests_served = 0
-        self.batches = 0
         self.activity = "waiting for requests"
 
     _view_attrs = ("generation", "request_seq")
 
     def bind_views(self) -> None:
-        # Shared views: which requests are still current.
         self.generation = self.buffers.generation.numpy()
         self.request_seq = self.buffers.request_seq.numpy()
 
-    def on_messages(self, msgs: list) -> None:
-        gen, seq = self.generation, self.request_seq
-        # (REQUEST, actor, split, slot, t, has_truncations, gen, seq): drop those of replaced workers and
-        # re-sent duplicates that were already answered.
-        requests = [m for m in msgs if m[0] == REQUEST and m[6] == gen[m[1]] and m[7] == seq[m[1], m[2]]]
-        if any(m[0] != REQUEST for m in msgs):
-            others = [m for m in msgs if m[0] != REQUEST]
-            stops = [m for m in others if m[0] == STOP]
+    def on_messages(self, msgs: list[tuple]) -> None:
+        # Plain ints (copied once per batch) compare faster than numpy scalars: this runs per request.
+        gen, seq = self.generation.tolist(), self.request_seq.tolist()
+        requests: list[Request] = []
+        others = []
+        for m in map(decode, msgs):
+            if m.kind != REQUEST:
+                others.append(m)
+            elif m.gen == gen[m.actor_idx] and m.seq == seq[m.actor_idx][m.split_idx]:
+                requests.append(m)  # neither from a replaced worker nor a re-send that was already answered
+        if others:
+            stops = [m for m in others if m.kind == STOP]
             # The inbox is shared by this policy's workers: pass on STOPs meant for the others.
-            for extra in stops[1:]:
-                self.inbox.put(extra)
-            super().on_messages([m for m in others if m[0] != STOP] + stops[:1])
+            for _ in stops[1:]:
+                self.inbox.put(Stop.wire())
+            for m in [m for m in others if m.kind != STOP] + stops[:1]:
+                self.handle(m)
         if requests:
             self.activity = "inference"
             with self.timing.add("weight_update"):
@@ -93,13 +106,13 @@ class PolicyWorker(Component):
         return self.all_columns if mine is None else torch.nonzero(mine).squeeze(1)
 
     @torch.inference_mode()
-    def _serve(self, requests: list[tuple]) -> None:
+    def _serve(self, requests: list[Request]) -> None:
         b, dev = self.buffers, self.device
-        cols = [self._columns(r[3], r[4]) for r in requests]
+        cols = [self._columns(r.slot, r.t) for r in requests]
         counts = torch.tensor([len(c) for c in cols])
         # one row per (request, column): flat indices into the [S, T+1, n] slot tensors
-        si = torch.tensor([r[3] for r in requests]).repeat_interleave(counts)
-        ti = torch.tensor([r[4] for r in requests]).repeat_interleave(counts)
+        si = torch.tensor([r.slot for r in requests]).repeat_interleave(counts)
+        ti = torch.tensor([r.t for r in requests]).repeat_interleave(counts)
         ci = torch.cat(cols)
         N = ci.numel()
         if N:
@@ -118,25 +131,26 @@ class PolicyWorker(Component):
             if h_new is not None:
                 b.rnn_states[si, ti + 1, ci] = h_new.cpu()
         for r in requests:
-            if r[5]:
+            if r.has_truncations:
                 self._final_values(r)
+        # (actor_idx, gen) -> [(split_idx, seq), ...] answered
         ready: dict[tuple[int, int], list[tuple[int, int]]] = collections.defaultdict(list)
         for r in requests:
-            ready[r[1], r[6]].append((r[2], r[7]))
+            ready[r.actor_idx, r.gen].append((r.split_idx, r.seq))
         for (actor_idx, gen), splits in ready.items():
-            self.channels.actor[actor_idx].put((ACTIONS_READY, splits, gen, self.policy_id))
+            self.channels.actor[actor_idx].put(ActionsReady.wire(splits, gen, self.policy_id))
         self.requests_served += len(requests)
         self.batches += 1
 
-    def _final_values(self, request: tuple) -> None:
+    def _final_values(self, request: Request) -> None:
         """V(final observation) of this policy's agents whose episode was truncated at step t - 1 (value
         bootstrap). Other columns keep stale values; the learner only reads final_values where truncated."""
-        _, actor_idx, split_idx, slot, t = request[:5]
+        slot, t = request.slot, request.t
         b = self.buffers
         cols = self._columns(slot, t - 1, within=b.truncated[slot, t - 1])
         if not cols.numel():
             return
-        split = actor_idx * self.num_splits + split_idx
+        split = request.actor_idx * self.num_splits + request.split_idx
         final_obs = {k: v[split, cols].to(self.device) for k, v in b.final_obs.items()}  # {key: [k, *shape]}
         h = b.rnn_states[slot, t, cols].to(self.device) if self.model.recurrent else None  # state before the reset
         b.final_values[slot, t - 1, cols] = self.algo.values(self.cfg, self.model, final_obs, h).cpu()
