@@ -142,3 +142,11 @@ def test_the_checker_sees_real_imports():
     assert "sample_factory.runner" in _imports(
         MODULES["sample_factory.evaluation.enjoy"], "sample_factory.evaluation.enjoy", True
     )
+
+
+def test_tests_mirror_the_package_layout():
+    """tests/<name>/ holds the tests of sample_factory/<name>/; only cross-cutting suites live elsewhere."""
+    cross_cutting = {"integration", "reliability"}  # whole runs; faults injected into whole runs
+    test_dirs = {p.name for p in PACKAGE.parent.joinpath("tests").iterdir() if (p / "__init__.py").exists()}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert test_dirs - cross_cutting <= packages, f"test folders with no package: {sorted(test_dirs - packages)}"

@@ -24,7 +24,7 @@ from sample_factory.train import main as train_main
 from tests.policy_helpers import fake_experiment, one_torch_thread
 from tests.render_envs import ENV_ID as RENDER_ENV_ID
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN = [
     "--env=CartPole-v1",
     "--serial_mode=True",

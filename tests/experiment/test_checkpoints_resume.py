@@ -23,7 +23,7 @@ from sample_factory.runtime.messages import SAVE_BEST, SaveBest, decode
 from sample_factory.train import main as train_main
 from tests.policy_helpers import Run, one_torch_thread
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SERIAL = [
     "--env=CartPole-v1",
     "--serial_mode=True",

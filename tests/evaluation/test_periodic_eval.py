@@ -14,7 +14,7 @@ import pytest
 from sample_factory.tools.plot import read_scalars
 from tests.policy_helpers import Run
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EVALUATED = re.compile(r"evaluation at (\d+) env steps: reward (-?[\d.]+) \+- ([\d.]+) over (\d+) episodes")
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from sample_factory.config.reference import fields_module, markdown_reference
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_config_reference_is_up_to_date():
