@@ -1,7 +1,8 @@
 """Population-based training in the running system: the runner feeds each learner's training reports to the pure
-PBT logic (pbt.py) and sends the decisions to the learners (PBT_UPDATE: new hyperparameters, and for a replacement
-the policy whose published weights the target loads). PBT state is written as <experiment>/pbt_p<id>.json after
-every decision and at the end, restored on resume, and logged to TensorBoard (pbt/*)."""
+PBT logic (pbt/population.py) and sends the decisions to the learners (PBT_UPDATE: new hyperparameters, and for a
+replacement the policy whose published weights the target loads). PBT state is written as
+<experiment>/pbt_p<id>.json after every decision and at the end, restored on resume, and logged to TensorBoard
+(pbt/*)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Only small tuples travel here (buffer indices, counts, reports); observations and actions live in the shared
 trajectory tensors (shared_buffers.py). Components see the `Channel` interface only, so the same component code
-runs with faster-fifo queues between processes or with in-process deques in serial mode.
+runs with Unix sockets (the default) or faster-fifo queues between processes, or with in-process deques in
+serial mode.
 
 Message formats: one NamedTuple per kind below, the first field being the kind. On the wire they are plain tuples
 built by `Request.wire(...)` etc. (a pickled NamedTuple would also carry its class path: 55 bytes against 30 for a

@@ -12,8 +12,9 @@ stepped in lockstep for T steps. Slot tensors (S slots in total, T = --rollout):
     log_probs       [S, T+1, n]    f32       behaviour log-probability of the action
     values          [S, T+1, n]    f32       behaviour value estimate
     policy_version  [S, T+1, n]    i64       version of the weights that produced the action
-    policy_id       [S, T+1, n]    i64       the policy that acts at position t (several policies share slots
-                                             only in multi-agent envs with mixing; the learner masks the others)
+    policy_id       [S, T+1, n]    i64       the policy that acts at position t (with several policies a column
+                                             passes to another policy at an episode start, and agents of one env
+                                             may be mixed; each learner masks the others' steps)
     rewards         [S, T, n]      f32       raw env reward of step t
     dones           [S, T, n]      bool      step t ended the episode (terminated or truncated)
     truncated       [S, T, n]      bool      step t ended the episode by a time limit
