@@ -127,6 +127,16 @@ def test_classic_control_preset_applies_only_to_untyped_flags():
     assert cfg.recurrence == 1
 
 
+def test_mountain_car_gets_the_classic_preset_plus_exploration():
+    """MountainCar's sparse goal: the classic settings, normalized inputs and an entropy bonus (presets.py)."""
+    cfg = parse_cfg(["--env=MountainCar-v0"])
+    assert cfg.preset == "sparse_classic_control"
+    assert cfg.normalize_input is True and cfg.exploration_loss_coeff == 0.02
+    assert PRESETS["classic_control"]["exploration_loss_coeff"] == 0.0  # the other classic envs are unchanged
+    assert cfg.num_envs_per_worker == PRESETS["classic_control"]["num_envs_per_worker"]
+    assert parse_cfg(["--env=MountainCar-v0", "--exploration_loss_coeff=0"]).exploration_loss_coeff == 0.0
+
+
 def test_preset_typed_value_equal_to_default_is_kept():
     # Typing a flag with its plain default value must still win over the preset.
     cfg = parse_cfg(
