@@ -27,45 +27,61 @@ GRU_BUDGET = 400_000
 LSTM_BUDGET = 500_000
 
 
+# A run that does not learn is retried once in a fresh folder: these runs are multi-process and unseeded, and a
+# small fraction of curves collapse on the way (a fresh-clone CI run on 2026-11-23: GRU peaked at 400 at 176k env
+# steps, then fell to ~300; the next 4 runs reached 450 at 172k-221k). A regression that stops learning fails both
+# attempts; a crash, a stall or a leftover process fails the first.
+ATTEMPTS = 2
+
+
 def learn(train_run, tmp_path, args: list[str], budget: int, timeout: float) -> None:
     """Train with `args` for at most `budget` env steps; the best mean reward within the budget must reach the
-    target. Checks exit code, training progress and leftovers too."""
-    run = train_run(["--num_workers=2", f"--train_for_env_steps={budget}", "--report_interval_sec=1", *args], tmp_path)
-    rc = run.wait(timeout=timeout)
-    assert rc == 0, run.describe()
-    assert (progress_samples_trained(run) or 0) > 0, run.describe()
+    target (in one of ATTEMPTS runs). Checks exit code, training progress and leftovers of every run."""
+    for attempt in range(1, ATTEMPTS + 1):
+        run = train_run(
+            ["--num_workers=2", f"--train_for_env_steps={budget}", "--report_interval_sec=1", *args],
+            tmp_path / f"attempt{attempt}",
+        )
+        rc = run.wait(timeout=timeout)
+        assert rc == 0, run.describe()
+        assert (progress_samples_trained(run) or 0) > 0, run.describe()
+        run.assert_no_leftovers()
+        curve = [(int(r["env_steps"]), float(r["reward_p0"])) for r in run.progress_rows()]
+        within = [(s, r) for s, r in curve if s <= budget and not math.isnan(r)]
+        best = max((r for _, r in within), default=float("nan"))
+        if best >= TARGET_REWARD:
+            reached = min(s for s, r in within if r >= TARGET_REWARD)
+            elapsed = time.monotonic() - run.started
+            print(
+                f"mean reward {TARGET_REWARD:.0f} reached at {reached} env steps ({elapsed:.0f} s, attempt {attempt})"
+            )
+            return
+        shown = ", ".join(f"{s}:{r:.0f}" for s, r in curve)
+        print(f"attempt {attempt}: best mean reward {best:.1f} < {TARGET_REWARD} within {budget} steps; curve {shown}")
+    raise AssertionError(f"no run reached mean reward {TARGET_REWARD} within {budget} env steps in {ATTEMPTS} attempts")
 
-    curve = [(int(r["env_steps"]), float(r["reward_p0"])) for r in run.progress_rows()]
-    within = [(s, r) for s, r in curve if s <= budget and not math.isnan(r)]
-    best = max((r for _, r in within), default=float("nan"))
-    shown = ", ".join(f"{s}:{r:.0f}" for s, r in curve)
-    assert best >= TARGET_REWARD, f"best mean reward {best:.1f} < {TARGET_REWARD} within {budget} steps; curve {shown}"
-    reached = min(s for s, r in within if r >= TARGET_REWARD)
-    print(f"mean reward {TARGET_REWARD:.0f} reached at {reached} env steps ({time.monotonic() - run.started:.0f} s)")
-    run.assert_no_leftovers()
 
-
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(800)
 def test_learning(tmp_path, train_run):
-    learn(train_run, tmp_path / "td", [], BUDGET, timeout=380)
+    learn(train_run, tmp_path, [], BUDGET, timeout=380)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_learning_gru(tmp_path, train_run):
     learn(
         train_run,
-        tmp_path / "td",
+        tmp_path,
         [*RNN_FLAGS, "--rnn_type=gru", f"--stop_at_reward={TARGET_REWARD}"],
         GRU_BUDGET,
         timeout=280,
     )
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_learning_lstm(tmp_path, train_run):
     learn(
         train_run,
-        tmp_path / "td",
+        tmp_path,
         [*RNN_FLAGS, "--rnn_type=lstm", f"--stop_at_reward={TARGET_REWARD}"],
         LSTM_BUDGET,
         timeout=280,
