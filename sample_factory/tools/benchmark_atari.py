@@ -27,17 +27,21 @@ _FPS10 = re.compile(r"FPS 10s/60s/300s: ([\d.]+)/")
 
 
 def _step_randomly(env_name: str, seconds: float, out) -> None:
-    from sample_factory.envs.env_utils import make_env
+    try:
+        from sample_factory.envs.env_utils import make_env
 
-    env = make_env(parse_cfg([f"--env={env_name}"]))
-    env.reset(seed=0)
-    steps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        _, _, term, trunc, _ = env.step(env.action_space.sample())
-        steps += 1
-        if term or trunc:
-            env.reset()
-    out.put(steps / (time.perf_counter() - t0))
+        env = make_env(parse_cfg([f"--env={env_name}"]))
+        env.reset(seed=0)
+        steps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            steps += 1
+            if term or trunc:
+                env.reset()
+        out.put(steps / (time.perf_counter() - t0))
+    except BaseException as e:  # the parent waits on the queue: tell it, rather than let it time out
+        out.put(f"{type(e).__name__}: {e}")
+        raise
 
 
 def raw_ceiling(env_name: str, processes: int, seconds: float) -> float:
@@ -49,6 +53,9 @@ def raw_ceiling(env_name: str, processes: int, seconds: float) -> float:
     rates = [q.get(timeout=seconds + 120) for _ in procs]
     for p in procs:
         p.join()
+    errors = [r for r in rates if isinstance(r, str)]
+    if errors:
+        raise RuntimeError(f"stepping {env_name} failed in {len(errors)} of {processes} processes: {errors[0]}")
     return sum(rates)
 
 
@@ -56,8 +63,9 @@ def run_train(args: list[str], seconds: float) -> tuple[dict, list[str]]:
     with tempfile.TemporaryDirectory() as td:
         cmd = [sys.executable, str(REPO / "train.py"), f"--train_dir={td}", "--experiment=bench"]
         cmd += [f"--train_for_seconds={seconds}", "--report_interval_sec=2", *args]
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO).stdout.splitlines()
-    result = {}
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    out = proc.stdout.splitlines()
+    result = {"rc": proc.returncode, "stderr_tail": proc.stderr.splitlines()[-3:]}
     for line in out:
         if m := _DONE.search(line):
             result.update(env_steps=int(m.group(1)), seconds=float(m.group(2)), fps=int(m.group(3)))

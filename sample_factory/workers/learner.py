@@ -104,8 +104,11 @@ class Learner(Component):
             self.model.load_state_dict(state["model"])
             self.algo.load_state_dict(state["algo"])
             self.version, self.env_steps = state["policy_version"], state["env_steps"]
+            # map_location moved every tensor to self.device; the RNG states are CPU byte tensors.
             if "rng" in state:
-                torch.set_rng_state(state["rng"])
+                torch.set_rng_state(state["rng"].cpu())
+            if "cuda_rng" in state and self.device.type == "cuda":
+                torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
             self.report("resumed", {"path": str(path), "env_steps": self.env_steps, "version": self.version})
         best = list_best_checkpoints(self.ckpt_dir)
         if best:
@@ -227,7 +230,7 @@ class Learner(Component):
 
     def _state(self) -> dict:
         """Everything needed to continue training exactly: weights, algorithm state (optimizer), counters, RNG."""
-        return {
+        state = {
             "model": self.model.state_dict(),
             "algo": self.algo.state_dict(),
             "policy_version": self.version,
@@ -235,6 +238,9 @@ class Learner(Component):
             "rng": torch.get_rng_state(),
             "cfg": vars(self.cfg),
         }
+        if self.device.type == "cuda":  # minibatch permutations are drawn on the training device
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return state
 
     def save(self) -> None:
         self.activity = "saving a checkpoint"

@@ -1,0 +1,99 @@
+"""The CUDA paths, end to end: policy workers and learners on the GPU, in separate processes and in serial mode.
+
+Skipped without a CUDA GPU (CI has none); run on a GPU machine with `pytest tests/integration/test_cuda.py`.
+What each test checks is what only a GPU run can break: tensors crossing between shared CPU memory and the
+device (rollouts in, actions and weights out), checkpoints written from GPU tensors and loaded on a CPU-only
+machine, several CUDA processes (one per policy worker and learner) at once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from sample_factory.evaluation.policy_api import load_policy
+from tests.integration.conftest import progress_samples_trained
+from tests.integration.test_learning import BUDGET, RNN_FLAGS, TARGET_REWARD, learn
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.timeout(800)
+def test_learning_on_gpu(tmp_path, train_run):
+    """CartPole reaches the CPU tests' target within the same budget with policy worker and learner on CUDA."""
+    learn(train_run, tmp_path, ["--device=gpu"], BUDGET, timeout=380)
+
+
+@pytest.mark.timeout(600)
+def test_rnn_learning_on_gpu(tmp_path, train_run):
+    learn(
+        train_run,
+        tmp_path,
+        ["--device=gpu", *RNN_FLAGS, "--rnn_type=gru", f"--stop_at_reward={TARGET_REWARD}"],
+        BUDGET,
+        timeout=280,
+    )
+
+
+def _short_run(train_run, tmp_path, args: list[str], env_id: str = "CartPole-v1", steps: int = 40_000):
+    run = train_run(
+        ["--device=gpu", f"--train_for_env_steps={steps}", "--report_interval_sec=1", *args], tmp_path, env_id=env_id
+    )
+    rc = run.wait(timeout=240)
+    assert rc == 0, run.describe()
+    assert (progress_samples_trained(run) or 0) > 0, run.describe()
+    run.assert_no_leftovers()
+    return run
+
+
+@pytest.mark.timeout(300)
+def test_gpu_checkpoint_loads_on_cpu(tmp_path, train_run):
+    """A checkpoint trained on the GPU gives the same greedy actions on the CPU (map_location on load)."""
+    run = _short_run(train_run, tmp_path, ["--num_workers=2", "--use_rnn=True", "--rnn_size=32"])
+    assert run.checkpoints(), run.describe()
+    cpu = load_policy("x", train_dir=tmp_path, device="cpu")
+    gpu = load_policy("x", train_dir=tmp_path, device="cuda")
+    obs = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    a_cpu, h_cpu = cpu.act_batch(obs, cpu.initial_state(64), deterministic=True)
+    a_gpu, h_gpu = gpu.act_batch(obs, gpu.initial_state(64), deterministic=True)
+    np.testing.assert_array_equal(a_cpu, a_gpu)
+    np.testing.assert_allclose(h_cpu, h_gpu, atol=1e-4)
+
+
+@pytest.mark.timeout(300)
+def test_serial_mode_on_gpu(tmp_path, train_run):
+    _short_run(train_run, tmp_path, ["--serial_mode=True", "--num_workers=1", "--seed=1"], steps=20_000)
+
+
+@pytest.mark.timeout(400)
+def test_two_policies_with_pbt_on_gpu(tmp_path, train_run):
+    """Two learners and two policy workers, each its own CUDA context, with PBT exchanging weights."""
+    _short_run(
+        train_run,
+        tmp_path,
+        ["--num_workers=2", "--num_policies=2", "--with_pbt=True", "--pbt_period_env_steps=10000"],
+        steps=60_000,
+    )
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.skipif(importlib.util.find_spec("ale_py") is None, reason="needs ale-py (the [atari] extra)")
+def test_atari_conv_net_on_gpu(tmp_path, train_run):
+    """The Atari preset (uint8 frames, conv encoder) on CUDA: frames cross to the device as uint8."""
+    _short_run(train_run, tmp_path, ["--num_workers=2", "--num_envs_per_worker=4"], env_id="atari_pong", steps=20_000)
+
+
+@pytest.mark.timeout(400)
+def test_resume_on_gpu_and_on_cpu(tmp_path, train_run):
+    """A GPU run's checkpoint resumes on the GPU (its RNG states were mapped to CUDA on load: a real bug once) and
+    on the CPU."""
+    args = ["--num_workers=2", "--report_interval_sec=1"]
+    for i, (device, steps) in enumerate((("gpu", 30_000), ("gpu", 60_000), ("cpu", 90_000))):
+        run = train_run([*args, f"--device={device}", f"--train_for_env_steps={steps}"], tmp_path)
+        assert run.wait(timeout=200) == 0, run.describe()
+        run.assert_no_leftovers()
+        assert (progress_samples_trained(run) or 0) > 0, run.describe()
+        assert i == 0 or "resuming" in run.output, run.describe()
