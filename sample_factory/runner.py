@@ -343,8 +343,9 @@ class Runner:
                 self.stop_reason = f"evaluated {cfg.max_num_episodes} episodes"
             elif self.progress.total_env_steps() - sum(self.progress.resumed_steps) >= cfg.max_num_frames:
                 self.stop_reason = f"evaluated {int(cfg.max_num_frames)} env steps"
-        if self.progress.total_env_steps() >= cfg.train_for_env_steps:
-            self.stop_reason = f"reached {cfg.train_for_env_steps} env steps"
+        if self.progress.budget_env_steps() >= cfg.train_for_env_steps:
+            per_policy = " per policy" if cfg.num_policies > 1 else ""
+            self.stop_reason = f"reached {cfg.train_for_env_steps} env steps{per_policy}"
         elif now - self.start_time >= cfg.train_for_seconds:
             self.stop_reason = f"reached {cfg.train_for_seconds} s"
         elif cfg.stop_at_reward is not None and self.progress.solved(cfg.stop_at_reward):

@@ -110,3 +110,20 @@ class Run:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the session this test started, by its id
             self.proc.wait(10)
         self.reader.join(10)
+
+
+def assert_cpu_and_cuda_agree(experiment: str, train_dir: Path, batch: int):
+    """The experiment's policy loaded on the CPU and on CUDA gives the same greedy actions and (nearly) the same
+    recurrent state on a batch of random CartPole-sized observations; returns the CUDA policy."""
+    import numpy as np
+
+    from sample_factory.evaluation.policy_api import load_policy
+
+    cpu = load_policy(experiment, train_dir=train_dir, device="cpu")
+    gpu = load_policy(experiment, train_dir=train_dir, device="cuda")
+    obs = np.random.default_rng(0).standard_normal((batch, 4)).astype(np.float32)
+    a_cpu, h_cpu = cpu.act_batch(obs, cpu.initial_state(batch), deterministic=True)
+    a_gpu, h_gpu = gpu.act_batch(obs, gpu.initial_state(batch), deterministic=True)
+    np.testing.assert_array_equal(a_cpu, a_gpu)
+    np.testing.assert_allclose(h_cpu, h_gpu, atol=1e-4)
+    return gpu, obs

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from sample_factory.algo.base import Algorithm, learning_rate_at
+from sample_factory.algo.base import Algorithm, forward_autocast, learning_rate_at
 from sample_factory.algo.losses import (
     clipped_value_loss,
     entropy_loss,
@@ -113,6 +113,10 @@ class APPOAlgorithm(Algorithm):
         for _ in range(self.cfg.num_epochs):
             perm = torch.randperm(M, device=self.device)
             for mb in torch.tensor_split(perm, min(self.cfg.num_batches_per_epoch, M)):
+                if not p.valid[mb].any():
+                    # Nothing to learn from (all past --max_policy_lag, inactive or another policy's): a step
+                    # would still move the weights by Adam's momentum and advance the policy version.
+                    continue
                 loss, mb_stats = self.minibatch_loss(p, mb)
                 grad_norm = self.guarded_step(loss, self.optimizer)
                 if grad_norm is None:
@@ -169,7 +173,9 @@ class APPOAlgorithm(Algorithm):
         B = mb.numel()
         # values: what the value head predicts (normalized with --normalize_returns); values_real: returns
         obs_mb = {k: v[mb] for k, v in p.obs.items()}  # {key: [B, T+1, *shape]}
-        params, values = model.forward_sequence(obs_mb, p.rnn_states[mb], p.is_first[mb], cfg.recurrence)
+        with forward_autocast(self):  # --learner_precision; distributions and losses below run in fp32
+            params, values = model.forward_sequence(obs_mb, p.rnn_states[mb], p.is_first[mb], cfg.recurrence)
+        params, values = params.float(), values.float()
         values_real = model.denormalize_values(values.detach())  # [B, T+1]
         mask_mb = None if p.action_mask is None else p.action_mask[mb].reshape(B * T, -1)  # [B*T, A]
         dist = model.distribution(params[:, :T].reshape(B * T, -1), mask_mb)

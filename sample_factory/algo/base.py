@@ -9,6 +9,7 @@ memory (only the tensors in `required_buffers`). Policy workers never build one:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, NamedTuple
@@ -35,6 +36,26 @@ def learning_rate_at(cfg: Config, env_steps: int) -> float:
     return cfg.learning_rate
 
 
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The torch.autocast dtype for --learner_precision on `device`, or None for plain fp32."""
+    if precision == "fp32":
+        return None
+    if precision == "bf16":
+        return torch.bfloat16
+    if device.type == "cuda":
+        native = torch.cuda.is_bf16_supported()
+    else:
+        native = device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return torch.bfloat16 if native else None
+
+
+def forward_autocast(algo: Algorithm) -> contextlib.AbstractContextManager:
+    """Context for the learner's forward pass: autocast to algo.autocast_dtype, or nothing."""
+    if algo.autocast_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(algo.device.type, dtype=algo.autocast_dtype)
+
+
 class Algorithm(ABC):
     """Trains one policy's model in place from batches of trajectories.
 
@@ -48,6 +69,7 @@ class Algorithm(ABC):
 
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         self.cfg, self.model, self.device = cfg, model, device
+        self.autocast_dtype = autocast_dtype(cfg.learner_precision, device)  # None: plain fp32
         self.skipped_updates = 0  # SGD steps skipped for a NaN/inf loss or gradient, in total (a reported stat)
         self.consecutive_skipped = 0  # ... in a row: the learner stops the run above --max_nonfinite_updates
 

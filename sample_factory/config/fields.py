@@ -67,6 +67,7 @@ class OptionFields:
     reward_clip: float  # default 1000.0
     max_nonfinite_updates: int  # default 20
     learner_main_loop_num_cores: int  # default 1
+    learner_precision: str  # default 'fp32'; one of fp32, bf16, auto
 
     # Model
     encoder_mlp_layers: list[int]  # default [512, 512]

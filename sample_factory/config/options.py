@@ -261,6 +261,16 @@ OPTIONS: dict[str, list[Option]] = {
             "Consecutive SGD steps skipped for a NaN/inf loss or gradient before the run stops with an error.",
         ),
         Option("learner_main_loop_num_cores", int, 1, "Torch threads in the learner process."),
+        Option(
+            "learner_precision",
+            str,
+            "fp32",
+            "Precision of the learner's forward pass. bf16: conv and linear layers run under torch.autocast in "
+            "bfloat16 (weights, gradients, optimizer, distributions and losses stay fp32); on a CPU with AVX512-BF16 "
+            "the Atari conv net trains 2.5x faster. auto: bf16 where the training device runs it natively (a GPU "
+            "with bf16, a CPU that oneDNN reports bf16 support for), else fp32.",
+            choices=("fp32", "bf16", "auto"),
+        ),
     ],
     "Model": [
         Option("encoder_mlp_layers", int_list, [512, 512], "Hidden layer sizes of the MLP encoder, e.g. 64,64."),
@@ -322,7 +332,13 @@ OPTIONS: dict[str, list[Option]] = {
         ),
     ],
     "Run control and logging": [
-        Option("train_for_env_steps", _num, 1e10, "Stop after this many env steps (all policies together)."),
+        Option(
+            "train_for_env_steps",
+            _num,
+            1e10,
+            "Stop when every policy has collected this many env steps (a budget per policy, as in Sample Factory; "
+            "--lr_schedule=linear_decay decays over it).",
+        ),
         Option("train_for_seconds", _num, 1e10, "Stop after this much wall time."),
         Option(
             "stop_at_reward",

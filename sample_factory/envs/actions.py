@@ -44,7 +44,7 @@ class ActionConverter:
             return int(row[i]), i + 1
         if isinstance(sp, gym.spaces.MultiDiscrete):
             k = sp.nvec.size
-            return row[i : i + k].astype(np.int64), i + k
+            return row[i : i + k].astype(sp.dtype).reshape(sp.nvec.shape), i + k  # stored flat: [K] -> nvec's shape
         if isinstance(sp, gym.spaces.Tuple):
             parts = []
             for sub in sp.spaces:
@@ -56,9 +56,11 @@ class ActionConverter:
 
 
 def action_converter(space: gym.Space, bounds: str = "clip") -> ActionConverter | None:
-    """None where the stored row is already the env's action (Discrete, MultiDiscrete, unbounded Box)."""
+    """None where the stored row is already the env's action (Discrete, 1-D MultiDiscrete, unbounded Box)."""
     if isinstance(space, gym.spaces.Tuple) or (isinstance(space, gym.spaces.Box) and bounds != "none"):
         return ActionConverter(space, bounds)
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim > 1:
+        return ActionConverter(space, bounds)  # the flat row takes nvec's shape
     return None
 
 
@@ -78,7 +80,8 @@ def _masked_sample(space: gym.Space, mask: np.ndarray, i: int) -> tuple[Any, int
         for n in space.nvec.reshape(-1):
             parts.append(mask[i : i + int(n)])
             i += int(n)
-        return space.sample(mask=tuple(parts)), i
+        flat = gym.spaces.MultiDiscrete(space.nvec.reshape(-1), dtype=space.dtype, seed=space.np_random)
+        return flat.sample(mask=tuple(parts)).reshape(space.nvec.shape), i
     if isinstance(space, gym.spaces.Tuple):
         out = []
         for sub in space.spaces:

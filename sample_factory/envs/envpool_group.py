@@ -208,6 +208,9 @@ class EnvPoolGroup:
             # envpool reports truncation when the game ends on the time limit's last step: the game over wins.
             game_over = info["terminated"].astype(bool)
             term, trunc = term | game_over, trunc & ~game_over
+        # A termination on the time limit's last step (a fall, a game over) is reported as both: it wins, so the
+        # learner does not bootstrap a value past the end of the episode.
+        time_limit, trunc = trunc, trunc & ~term  # the game ends at the time limit either way
         done = term | trunc
         if not np.isfinite(rew).all():
             bad = int(rows[np.argmin(np.isfinite(rew))])
@@ -225,7 +228,7 @@ class EnvPoolGroup:
         if done.any():
             ended = rows[done]
             # A lost life (episodic life) ends the episode, not the game: statistics go on until the game ends.
-            game_end = ended[game_over[done] | trunc[done]] if self.episodic_life else ended
+            game_end = ended[game_over[done] | time_limit[done]] if self.episodic_life else ended
             for i in game_end:
                 finished.append((float(self.episode_return[i]), int(self.episode_len[i])))
                 self.finished_columns.append(i)

@@ -38,6 +38,11 @@ class ProgressTracker:
     def total_env_steps(self) -> int:
         return sum(self.env_steps)
 
+    def budget_env_steps(self) -> int:
+        """Env steps counted against --train_for_env_steps: the least-trained policy's. Each policy gets the whole
+        budget (as in Sample Factory), the same count its learning-rate schedule decays over."""
+        return min(self.env_steps)
+
     def resume(self, policy: int, env_steps: int) -> None:
         self.env_steps[policy] += env_steps
         self.resumed_steps[policy] = env_steps
@@ -94,9 +99,10 @@ class ProgressTracker:
         fps = "/".join(f"{self.fps(w):.0f}" for w in FPS_WINDOWS)
         parts = [f"FPS 10s/60s/300s: {fps}", f"env steps: {total}"]
         if target < 1e10:
-            f10 = self.fps(10)
-            eta = (target - total) / f10 if f10 > 0 else float("inf")
-            parts[-1] += f" ({100 * total / target:.1f}%, ETA {max(eta, 0.0):.0f} s)"
+            done, P = self.budget_env_steps(), len(self.env_steps)
+            f10 = self.fps(10) / P  # per policy, assuming an even share
+            eta = (target - done) / f10 if f10 > 0 else float("inf")
+            parts[-1] += f" ({100 * done / target:.1f}%, ETA {max(eta, 0.0):.0f} s)"
         parts.append(f"samples collected/trained: {total - sum(self.resumed_steps)}/{sum(self.samples_trained)}")
         for p, st in enumerate(self.train_stats):
             if "policy_lag_min" in st:

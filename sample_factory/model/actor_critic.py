@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from sample_factory.algo.distributions import gaussian_dims, make_distribution, num_action_params, squash_means
 from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY, OBS_KEY, obs_subspaces
-from sample_factory.model.encoders import make_encoder
+from sample_factory.model.encoders import ConvEncoder, make_encoder
 from sample_factory.model.normalization import RunningMeanStd
 
 
@@ -126,6 +126,9 @@ class ActorCritic(nn.Module):
             self.log_std = nn.Parameter(torch.full((self.gaussian_dims,), math.log(cfg.initial_stddev)))
         self.tanh_scale = float(cfg.continuous_tanh_scale) if self.gaussian_dims else 0.0
         self._initialize(cfg.policy_initialization)
+        for m in self.modules():
+            if isinstance(m, ConvEncoder):
+                m.use_channels_last()
         if self.adaptive_stddev:  # start at --initial_stddev like the learned-parameter variant
             with torch.no_grad():
                 self.policy_head.bias[self.num_params :] = math.log(cfg.initial_stddev)

@@ -243,8 +243,10 @@ class SharedWeights:
     on x86-64's total store order (the platform we test); weakly ordered CPUs (ARM) would need explicit fences.
     """
 
-    def __init__(self, num_values: int):
-        self.flat = torch.zeros((2, num_values), dtype=torch.float32).share_memory_()
+    def __init__(self, num_values: int, dtype: torch.dtype = torch.float32):
+        # float64 when the model holds float64 tensors (normalizer statistics: a count past 2^24 is not exact in
+        # float32); float32 weights round-trip exactly through it.
+        self.flat = torch.zeros((2, num_values), dtype=dtype).share_memory_()
         # [seq, active buffer index, version of buffer 0, version of buffer 1]
         self.meta = torch.zeros(4, dtype=torch.int64).share_memory_()
 
@@ -258,11 +260,13 @@ class SharedWeights:
 
     @classmethod
     def for_model(cls, model: torch.nn.Module) -> SharedWeights:
-        return cls(sum(t.numel() for t in cls.tensors_of(model)))
+        tensors = cls.tensors_of(model)
+        wide = any(t.dtype == torch.float64 for t in tensors)
+        return cls(sum(t.numel() for t in tensors), torch.float64 if wide else torch.float32)
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
         with torch.no_grad():
-            flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in self.tensors_of(model)])
+            flat = torch.cat([t.detach().reshape(-1).to("cpu", self.flat.dtype) for t in self.tensors_of(model)])
         target = 1 - int(self.meta[1])
         self.flat[target].copy_(flat)
         self.meta[2 + target] = version

@@ -55,7 +55,7 @@ def train_command(args: argparse.Namespace, experiment: str, extra: list[str]) -
             f"--pbt_start_mutation={args.pbt_start_mutation}",
         ]
     return cmd + [
-        f"--train_for_env_steps={args.budget_env_steps}",
+        f"--train_for_env_steps={args.budget_env_steps // args.num_policies}",  # train.py's budget is per policy
         f"--train_for_seconds={args.max_seconds}",
         f"--train_dir={args.output_dir}",
         f"--experiment={experiment}",

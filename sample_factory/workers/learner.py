@@ -153,6 +153,10 @@ class Learner(Component):
         self._drop_stale()
         while not self.stopped and (taken := self._take_iteration()):
             self._iteration(taken)
+            # A backlog of iterations must not hide a STOP (or a SAVE_NOW) behind it: look at the inbox between
+            # iterations, without waiting. Seen: "learner 0 did not stop in time" and no final checkpoint.
+            if msgs := self.inbox.get_many(block=False):
+                self.on_messages(msgs)
         if self.cfg.evaluation_run:
             return  # an evaluation never writes into the experiment
         now = time.monotonic()

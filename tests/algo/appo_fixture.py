@@ -107,11 +107,11 @@ def make_batch(obs_space: gym.Space, action_space: gym.Space, rnn_size: int, ver
     }
 
 
-def run_scenario(name: str, make_algo: Callable) -> dict[str, Any]:
+def run_scenario(name: str, make_algo: Callable, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """Train `iterations` times on the scenario's batch; returns the stats of every iteration, the final version
-    and the final model and optimizer state."""
+    and the final model and optimizer state. `extra`: more flags on top of the scenario's."""
     flags, obs_space, action_space, policy_id, iterations = SCENARIOS[name]
-    cfg = parse_cfg([*SMALL, *flags])
+    cfg = parse_cfg([*SMALL, *flags, *extra])
     torch.manual_seed(0)
     model = ActorCritic(cfg, obs_space, action_space).train()
     algo = make_algo(cfg, model, torch.device("cpu"))

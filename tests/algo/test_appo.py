@@ -3,19 +3,21 @@ into prepare / minibatch_loss / guarded_step, plus the pieces of the algorithm i
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 from sample_factory.algo.appo import APPOAlgorithm
-from sample_factory.algo.base import ActResult, Algorithm
+from sample_factory.algo.base import ActResult, Algorithm, autocast_dtype
 from sample_factory.algo.registry import ALGORITHMS, algorithm_class, make_algorithm
 from sample_factory.config import parse_cfg
 from sample_factory.config.options import all_options
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.runtime.shared_buffers import TrajectoryBuffers
-from tests.algo.appo_fixture import SCENARIOS, SMALL, VEC, run_scenario
+from tests.algo.appo_fixture import SCENARIOS, SMALL, VEC, make_batch, run_scenario
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -229,3 +231,43 @@ def test_act_respects_the_action_mask():
     with torch.inference_mode():
         res = APPOAlgorithm.act(algo.cfg, algo.model, {"obs": torch.randn(50, 4)}, None, mask, False)
     assert (res.actions == 1).all()
+
+
+def test_autocast_dtype_choices():
+    cpu = torch.device("cpu")
+    assert autocast_dtype("fp32", cpu) is None
+    assert autocast_dtype("bf16", cpu) is torch.bfloat16
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert autocast_dtype("auto", cpu) is (torch.bfloat16 if native else None)
+
+
+@pytest.mark.parametrize("name", ["gru_vtrace_normalized", "gaussian_gae_unclipped"])
+def test_bf16_learner_trains_close_to_fp32(name):
+    """--learner_precision=bf16: the forward pass runs in bf16 (conv and linear layers), everything after it in
+    fp32: weights stay fp32 and the losses land near the fp32 run's."""
+    fp32 = run_scenario(name, make_algorithm)
+    bf16 = run_scenario(name, make_algorithm, extra=("--learner_precision=bf16",))
+    assert {k: v.dtype for k, v in bf16["model"].items()} == {k: v.dtype for k, v in fp32["model"].items()}
+    for k in ("loss", "value_loss", "entropy"):
+        a, b = fp32["stats"][0][k], bf16["stats"][0][k]
+        assert math.isfinite(b) and b == pytest.approx(a, rel=0.05, abs=0.02), (k, a, b)
+    # bf16 really changed the arithmetic (the option is not a no-op)
+    assert fp32["stats"][0]["loss"] != bf16["stats"][0]["loss"]
+
+
+def test_minibatch_without_valid_samples_takes_no_step():
+    """Every sample past --max_policy_lag: no optimizer step (Adam's momentum would still move the weights) and
+    the policy version does not advance; a minibatch with valid samples trains as usual."""
+    algo = _algo("--max_policy_lag=3", "--num_batches_per_epoch=2", "--num_epochs=1")
+    # a first real step, so that Adam has momentum that a zero-gradient step would apply
+    batch = make_batch(VEC, gym.spaces.Discrete(2), 0, version=5)
+    batch["policy_version"][:] = 5
+    _, version = algo.train(batch, 5)
+    assert version == 5 + 2
+    before = [p.detach().clone() for p in algo.model.parameters()]
+    stale = make_batch(VEC, gym.spaces.Discrete(2), 0, version=100)
+    stale["policy_version"][:] = 0  # lag 100 > 3 everywhere
+    stats, version = algo.train(stale, 100)
+    assert version == 100 and stats["sgd_steps"] == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, algo.model.parameters(), strict=True))
+    assert stats["dropped_samples"] == stats["samples"] > 0

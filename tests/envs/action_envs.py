@@ -37,6 +37,17 @@ class MultiDiscreteTarget(_TargetEnv):
         return float(action[0] == 2) + float(action[1] == 1)
 
 
+class MultiDiscrete2DTarget(_TargetEnv):
+    """nvec of shape (2, 2): the env must receive a (2, 2) integer array inside its space."""
+
+    def __init__(self):
+        super().__init__(gym.spaces.MultiDiscrete([[2, 3], [4, 5]]))
+
+    def _score(self, action) -> float:
+        assert self.action_space.contains(action), action
+        return float(action[0, 1] == 2) + float(action[1, 0] == 3)
+
+
 class TupleTarget(_TargetEnv):
     def __init__(self):
         super().__init__(gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32))))
@@ -48,4 +59,5 @@ class TupleTarget(_TargetEnv):
 
 
 gym.register("MultiDiscreteTarget-v0", entry_point=MultiDiscreteTarget)
+gym.register("MultiDiscrete2DTarget-v0", entry_point=MultiDiscrete2DTarget)
 gym.register("TupleTarget-v0", entry_point=TupleTarget)

@@ -38,7 +38,7 @@ def test_composite_distribution_shapes_and_log_prob(space, k):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("env", ["MultiDiscreteTarget-v0", "TupleTarget-v0"])
+@pytest.mark.parametrize("env", ["MultiDiscreteTarget-v0", "MultiDiscrete2DTarget-v0", "TupleTarget-v0"])
 def test_serial_training_with_composite_actions(tmp_path, env):
     argv = [
         f"--env=tests.envs.action_envs:{env}",
@@ -60,3 +60,41 @@ def test_serial_training_with_composite_actions(tmp_path, env):
     assert state["policy_version"] > 0  # SGD steps happened
     head = state["model"]["policy_head.weight"]
     assert torch.isfinite(head).all()
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        gym.spaces.MultiDiscrete([[2, 3], [4, 5]]),
+        gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.MultiDiscrete([[2, 3], [4, 5]]))),
+        gym.spaces.Tuple((gym.spaces.MultiDiscrete([[2], [3]]), gym.spaces.Box(-1.0, 1.0, (2,), np.float32))),
+    ],
+)
+def test_multi_dimensional_multidiscrete_reaches_the_env_in_its_shape(space):
+    """A flat stored action row becomes an action inside the env's space (nvec of shape (2, 2): a (2, 2) array),
+    also nested in a Tuple; random (masked) samples are in the space too."""
+    from sample_factory.envs.actions import action_converter, sample_action
+
+    k = sum(int(np.prod(getattr(s, "shape", ()) or (1,))) for s in getattr(space, "spaces", (space,)))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        row = np.concatenate([_flat_sample(s, rng) for s in getattr(space, "spaces", (space,))])
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            row = row.astype(np.int64)  # the buffers' dtype for integer-only action spaces
+        assert row.shape == (k,)
+        convert = action_converter(space)
+        action = convert(row) if convert else row
+        assert space.contains(action), (space, action)
+        n_discrete = sum(
+            int(np.sum(s.nvec)) if isinstance(s, gym.spaces.MultiDiscrete) else int(getattr(s, "n", 0))
+            for s in getattr(space, "spaces", (space,))
+        )
+        assert space.contains(sample_action(space, np.ones(n_discrete, np.int8)))
+
+
+def _flat_sample(space: gym.Space, rng: np.random.Generator) -> np.ndarray:
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return np.array([rng.integers(n) for n in space.nvec.reshape(-1)], dtype=np.float64)
+    if isinstance(space, gym.spaces.Discrete):
+        return np.array([rng.integers(space.n)], dtype=np.float64)
+    return rng.uniform(-1, 1, space.shape)

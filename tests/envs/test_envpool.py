@@ -209,3 +209,30 @@ def test_close_and_direct_construction():
     group.random_steps([3, 40])
     assert group.obs["obs"].shape == (2, 4) and group.obs["obs"].dtype == np.float64
     group.close()
+
+
+class _FallOnTheLastStep:
+    """Wraps an envpool env: every step reports both terminated and truncated, as envpool does when a MuJoCo
+    robot falls on the time limit's last step."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def step(self, actions, ids=None):
+        obs, rew, term, trunc, info = self.env.step(actions, ids)
+        return obs, rew, np.ones_like(term), np.ones_like(trunc), info
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+
+def test_mujoco_termination_on_the_last_step_is_not_a_truncation():
+    """A fall is a termination even on the last allowed step: no value bootstrap (truncated False)."""
+    group = make_envpool_group(_cfg("Hopper-v5"), 2, 3, [0, 1])
+    try:
+        group.reset()
+        group.env = _FallOnTheLastStep(group.env)
+        group.step(np.zeros((2, 3), dtype=np.float32))
+        assert group.dones.all() and not group.truncated.any()
+    finally:
+        group.close()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sample_factory.evaluation.policy_api import Policy, load_policy
-from tests.policy_helpers import one_torch_thread, train_tiny
+from tests.policy_helpers import assert_cpu_and_cuda_agree, one_torch_thread, train_tiny
 
 RNN_FLAGS = ["--use_rnn=True", "--rnn_size=16"]
 
@@ -160,12 +160,6 @@ def test_cuda_missing_is_reported(train_dir):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda(train_dir):
-    cpu = load_policy("rnn", train_dir=train_dir)
-    gpu = load_policy("rnn", train_dir=train_dir, device="cuda")
-    obs = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
-    a_cpu, s_cpu = cpu.act_batch(obs, cpu.initial_state(4), deterministic=True)
-    a_gpu, s_gpu = gpu.act_batch(obs, gpu.initial_state(4), deterministic=True)
-    np.testing.assert_array_equal(a_cpu, a_gpu)
-    np.testing.assert_allclose(s_cpu, s_gpu, atol=1e-4)
+    gpu, obs = assert_cpu_and_cuda_agree("rnn", train_dir, batch=4)
     _, s_t = gpu.act_batch(obs, torch.zeros(4, 16, device="cuda"))
     assert s_t.device.type == "cuda"

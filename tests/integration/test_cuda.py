@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 
-import numpy as np
 import pytest
 import torch
 
-from sample_factory.evaluation.policy_api import load_policy
 from tests.integration.conftest import progress_samples_trained
 from tests.integration.test_learning import BUDGET, RNN_FLAGS, TARGET_REWARD, learn
+from tests.policy_helpers import assert_cpu_and_cuda_agree
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -54,13 +53,7 @@ def test_gpu_checkpoint_loads_on_cpu(tmp_path, train_run):
     """A checkpoint trained on the GPU gives the same greedy actions on the CPU (map_location on load)."""
     run = _short_run(train_run, tmp_path, ["--num_workers=2", "--use_rnn=True", "--rnn_size=32"])
     assert run.checkpoints(), run.describe()
-    cpu = load_policy("x", train_dir=tmp_path, device="cpu")
-    gpu = load_policy("x", train_dir=tmp_path, device="cuda")
-    obs = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
-    a_cpu, h_cpu = cpu.act_batch(obs, cpu.initial_state(64), deterministic=True)
-    a_gpu, h_gpu = gpu.act_batch(obs, gpu.initial_state(64), deterministic=True)
-    np.testing.assert_array_equal(a_cpu, a_gpu)
-    np.testing.assert_allclose(h_cpu, h_gpu, atol=1e-4)
+    assert_cpu_and_cuda_agree("x", tmp_path, batch=64)
 
 
 @pytest.mark.timeout(300)

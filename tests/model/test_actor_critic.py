@@ -1,3 +1,4 @@
+import copy
 import math
 
 import gymnasium as gym
@@ -272,3 +273,27 @@ def test_conv_encoders_take_uint8_frames(arch):
     # uint8 frames are scaled to [0, 1] inside the encoder (buffers and queues carry the raw bytes)
     enc = m.towers[0].encoder
     torch.testing.assert_close(enc(obs), enc.mlp(enc.convs(obs.float() / 255.0)), atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("arch", ["convnet_simple", "resnet_impala"])
+def test_conv_weights_are_channels_last_and_compute_the_same(arch):
+    """Conv weights are kept in NHWC (faster on oneDNN and cuDNN); the function is that of the NCHW net, and a
+    checkpoint's state_dict loads either way."""
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    cfg = parse_cfg(["--env=SomeCustomEnv-v0", "--use_rnn=False", f"--encoder_conv_architecture={arch}"])
+    m = ActorCritic(cfg, frames, gym.spaces.Discrete(6))
+    enc = m.towers[0].encoder
+    convs = [c for c in enc.convs.modules() if isinstance(c, torch.nn.Conv2d)]
+    assert convs and all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs)
+    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    nchw = copy.deepcopy(enc.convs).to(memory_format=torch.contiguous_format)
+    expected = enc.mlp(nchw(obs.float() / 255.0))
+    torch.testing.assert_close(enc(obs), expected, atol=1e-4, rtol=1e-3)
+    fresh = ActorCritic(cfg, frames, gym.spaces.Discrete(6))
+    fresh.load_state_dict({k: v.contiguous() for k, v in m.state_dict().items()})  # e.g. an older checkpoint
+    torch.testing.assert_close(fresh.towers[0].encoder(obs), enc(obs))
+    assert all(
+        c.weight.is_contiguous(memory_format=torch.channels_last)
+        for c in fresh.towers[0].encoder.convs.modules()
+        if isinstance(c, torch.nn.Conv2d)
+    )

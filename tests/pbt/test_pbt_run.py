@@ -48,7 +48,7 @@ def test_pbt_mutates_replaces_copies_weights_and_resumes(tmp_path, monkeypatch):
         assert dict(vars(self.cfg), **hyperparams) == vars(self.cfg)  # applied to the learner's own cfg
 
     monkeypatch.setattr(Learner, "_pbt_update", spy)
-    cfg = parse_cfg([*ARGV, "--train_for_env_steps=120000", f"--train_dir={tmp_path}"])
+    cfg = parse_cfg([*ARGV, "--train_for_env_steps=30000", f"--train_dir={tmp_path}"])
     runner = Runner(cfg)
     assert runner.run() == 0
     assert replacements, "no replacement happened"
@@ -67,7 +67,7 @@ def test_pbt_mutates_replaces_copies_weights_and_resumes(tmp_path, monkeypatch):
     saved = load_pbt_state(tmp_path / "x", 4, cfg)
     assert [s.history for s in saved] == [st.history for st in pbt.states]
     before = {p: json.loads((tmp_path / "x" / f"pbt_p{p}.json").read_text()) for p in range(4)}
-    cfg2 = parse_cfg([*ARGV, "--train_for_env_steps=150000", f"--train_dir={tmp_path}"])
+    cfg2 = parse_cfg([*ARGV, "--train_for_env_steps=37500", f"--train_dir={tmp_path}"])
     resumed = Runner(cfg2)
     assert resumed.run() == 0
     for p in range(4):
@@ -80,7 +80,7 @@ def test_pbt_mutates_replaces_copies_weights_and_resumes(tmp_path, monkeypatch):
 def test_pbt_mutates_reward_shaping_of_the_envs_each_policy_plays(tmp_path):
     argv = [a for a in ARGV if not a.startswith(("--env=", "--num_policies"))]
     argv += ["--env=tests.shaped_env:ShapedCartPole-v0"]
-    argv += ["--pbt_mutation_rate=1.0", "--num_policies=2", "--train_for_env_steps=30000", f"--train_dir={tmp_path}"]
+    argv += ["--pbt_mutation_rate=1.0", "--num_policies=2", "--train_for_env_steps=15000", f"--train_dir={tmp_path}"]
     runner = Runner(parse_cfg(argv))
     assert runner.run() == 0
     pbt = runner.pbt.pbt

@@ -358,3 +358,28 @@ def test_shared_weights_include_float_buffers():
     assert torch.equal(bn_src.running_var, bn_dst.running_var)
     for a, b in zip(src.parameters(), dst.parameters()):
         assert torch.equal(a, b)
+
+
+def test_shared_weights_keep_float64_normalizer_statistics_exact():
+    """Normalizer statistics are float64 (a count past 2^24 is not exact in float32): they reach the policy
+    workers at full precision."""
+
+    def model(seed):
+        torch.manual_seed(seed)
+        cfg = parse_cfg(["--env=SomeCustomEnv-v0", "--rnn_size=8", "--encoder_mlp_layers=8", "--normalize_input=True"])
+        return ActorCritic(cfg, OBS_SPACE, BOX)
+
+    src, dst = model(0), model(1)
+    f64 = {n: b for n, b in src.named_buffers() if b.dtype == torch.float64}
+    assert f64, "the model has float64 normalizer buffers"
+    with torch.no_grad():
+        for b in f64.values():
+            b.fill_(2**24 + 1).add_(1 / 3)
+    w = SharedWeights.for_model(src)
+    w.publish(src, 1)
+    w.load_into(dst)
+    got = dict(dst.named_buffers())
+    for n, b in f64.items():
+        assert torch.equal(got[n], b), n
+    for a, b in zip(src.parameters(), dst.parameters()):
+        assert torch.equal(a, b)

@@ -51,7 +51,7 @@ def test_two_policies_mixed_in_one_env_route_each_agent_to_its_learner(tmp_path,
         "--learning_rate=3e-3",
         "--num_epochs=4",
         "--value_bootstrap=False",
-        "--train_for_env_steps=60000",
+        "--train_for_env_steps=30000",  # per policy
         f"--train_dir={tmp_path}",
     ]
     assert Runner(parse_cfg(argv)).run() == 0
@@ -90,7 +90,7 @@ def test_env_rotation_gives_every_policy_a_fair_share_of_whole_episodes(tmp_path
         "--num_envs_per_worker=8",
         "--worker_num_splits=2",
         "--num_policies=3",
-        "--train_for_env_steps=30000",
+        "--train_for_env_steps=10000",  # per policy
         f"--train_dir={tmp_path}",
     ]
     runner = Runner(parse_cfg(argv))
@@ -120,7 +120,7 @@ def test_multiple_policies_need_async():
 def test_enjoy_evaluates_the_chosen_policy(tmp_path, capsys):
     from sample_factory.evaluation.enjoy import main as enjoy_main
 
-    argv = ["--env=CartPole-v1", *BASE, "--num_envs_per_worker=4", "--num_policies=2", "--train_for_env_steps=2000"]
+    argv = ["--env=CartPole-v1", *BASE, "--num_envs_per_worker=4", "--num_policies=2", "--train_for_env_steps=1000"]
     assert Runner(parse_cfg([*argv, f"--train_dir={tmp_path}"])).run() == 0
     common = ["--experiment=x", f"--train_dir={tmp_path}", "--no_render=True", "--max_num_episodes=2"]
     assert enjoy_main([*common, "--policy_index=1"]) == 0

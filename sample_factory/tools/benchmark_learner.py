@@ -1,0 +1,87 @@
+"""Training-step speed of the Atari model: `python -m sample_factory.tools.benchmark_learner [--threads=2]`.
+
+Times one SGD step (forward, backward, Adam) of the `atari` preset's model (conv net + MLP + heads, uint8 frames
+[B, 4, 84, 84]) on a minibatch of --batch samples, in the four combinations of memory format (NCHW, the PyTorch
+default, vs channels_last = NHWC, which the model uses) and precision (fp32 vs --learner_precision=bf16 autocast),
+interleaved over --rounds so that a noisy machine affects all variants alike, and prints medians and ratios to
+the NCHW fp32 step. Runs on --device (cpu by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from sample_factory.config import parse_cfg
+from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.model.encoders import ConvEncoder
+
+VARIANTS = {  # name: (channels_last, bf16)
+    "NCHW fp32": (False, False),
+    "channels_last fp32": (True, False),
+    "NCHW bf16": (False, True),
+    "channels_last bf16": (True, True),
+}
+
+
+def make_step(channels_last: bool, bf16: bool, batch: int, device: torch.device):
+    cfg = parse_cfg(["--env=atari_pong"])  # the atari preset's model flags
+    torch.manual_seed(0)
+    model = ActorCritic(cfg, gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6)).to(device)
+    if not channels_last:
+        for m in model.modules():
+            if isinstance(m, ConvEncoder):
+                m.convs.to(memory_format=torch.contiguous_format)
+                m.channels_last = False
+    opt = torch.optim.Adam(model.parameters(), 2.5e-4)
+    obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8, device=device)
+    target = torch.randn(batch, device=device)
+    cast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+    def step() -> None:
+        with cast:
+            params, values, _ = model.forward_step(obs, None)
+        loss = (values.float() - target).pow(2).mean() + params.float().logsumexp(-1).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    return step
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (the learner's --learner_main_loop_num_cores)")
+    p.add_argument("--batch", type=int, default=256, help="Samples per SGD step.")
+    p.add_argument("--rounds", type=int, default=10, help="Timed steps per variant (after 2 warm-up steps).")
+    p.add_argument("--device", default="cpu", help="torch device.")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    steps = {name: make_step(*flags, args.batch, device) for name, flags in VARIANTS.items()}
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for r in range(args.rounds + 2):
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            if r >= 2:
+                times[name].append(time.perf_counter() - t0)
+    base = statistics.median(times["NCHW fp32"])
+    print(f"one SGD step of the atari model, batch {args.batch}, {args.threads} thread(s), {device}:")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"  {name:20s} median {med * 1e3:7.1f} ms (min {min(ts) * 1e3:6.1f})  speed-up {base / med:4.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
