@@ -151,10 +151,13 @@ class Learner(Component):
 
     def on_idle(self) -> None:
         self._drop_stale()
-        while not self.stopped and (taken := self._take_iteration()):
+        # Train on the rollouts pending now, not on those that arrive meanwhile (a learner that is always behind
+        # must still come back for periodic saves and heartbeats), and look at the inbox between iterations so that
+        # a STOP does not wait behind the backlog (seen: "learner 0 did not stop in time", no final checkpoint).
+        budget = len(self.pending)
+        while not self.stopped and budget > 0 and (taken := self._take_iteration()):
+            budget -= len(taken)
             self._iteration(taken)
-            # A backlog of iterations must not hide a STOP (or a SAVE_NOW) behind it: look at the inbox between
-            # iterations, without waiting. Seen: "learner 0 did not stop in time" and no final checkpoint.
             if msgs := self.inbox.get_many(block=False):
                 self.on_messages(msgs)
         if self.cfg.evaluation_run:

@@ -16,6 +16,7 @@ def test_stop_is_seen_between_iterations_of_a_backlog():
     learner.inbox = LocalChannel()
     learner.cfg = SimpleNamespace(evaluation_run=True)
     learner._drop_stale = lambda: None
+    learner.pending = ["a rollout"] * 10
     learner._take_iteration = lambda: ["a rollout"]  # an endless backlog
     trained = []
 
@@ -29,3 +30,24 @@ def test_stop_is_seen_between_iterations_of_a_backlog():
     t0 = time.monotonic()
     learner.on_idle()
     assert learner.stopped and len(trained) == 1 and time.monotonic() - t0 < 5
+
+
+def test_a_growing_backlog_still_returns_for_periodic_work():
+    """Rollouts that arrive during on_idle wait for the next call: on_idle trains on what was pending when it
+    started and returns (periodic checkpoints and heartbeats run between calls)."""
+    learner = object.__new__(Learner)
+    learner.stopped = False
+    learner.inbox = LocalChannel()
+    learner.cfg = SimpleNamespace(evaluation_run=True)
+    learner._drop_stale = lambda: None
+    learner.pending = ["r"] * 3
+    trained = []
+
+    def take():
+        learner.pending.append("r")  # a new rollout arrives for every one trained on: the backlog never empties
+        return [learner.pending.pop(0)]
+
+    learner._take_iteration = take
+    learner._iteration = trained.append
+    learner.on_idle()
+    assert len(trained) == 3
