@@ -2,7 +2,9 @@
 #   make venv       create .venv and install the package (editable) with every extra (dev, onnx, plot, video,
 #                   box2d, atari, mujoco, vizdoom, envpool, pettingzoo), pinned by constraints.txt
 #   make test       lint (ruff format --check, ruff check) + pytest
-#   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2")
+#   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2");
+#                   installs the package without env extras; other envs: make train EXTRAS=atari
+#                   TRAIN_ARGS="--env=atari_pong --experiment=pong" (extras: atari, mujoco, vizdoom, envpool, ...)
 #   make format     auto-format and auto-fix lint
 #   make docs       regenerate docs/config-reference.md and sample_factory/config/fields.py
 #   make benchmark  run the throughput benchmark (extra flags: make benchmark ARGS="...")
@@ -18,7 +20,11 @@ STAMP := $(VENV)/.installed
 LINT_PATHS := sample_factory tests examples $(wildcard *.py)
 PIP_FLAGS := --no-input $(if $(CI),--progress-bar off,)
 TRAIN_ARGS ?=
+EXTRAS ?=
 ARGS ?=
+# What `make train` installs: the package alone, or with the comma-separated EXTRAS (one stamp per set).
+comma := ,
+TRAIN_STAMP := $(VENV)/.installed-train$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)),)
 
 .PHONY: venv test lint train format docs benchmark clean
 
@@ -44,7 +50,13 @@ lint: venv
 test: lint
 	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=600
 
-train: venv
+# The full install (make venv / make test) has every extra already; otherwise install only what this run needs.
+$(TRAIN_STAMP): $(VENV_PY) setup.py constraints.txt
+	$(VENV_PY) -m pip install $(PIP_FLAGS) --upgrade pip -c constraints.txt
+	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.$(if $(EXTRAS),[$(EXTRAS)],)'
+	touch $@
+
+train: $(TRAIN_STAMP)
 	$(VENV_PY) train.py --env=CartPole-v1 --experiment=cartpole --train_dir=./train_dir --stop_at_reward=475 $(TRAIN_ARGS)
 
 format: venv

@@ -18,11 +18,12 @@ import numpy as np
 import torch
 
 from sample_factory.config import Config
-from sample_factory.envs.env_utils import probe_env
+from sample_factory.envs.env_utils import frames_per_env_step, probe_env
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
+from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
 from sample_factory.experiment.folder import experiment_dir, prepare_experiment_dir
-from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
+from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters, unit_name
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.pbt.controller import PbtController
 from sample_factory.runtime.component import Component, ComponentKey, SerialDriver
@@ -66,6 +67,7 @@ class Runner:
         self.supervisor: Supervisor | None = None  # process mode
         self.driver: SerialDriver | None = None  # serial mode
         self.start_time: float | None = None  # time.monotonic() when the components were started
+        self.callbacks: Callbacks | None = None  # the runner process's instance of --callbacks
         # report kind -> handler, for every kind a component sends (every report also counts as a sign of life)
         self.report_handlers: dict[str, Callable[[Report], None]] = {
             "started": self._on_started,
@@ -99,6 +101,8 @@ class Runner:
         else:
             self.exp_dir, what, self.lock = prepare_experiment_dir(cfg)
         log(f"{what}: {self.exp_dir}")
+        cfg.frames_per_env_step = frames_per_env_step(cfg)  # before any component copies cfg
+        self.callbacks = make_callbacks(cfg)
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed)
             np.random.seed(cfg.seed)
@@ -133,11 +137,15 @@ class Runner:
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
         self.evaluator = PeriodicEvaluator(cfg, self.exp_dir, lambda: self.channels.learner[0].put(SaveNow.wire()), log)
-        self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run)
+        self.summaries = SummaryWriters(
+            self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run, unit=unit_name(cfg)
+        )
         self.supervisor = (
             None
             if cfg.serial_mode
-            else Supervisor(cfg, self.ctx, self._make_component, self.buffers, self.channels, log)
+            else Supervisor(
+                cfg, self.ctx, self._make_component, self.buffers, self.channels, log, self._on_worker_restarted
+            )
         )
         log(
             f"experiment {self.exp_dir} | env {cfg.env} obs {self.obs_space.shape} actions {self.action_space} | "
@@ -198,9 +206,18 @@ class Runner:
             else:
                 self.driver = SerialDriver(self.components)
                 self.driver.init()
+            self._experiment_started()
             return
         for c in self.components:
             self.supervisor.start(c)
+        self._experiment_started()
+
+    def _experiment_started(self) -> None:
+        if not self.cfg.evaluation_run:
+            call_hook(self.callbacks, "on_experiment_start", self.cfg, self.exp_dir)
+
+    def _on_worker_restarted(self, role: str, index: Any, reason: str, restarts: int) -> None:
+        call_hook(self.callbacks, "on_worker_restarted", role, index, reason, restarts)
 
     def _learners(self) -> list[Learner]:
         return [c for c in self.components if isinstance(c, Learner)]
@@ -292,14 +309,15 @@ class Runner:
         pass  # the supervisor's monitor has noted it
 
     def _on_samples(self, report: Report) -> None:
-        policy, steps, episodes = report.payload
-        self.progress.add_samples(policy, steps, episodes)
+        policy, steps, episodes, stats = report.payload
+        self.progress.add_samples(policy, steps, episodes, stats)
 
     def _on_train(self, report: Report) -> None:
         self.progress.add_train_stats(report.index, report.payload)
         self.summaries.add_train_stats(report.index, report.payload)
         if self.pbt is not None and self.stop_reason is None:  # no decisions for learners that are stopping
-            self.pbt.on_train_report(report.index, report.payload, self.progress)
+            for decision in self.pbt.on_train_report(report.index, report.payload, self.progress):
+                call_hook(self.callbacks, "on_pbt_decision", decision)
 
     def _on_inference(self, report: Report) -> None:
         self.progress.add_inference(*report.payload)
@@ -326,9 +344,9 @@ class Runner:
         self.progress.discarded_rollouts += report.payload
 
     def _on_error(self, report: Report) -> None:
-        message, trace = report.payload
+        message, trace, *fatal = report.payload
         log(f"ERROR in {report.role} {report.index}: {message}" + (f"\n{trace}" if trace else ""))
-        if self.supervisor is None or report.role not in RESTARTABLE:
+        if self.supervisor is None or report.role not in RESTARTABLE or any(fatal):
             self.exit_code = 1
             self.stop_reason = self.stop_reason or f"{report.role} {report.index} failed: {message}"
 
@@ -353,8 +371,9 @@ class Runner:
         if self.supervisor is not None:
             fatal = self.supervisor.check(stopping=self.stop_reason is not None)
             if fatal:
+                if self.exit_code == 0:  # else the failure that made it stop is the reason (not its exit)
+                    self.stop_reason = fatal
                 self.exit_code = 1
-                self.stop_reason = fatal
 
     # ---- shutdown -----------------------------------------------------------------------------------------
     def _shutdown(self) -> None:
@@ -385,6 +404,7 @@ class Runner:
         if self.evaluator is not None:
             self.evaluator.stop()
         self._final_report()
+        self._experiment_ended()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
         if self.pbt is not None:
@@ -394,6 +414,25 @@ class Runner:
         self.channels.close()
         if self.lock is not None:
             self.lock.release()
+
+    def _experiment_ended(self) -> None:
+        if self.cfg.evaluation_run or self.callbacks is None:
+            return
+        P = self.cfg.num_policies
+        result = {
+            "stop_reason": self.stop_reason,
+            "exit_code": self.exit_code,
+            "env_steps": list(self.progress.env_steps),
+            "reward_mean": [self.progress.reward_mean(p) for p in range(P)],
+            "episodes": list(self.progress.num_episodes),
+            "checkpoint": [self.progress.last_checkpoint.get(p) for p in range(P)],
+            "episode_stats": [self.progress.episode_stats_means(p) for p in range(P)],
+        }
+        try:
+            call_hook(self.callbacks, "on_experiment_end", self.cfg, self.exp_dir, result)
+        except Exception as e:
+            log(f"ERROR: {e}")
+            self.exit_code = 1
 
     def _drain_reports(self, timeout: float) -> None:
         for r in self.channels.report.get_many(block=timeout > 0, timeout=timeout):

@@ -20,3 +20,18 @@ def test_custom_env_example_learns(tmp_path):
     assert '"encoder_custom": "tiny"' in cfg and '"env": "guess_the_sign"' in cfg
     rewards = [float(r["reward_p0"]) for r in csv.DictReader(open(tmp_path / "g" / "progress.csv"))]
     assert max(rewards) > 40.0, rewards  # random guessing scores 25 of 50
+
+
+@pytest.mark.timeout(180)
+def test_callbacks_and_metrics_example(tmp_path):
+    cmd = [sys.executable, "examples/callbacks_and_metrics.py", "--experiment=h", f"--train_dir={tmp_path}"]
+    cmd += ["--num_workers=2", "--train_for_env_steps=150000", "--report_interval_sec=1", "--save_every_sec=3"]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=170)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = list(csv.DictReader(open(tmp_path / "h" / "progress.csv")))
+    assert {"success_p0", "cart_travel_p0", "fell_early_p0"} <= set(rows[-1]), list(rows[-1])
+    success = [float(r["success_p0"]) for r in rows if r["success_p0"]]
+    assert success and max(success) > 0.5, success  # CartPole learns to balance for 200 steps
+    log = (tmp_path / "h" / "checkpoints.log").read_text().splitlines()
+    assert log and all(line.startswith("policy 0 latest checkpoint_") for line in log), log
+    assert "example hooks: stopped (reached 150000 env steps), policy 0 episode stats: cart_travel" in out.stdout

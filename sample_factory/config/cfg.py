@@ -34,6 +34,9 @@ class Config(OptionFields, argparse.Namespace):
     """Options typed on this command line (aliases resolved), sorted: on resume they win over cfg.json."""
     evaluation_run: bool = False
     """Set by enjoy.py: the runner evaluates a checkpoint (writes nothing, no training-only env wrappers)."""
+    frames_per_env_step: int = 1
+    """What one agent step counts as in env-step counters: --env_frameskip on envs with a frame skip (Atari,
+    VizDoom) with --summaries_use_frameskip, else 1. Set by the runner once the env is known."""
     reward_shaping: dict[str, float] | None = None
     """A learner's reward-shaping coefficients (name -> value), set by PBT on that learner's own cfg copy."""
 

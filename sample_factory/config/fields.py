@@ -99,6 +99,9 @@ class OptionFields:
     save_best_after: float  # default 100000
     save_milestones_sec: int  # default -1
     experiment_summaries_interval: int  # default 10
+    summaries_use_frameskip: bool  # default True
+    episode_info_keys: list[str]  # default []
+    callbacks: str | None  # default None
     report_interval_sec: float  # default 5.0
     stats_avg: int  # default 100
     heartbeat_interval: float  # default 2.0

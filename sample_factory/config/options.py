@@ -37,6 +37,13 @@ def int_list(v: str | Sequence[int]) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected a list of ints like 64,64, got {v!r}") from e
 
 
+def str_list(v: str | Sequence[str]) -> list[str]:
+    """Comma-separated names (spaces ignored): "success, kills" -> ["success", "kills"]."""
+    if not isinstance(v, str):
+        return [str(x) for x in v]
+    return [x.strip() for x in v.strip().strip("[]()").split(",") if x.strip()]
+
+
 def _num(v: str) -> float:
     """Ints written as floats (1e6) are accepted for step counts."""
     return float(v)
@@ -49,6 +56,7 @@ _VALUE_TYPES: dict[Callable[[str], Any], tuple[str, str]] = {
     float: ("float", "float"),
     str2bool: ("bool", "bool"),
     int_list: ("int list", "list[int]"),
+    str_list: ("str list", "list[str]"),
     _num: ("number", "float"),
 }
 
@@ -358,6 +366,31 @@ OPTIONS: dict[str, list[Option]] = {
         Option("save_best_after", _num, 100000, "No best checkpoint before this many env steps."),
         Option("save_milestones_sec", int, -1, "Keep a permanent checkpoint copy this often (-1: never)."),
         Option("experiment_summaries_interval", int, 10, "Seconds between TensorBoard summaries."),
+        Option(
+            "summaries_use_frameskip",
+            str2bool,
+            True,
+            "Count env frames (agent steps x --env_frameskip) rather than agent steps on envs with a frame skip "
+            "(Atari, VizDoom), as Sample Factory does: FPS, env-step counters and x axes, checkpoint names and every "
+            "env-step option (--train_for_env_steps, --save_best_after, --eval_every_env_steps, PBT periods) are "
+            "then in frames. Other envs always count agent steps. The progress line and TensorBoard tags name "
+            "the unit.",
+        ),
+        Option(
+            "episode_info_keys",
+            str_list,
+            [],
+            "Keys of the info dict of an episode's last step to average per policy, e.g. success,kills: "
+            "TensorBoard policy_stats/<key>, progress.csv columns <key>_p<policy>, the final summary. Numbers in "
+            "info['episode_extra_stats'] (a dict) are always averaged the same way.",
+        ),
+        Option(
+            "callbacks",
+            str,
+            None,
+            "User hooks: a Callbacks subclass registered with sample_factory.experiment.callbacks.register_callbacks "
+            "(its name) or module:Class (docs/callbacks-and-metrics.md).",
+        ),
         Option("report_interval_sec", float, 5.0, "Seconds between progress lines."),
         Option("stats_avg", int, 100, "Episodes averaged in reported episode statistics."),
         Option("heartbeat_interval", float, 2.0, "Seconds between heartbeats of each process."),

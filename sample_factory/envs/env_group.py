@@ -72,6 +72,7 @@ class EnvGroup:
         self.first = np.zeros(n, dtype=bool)  # obs[c] starts an episode (its env was reset, or the agent finished)
         self.env_reset = np.zeros(len(envs), dtype=bool)  # env i was reset at the last step
         self.finished_columns: list[int] = []  # the column of each episode the last step() returned
+        self.finished_infos: list[dict] = []  # ... and the info of its last step
         self.agent_done = np.zeros(n, dtype=bool)  # finished within the current episode of its env
         self.episode_return = np.zeros(n, dtype=np.float64)
         self.episode_len = np.zeros(n, dtype=np.int64)
@@ -191,7 +192,7 @@ class EnvGroup:
     def _step_single_agent(self, actions: np.ndarray) -> list[tuple[float, int]]:
         """The multi-agent loop below specialised to one agent per env: this is the hot path of cheap envs
         (CartPole steps in ~10 us; the general loop's per-agent bookkeeping cost a third of the throughput)."""
-        finished, self.finished_columns = [], []
+        finished, self.finished_columns, self.finished_infos = [], [], []
         rewards, dones, truncated = self.rewards, self.dones, self.truncated
         ep_return, ep_len, convert = self.episode_return, self.episode_len, self.convert_action
         for i, env in enumerate(self.envs):
@@ -205,6 +206,7 @@ class EnvGroup:
                 if not info or info.get("game_over", True):
                     finished.append((float(ep_return[i]), int(ep_len[i])))
                     self.finished_columns.append(i)
+                    self.finished_infos.append(info or {})
                     ep_return[i], ep_len[i] = 0.0, 0
                 if trunc and not term:
                     self._put_obs(self.final_obs, i, o, i, "step")
@@ -219,7 +221,7 @@ class EnvGroup:
 
     def _step_multi_agent(self, actions: np.ndarray) -> list[tuple[float, int]]:
         finished = []
-        self.finished_columns = []
+        self.finished_columns, self.finished_infos = [], []
         A = self.num_agents
         rewards, dones, truncated = self.rewards, self.dones, self.truncated
         convert = self.convert_action
@@ -244,6 +246,7 @@ class EnvGroup:
                     if game_over:
                         finished.append((float(self.episode_return[c]), int(self.episode_len[c])))
                         self.finished_columns.append(c)
+                        self.finished_infos.append(infos[a] or {})
                         self.episode_return[c] = 0.0
                         self.episode_len[c] = 0
                     if tr and not te:

@@ -110,6 +110,22 @@ def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | Non
         raise ValueError(f"env {name!r} cannot be created: {e}{_missing_extra_hint(name)}") from None
 
 
+def frames_per_env_step(cfg: Config) -> int:
+    """What one agent step counts as (--summaries_use_frameskip): --env_frameskip frames on the envs whose frame
+    skip we apply (Atari, with gymnasium or EnvPool, and VizDoom), else 1."""
+    if not cfg.summaries_use_frameskip:
+        return 1
+    name = cfg.env
+    if atari_env_id(name) is not None:
+        return cfg.env_frameskip
+    if name.startswith(("doom_", "Vizdoom")):
+        from sample_factory.envs.doom import doom_env_id
+
+        if doom_env_id(name) is not None:
+            return cfg.env_frameskip
+    return 1
+
+
 class EnvInfo(NamedTuple):
     """What the runner needs to know about an env before building the model and the buffers."""
 

@@ -123,6 +123,11 @@ def make_envpool_group(
     return EnvPoolGroup(env, family, bool(kwargs.get("episodic_life", False)), env_ids, rng_seed)
 
 
+def info_row(info: dict, j: int) -> dict:
+    """Row j of EnvPool's batched info (arrays [rows, ...], nested dicts of them, e.g. info["players"])."""
+    return {k: info_row(v, j) if isinstance(v, dict) else v[j] for k, v in info.items()}
+
+
 class EnvPoolGroup:
     """One EnvPool batch with the semantics of `EnvGroup`: after `step`, `obs[OBS_KEY][i]` is what env i acts on
     next (the first observation of a new episode where dones[i]); `final_obs` holds the last observation of
@@ -224,14 +229,16 @@ class EnvPoolGroup:
         if trunc.any():
             self.final_obs[OBS_KEY][rows[trunc]] = obs[trunc]
         finished: list[tuple[float, int]] = []
-        self.finished_columns = []
+        self.finished_columns, self.finished_infos = [], []
         if done.any():
             ended = rows[done]
             # A lost life (episodic life) ends the episode, not the game: statistics go on until the game ends.
             game_end = ended[game_over[done] | time_limit[done]] if self.episodic_life else ended
+            position = {int(r): j for j, r in enumerate(rows)}  # env -> its row of this step's batched info
             for i in game_end:
                 finished.append((float(self.episode_return[i]), int(self.episode_len[i])))
                 self.finished_columns.append(i)
+                self.finished_infos.append(info_row(info, position[int(i)]))
             self.episode_return[game_end] = 0.0
             self.episode_len[game_end] = 0
             # Same-step autoreset: envpool's resetting call, made now for the finished envs only.

@@ -1,5 +1,9 @@
 """What the runner knows about a run: FPS windows, episode statistics, learner statistics, timing; the progress
-line, TensorBoard summaries per policy (tensorboardX) and `progress.csv`."""
+line, TensorBoard summaries per policy (tensorboardX) and `progress.csv`.
+
+Units: env-step counters count what `cfg.frames_per_env_step` makes of an agent step (env frames on Atari and
+VizDoom with --summaries_use_frameskip, else agent steps); `unit_name(cfg)` says which, and every line, tag and
+column that shows a count or a rate names it."""
 
 from __future__ import annotations
 
@@ -16,6 +20,16 @@ from sample_factory.config import Config
 FPS_WINDOWS = (10, 60, 300)
 
 
+def unit_name(cfg: Config) -> str:
+    """What env-step counters and FPS count: "env frames" (frame skip included) or "env steps"."""
+    return "env frames" if cfg.frames_per_env_step > 1 else "env steps"
+
+
+def fps_tag(cfg: Config) -> str:
+    """The TensorBoard tag of the throughput, naming its unit."""
+    return "perf/fps_" + unit_name(cfg).replace(" ", "_")
+
+
 class ProgressTracker:
     def __init__(self, cfg: Config):
         self.cfg = cfg
@@ -29,6 +43,8 @@ class ProgressTracker:
         self.train_stats: list[dict] = [{} for _ in range(P)]
         self.samples_trained = [0] * P
         self.dropped_samples = [0] * P
+        # per policy: {--episode_info_keys / episode_extra_stats key: the last --stats_avg values}
+        self.episode_stats: list[dict[str, collections.deque]] = [{} for _ in range(P)]
         self.history: collections.deque = collections.deque([(self.start, 0)], maxlen=2000)
         self.inference = collections.Counter()
         self.discarded_rollouts = 0  # half-finished or orphaned by a worker crash
@@ -47,9 +63,20 @@ class ProgressTracker:
         self.env_steps[policy] += env_steps
         self.resumed_steps[policy] = env_steps
 
-    def add_samples(self, policy: int, steps: int, episodes: list[tuple[float, int]]) -> None:
+    def add_samples(
+        self,
+        policy: int,
+        steps: int,
+        episodes: list[tuple[float, int]],
+        stats: dict[str, list[float]] | None = None,
+    ) -> None:
         self.env_steps[policy] += steps
         self.episodes[policy].extend(episodes)
+        for k, values in (stats or {}).items():
+            window = self.episode_stats[policy].get(k)
+            if window is None:
+                window = self.episode_stats[policy][k] = collections.deque(maxlen=self.cfg.stats_avg)
+            window.extend(values)
         if self.cfg.evaluation_run:
             self.all_episodes[policy].extend(episodes)
         self.num_episodes[policy] += len(episodes)
@@ -89,6 +116,10 @@ class ProgressTracker:
         """Every policy has a full --stats_avg window of episodes with a mean reward >= target."""
         return all(len(e) == e.maxlen and self.reward_mean(p) >= target for p, e in enumerate(self.episodes))
 
+    def episode_stats_means(self, policy: int) -> dict[str, float]:
+        """{key: mean over the last --stats_avg episodes that reported it}, keys sorted."""
+        return {k: float(np.mean(v)) for k, v in sorted(self.episode_stats[policy].items()) if v}
+
     def length_mean(self, policy: int) -> float:
         eps = self.episodes[policy]
         return float(np.mean([n for _, n in eps])) if eps else float("nan")
@@ -97,13 +128,15 @@ class ProgressTracker:
         total = self.total_env_steps()
         target = self.cfg.train_for_env_steps
         fps = "/".join(f"{self.fps(w):.0f}" for w in FPS_WINDOWS)
-        parts = [f"FPS 10s/60s/300s: {fps}", f"env steps: {total}"]
+        unit = unit_name(self.cfg)
+        parts = [f"FPS 10s/60s/300s: {fps} ({unit}/s)", f"{unit}: {total}"]
         if target < 1e10:
             done, P = self.budget_env_steps(), len(self.env_steps)
             f10 = self.fps(10) / P  # per policy, assuming an even share
             eta = (target - done) / f10 if f10 > 0 else float("inf")
             parts[-1] += f" ({100 * done / target:.1f}%, ETA {max(eta, 0.0):.0f} s)"
-        parts.append(f"samples collected/trained: {total - sum(self.resumed_steps)}/{sum(self.samples_trained)}")
+        collected = (total - sum(self.resumed_steps)) // self.cfg.frames_per_env_step  # samples are agent steps
+        parts.append(f"samples collected/trained: {collected}/{sum(self.samples_trained)}")
         for p, st in enumerate(self.train_stats):
             if "policy_lag_min" in st:
                 parts.append(
@@ -116,11 +149,15 @@ class ProgressTracker:
         for p in range(len(self.episodes)):
             share = f", {self.env_steps[p] - self.resumed_steps[p]} steps" if len(self.episodes) > 1 else ""
             parts.append(f"p{p} reward {self.reward_mean(p):.1f} ({self.num_episodes[p]} episodes{share})")
+            custom = self.episode_stats_means(p)
+            if custom:
+                parts[-1] += " " + " ".join(f"{k} {v:.3g}" for k, v in list(custom.items())[:4])
         return " | ".join(parts)
 
     def final_summary(self, elapsed: float) -> str:
         collected = self.total_env_steps() - sum(self.resumed_steps)
-        lines = [f"done: {collected} env steps in {elapsed:.1f} s, {collected / max(elapsed, 1e-6):.0f} FPS overall"]
+        unit = unit_name(self.cfg)
+        lines = [f"done: {collected} {unit} in {elapsed:.1f} s, {collected / max(elapsed, 1e-6):.0f} FPS overall"]
         for role, reports in sorted(self.timing.items()):
             total: collections.Counter = collections.Counter()
             for r in reports:
@@ -131,20 +168,28 @@ class ProgressTracker:
             steps = self.env_steps[p] - self.resumed_steps[p]
             lines.append(
                 f"  policy {p}: reward {self.reward_mean(p):.2f}, {self.num_episodes[p]} episodes, "
-                f"{steps} env steps ({steps / max(elapsed, 1e-6):.0f} FPS), "
+                f"{steps} {unit} ({steps / max(elapsed, 1e-6):.0f} FPS), "
                 f"{self.dropped_samples[p]} samples dropped for lag, checkpoint {self.last_checkpoint.get(p)}"
             )
+            custom = self.episode_stats_means(p)
+            if custom:
+                lines.append(f"  policy {p} episode stats: " + ", ".join(f"{k} {v:.4g}" for k, v in custom.items()))
         if self.discarded_rollouts:
             lines.append(f"  {self.discarded_rollouts} rollouts discarded because of worker restarts")
         return "\n".join(lines)
 
 
 class SummaryWriters:
-    """One TensorBoard writer per policy under <experiment>/.summary/<policy>/, x axis = env steps."""
+    """One TensorBoard writer per policy under <experiment>/.summary/<policy>/, x axis = env steps (or frames: the
+    unit of the run's counters), and progress.csv: time_s, the counter (env_steps or env_frames), fps_10s,
+    reward_p<p>, then a column <key>_p<p> per episode statistic, added when the statistic first appears."""
 
-    def __init__(self, exp_dir: Path, num_policies: int, enabled: bool = True):
+    def __init__(self, exp_dir: Path, num_policies: int, enabled: bool = True, unit: str = "env steps"):
         self.enabled = enabled
+        self.unit = unit
         self.pending_train: list[list[dict]] = [[] for _ in range(num_policies)]
+        self.csv_path = exp_dir / "progress.csv"
+        self.columns: list[str] = []
         if not enabled:  # evaluation runs leave the training summaries alone
             self.writers, self.csv = [], None
             return
@@ -154,9 +199,16 @@ class SummaryWriters:
             SummaryWriter(str(exp_dir / ".summary" / str(p)), flush_secs=10, filename_suffix=suffix)
             for p in range(num_policies)
         ]
-        self.csv = open(exp_dir / "progress.csv", "a")
-        if self.csv.tell() == 0:
-            self.csv.write("time_s,env_steps,fps_10s," + ",".join(f"reward_p{p}" for p in range(num_policies)) + "\n")
+        self.csv = open(self.csv_path, "a+")
+        self.csv.seek(0)
+        header = self.csv.readline().strip()
+        if header:  # a resumed run goes on with the columns it had
+            self.columns = header.split(",")
+        else:
+            counter = unit.replace(" ", "_")
+            self.columns = ["time_s", counter, "fps_10s", *(f"reward_p{p}" for p in range(num_policies))]
+            self.csv.write(",".join(self.columns) + "\n")
+        self.csv.seek(0, os.SEEK_END)
 
     def add_train_stats(self, policy: int, stats: dict) -> None:
         self.pending_train[policy].append(stats)
@@ -165,10 +217,12 @@ class SummaryWriters:
         fps = progress.fps(10)
         for p, w in enumerate(self.writers):
             step = progress.env_steps[p]
-            w.add_scalar("perf/fps", fps, step)
+            w.add_scalar("perf/fps_" + self.unit.replace(" ", "_"), fps, step)
             if progress.episodes[p]:
                 w.add_scalar("reward/mean", progress.reward_mean(p), step)
                 w.add_scalar("reward/episode_length", progress.length_mean(p), step)
+            for k, v in progress.episode_stats_means(p).items():
+                w.add_scalar(f"policy_stats/{k}", v, step)
             for st in self.pending_train[p]:
                 x = st.get("env_steps", step)
                 for k, v in st.items():
@@ -180,10 +234,33 @@ class SummaryWriters:
     def progress_row(self, progress: ProgressTracker) -> None:
         if not self.enabled:
             return
-        rewards = ",".join(f"{progress.reward_mean(p):.3f}" for p in range(len(self.writers)))
-        elapsed = time.monotonic() - progress.start
-        self.csv.write(f"{elapsed:.2f},{progress.total_env_steps()},{progress.fps(10):.1f},{rewards}\n")
+        P = len(self.writers)
+        row = {
+            "time_s": f"{time.monotonic() - progress.start:.2f}",
+            self.columns[1]: str(progress.total_env_steps()),
+            "fps_10s": f"{progress.fps(10):.1f}",
+            **{f"reward_p{p}": f"{progress.reward_mean(p):.3f}" for p in range(P)},
+        }
+        for p in range(P):
+            row.update({f"{k}_p{p}": f"{v:.6g}" for k, v in progress.episode_stats_means(p).items()})
+        new = [c for c in row if c not in self.columns]
+        if new:
+            self._add_columns(new)
+        self.csv.write(",".join(row.get(c, "") for c in self.columns) + "\n")
         self.csv.flush()
+
+    def _add_columns(self, new: list[str]) -> None:
+        """Rewrite progress.csv with more columns (empty in the rows written before): a statistic appears when
+        the first episode reports it."""
+        self.csv.seek(0)
+        rows = self.csv.read().splitlines()[1:]
+        pad = "," * len(new)
+        self.columns += sorted(new)
+        tmp = self.csv_path.with_suffix(".csv.tmp")
+        tmp.write_text("".join(line + "\n" for line in [",".join(self.columns), *(r + pad for r in rows)]))
+        self.csv.close()
+        os.replace(tmp, self.csv_path)
+        self.csv = open(self.csv_path, "a+")
 
     def add_scalar(self, policy: int, tag: str, value: float, step: int) -> None:
         if self.enabled:

@@ -6,6 +6,7 @@ replacement the policy whose published weights the target loads). PBT state is w
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -53,7 +54,8 @@ class PbtController:
         """What learner `policy_id` starts with (the saved values on resume)."""
         return self.pbt.hyperparams(policy_id)
 
-    def on_train_report(self, policy_id: int, stats: dict, progress: ProgressTracker) -> None:
+    def on_train_report(self, policy_id: int, stats: dict, progress: ProgressTracker) -> list[dict]:
+        """Feed one training report to PBT; returns the decisions sent to learners (as dicts, for user hooks)."""
         # A reward mean over a few episodes (early, or right after a resume: windows are not saved) is not
         # compared: such a policy counts as unknown, like one without episodes.
         enough = min(10, self.cfg.stats_avg)
@@ -65,10 +67,13 @@ class PbtController:
             )
             for p in range(self.cfg.num_policies)
         }
-        decisions = self.pbt.step(policy_id, int(stats.get("env_steps", 0)), objectives)
+        env_steps = int(stats.get("env_steps", 0))
+        decisions = self.pbt.step(policy_id, env_steps, objectives)
+        sent = []
         for d in decisions:
             if d.source is None and not d.changes:
                 continue  # a mutation that happened to change nothing
+            sent.append({**dataclasses.asdict(d), "env_steps": env_steps})
             self.channels.learner[d.target].put(PbtUpdate.wire(d.hyperparams, d.source))
             if any(k.startswith(REWARD_SHAPING_PREFIX) for k in d.changes):
                 self._send_reward_shaping(d.target, d.hyperparams)
@@ -77,6 +82,7 @@ class PbtController:
             self.log(f"PBT: policy {d.target} {d.kind}{origin}: {changed}")
         if decisions:
             save_pbt_state(self.exp_dir, self.pbt.states)
+        return sent
 
     def write_summaries(self, summaries: SummaryWriters, progress: ProgressTracker) -> None:
         for p in range(self.cfg.num_policies):

@@ -155,7 +155,9 @@ def _serve(component: Component, heartbeat_interval: float, runner_pid: int, ter
     except Exception as e:
         # Errors whose message says it all (user_facing) travel without a traceback unless SF_DEBUG is set.
         quiet = getattr(e, "user_facing", False) and not os.environ.get("SF_DEBUG")
-        component.report("error", (f"{type(e).__name__}: {e}", "" if quiet else traceback.format_exc()))
+        # fatal: restarting the worker would fail the same way (a user hook raised): the run stops instead
+        fatal = bool(getattr(e, "fatal", False))
+        component.report("error", (f"{type(e).__name__}: {e}", "" if quiet else traceback.format_exc(), fatal))
         return 1
     return 0
 

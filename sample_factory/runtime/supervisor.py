@@ -39,8 +39,10 @@ class Supervisor:
         buffers: TrajectoryBuffers,
         channels: Channels,
         log: Callable[[str], None],
+        on_restart: Callable[[str, Any, str, int], None] | None = None,
     ):
         self.cfg, self.ctx, self.make_component = cfg, ctx, make_component
+        self.on_restart = on_restart  # (role, index, reason, restarts): the user's on_worker_restarted hook
         self.buffers, self.channels, self.log = buffers, channels, log
         self.monitor = HeartbeatMonitor(cfg.heartbeat_timeout_sec)
         self.processes: dict[ComponentKey, Any] = {}
@@ -114,6 +116,8 @@ class Supervisor:
             f"{role} {index} died ({why}, last activity: {activity}); restarting it "
             f"({self.restarts[key]} of {self.cfg.max_worker_restarts})"
         )
+        if self.on_restart is not None:
+            self.on_restart(role, index, why, self.restarts[key])
         if role == "actor":
             self.buffers.generation[index] += 1
             self.discarded_rollouts += self.cfg.worker_num_splits  # its half-finished rollouts

@@ -23,7 +23,7 @@ import gymnasium as gym
 
 REPO = Path(__file__).resolve().parents[2]  # the repository root (sample_factory/tools/ is two levels down)
 _REWARD = re.compile(r"p0 reward ([-\d.naninf]+)")
-_DONE = re.compile(r"done: (\d+) env steps in ([\d.]+) s, (\d+) FPS overall")
+_DONE = re.compile(r"done: (\d+) env (?:steps|frames) in ([\d.]+) s, (\d+) FPS overall")
 _FPS10 = re.compile(r"FPS 10s/60s/300s: ([\d.]+)/")
 
 

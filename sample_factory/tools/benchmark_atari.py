@@ -22,7 +22,7 @@ import time
 from sample_factory.config import parse_cfg
 from sample_factory.tools.benchmark import REPO
 
-_DONE = re.compile(r"done: (\d+) env steps in ([\d.]+) s, (\d+) FPS overall")
+_DONE = re.compile(r"done: (\d+) env (?:steps|frames) in ([\d.]+) s, (\d+) FPS overall")
 _FPS10 = re.compile(r"FPS 10s/60s/300s: ([\d.]+)/")
 
 
@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         f"raw ceiling, {args.num_workers} processes, random actions: "
         f"{ceiling:,.0f} steps/s = {ceiling * k:,.0f} frames/s"
     )
-    base = [f"--env={args.env}", f"--num_workers={args.num_workers}", *extra]
+    # train.py's FPS in agent steps (k converts them to frames, as for the ceiling)
+    base = [f"--env={args.env}", f"--num_workers={args.num_workers}", "--summaries_use_frameskip=False", *extra]
     sampler, s_summary = run_train([*base, "--sampler_only=True"], args.seconds)
     fps = sampler.get("fps10", 0.0)
     print(f"sampler only: {fps * k:,.0f} frames/s (10 s window at the end), ratio to the ceiling {fps / ceiling:.2f}")

@@ -67,6 +67,7 @@ def measure(c: dict, args: argparse.Namespace, extra: list[str], ceilings: dict[
         ceilings[c["env"]] = steps * c["k"]
         return dict(frames_per_s=steps * c["k"], command=f"{args.num_workers} processes, random actions")
     flags = [f"--env={c['env']}", f"--num_workers={args.num_workers}", f"--device={args.device}"]
+    flags.append("--summaries_use_frameskip=False")  # train.py's FPS in agent steps: k converts them to frames
     flags += [*c["flags"], *extra]  # a later --device (the CPU row) wins
     result, summary = run_train(flags, args.seconds)
     if result["rc"] != 0 or "fps" not in result:

@@ -40,7 +40,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FINAL_POINTS = 5
 LOG_NAME = "benchmark.log"
 MARKER_NAME = "benchmark_learning.json"  # in each experiment folder: the budget it was started with
-_DONE = re.compile(r"done: (\d+) env steps in ([\d.]+) s")
+_DONE = re.compile(r"done: (\d+) env (?:steps|frames) in ([\d.]+) s")
 _STOPPING = re.compile(r"stopping: (.+)")
 
 Point = tuple[int, float, float]  # (env steps, wall seconds, mean reward)
@@ -57,7 +57,8 @@ def parse_progress_csv(text: str) -> list[Point]:
     t_offset, last_t, prev_steps = 0.0, None, 0
     for row in csv.DictReader(io.StringIO(text)):
         try:
-            t, steps, reward = float(row["time_s"]), int(float(row["env_steps"])), float(row["reward_p0"])
+            counter = row["env_steps"] if "env_steps" in row else row["env_frames"]
+            t, steps, reward = float(row["time_s"]), int(float(counter)), float(row["reward_p0"])
         except (KeyError, TypeError, ValueError):
             continue
         if last_t is not None and t < last_t:  # a new session
@@ -127,6 +128,8 @@ def train_command(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespac
     cmd = [sys.executable, "-m", "sample_factory.train", f"--env={spec.env}"]
     cmd += [f"--experiment={experiment_name(args.suite, spec.env, seed)}", f"--train_dir={args.train_dir}"]
     cmd += [f"--seed={seed}", f"--train_for_env_steps={b.env_steps}", f"--train_for_seconds={b.seconds}"]
+    # Budgets, thresholds and references here count agent steps (CleanRL's unit), also on Atari and VizDoom.
+    cmd += ["--summaries_use_frameskip=False"]
     cmd += [f"--report_interval_sec={REPORT_INTERVAL_SEC[level]}"]
     if args.num_workers is not None:
         cmd.append(f"--num_workers={args.num_workers}")

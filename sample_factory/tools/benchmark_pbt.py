@@ -38,9 +38,9 @@ from typing import Any
 from sample_factory.tools.benchmark import REPO
 from sample_factory.tools.plot import plot_experiments
 
-_PROGRESS = re.compile(r"FPS 10s/60s/300s: .*\| env steps: (\d+)")
+_PROGRESS = re.compile(r"FPS 10s/60s/300s: .*\| env (?:steps|frames): (\d+)")
 _POLICY = re.compile(r"p(\d+) reward (\S+) \((\d+) episodes(?:, (\d+) steps)?\)")
-_DONE = re.compile(r"done: (\d+) env steps in ([\d.]+) s, (\d+) FPS overall")
+_DONE = re.compile(r"done: (\d+) env (?:steps|frames) in ([\d.]+) s, (\d+) FPS overall")
 _PBT = re.compile(r"PBT: policy \d+ (mutation|replacement)")
 
 

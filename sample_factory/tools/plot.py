@@ -22,6 +22,17 @@ from typing import Any
 from sample_factory.experiment.folder import DEFAULT_TRAIN_DIR, resolve_experiment_dir
 
 PANELS = (("reward/mean", "mean episode reward"), ("perf/fps", "FPS"))
+FPS_TAGS = ("perf/fps_env_frames", "perf/fps_env_steps", "perf/fps")  # the unit is in the tag (older runs: none)
+
+
+def panel_points(scalars: dict[str, list[tuple[int, float]]], tag: str) -> tuple[str, list[tuple[int, float]]]:
+    """The points of a panel, and the tag they came from (the FPS panel takes whichever unit the run logged)."""
+    for t in FPS_TAGS if tag == "perf/fps" else (tag,):
+        if scalars.get(t):
+            return t, scalars[t]
+    return tag, []
+
+
 ALL_POLICIES = "all"
 
 
@@ -172,8 +183,10 @@ def plot_experiments(
     try:
         for ax, (tag, label) in zip(axes[:, 0], PANELS):
             markers = []  # (x, y, colour) of PBT replacements, drawn over all lines
+            units: set[str] = set()  # of the x axis
             for name, exp_dir, p, scalars in curves:
-                points = scalars.get(tag, [])
+                source_tag, points = panel_points(scalars, tag)
+                units.add("env frames" if source_tag.endswith("_env_frames") else "env steps")
                 if not points:
                     print(f"plot: {name} has no {tag!r} yet (no finished episodes or summaries)", file=sys.stderr)
                     continue
@@ -189,7 +202,8 @@ def plot_experiments(
             ax.grid(alpha=0.3)
             if ax.get_lines():
                 ax.legend(fontsize=8)
-        axes[-1, 0].set_xlabel("env steps" if policy_id != ALL_POLICIES else "env steps of the policy")
+        unit = " or ".join(sorted(units)) or "env steps"
+        axes[-1, 0].set_xlabel(unit if policy_id != ALL_POLICIES else f"{unit} of the policy")
         fig.tight_layout()
         output = Path(output)
         output.parent.mkdir(parents=True, exist_ok=True)

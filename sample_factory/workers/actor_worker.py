@@ -27,6 +27,14 @@ import psutil
 from sample_factory.config import Config
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env
+from sample_factory.experiment.callbacks import (
+    EpisodeEnd,
+    call_hook,
+    episode_stats,
+    hook_stats,
+    make_callbacks,
+    overrides,
+)
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.messages import (
     ACTIONS_READY,
@@ -86,6 +94,10 @@ class ActorWorker(Component):
         self.waiting: list[Split] = []  # splits parked until the learner returns a slot
         self.env_steps = [0] * self.num_policies  # since the last progress report
         self.episodes: list[list[tuple[float, int]]] = [[] for _ in range(self.num_policies)]
+        # per policy: {key: [value per episode]} from the final info (--episode_info_keys) and on_episode_end
+        self.episode_stats: list[dict[str, list[float]]] = [{} for _ in range(self.num_policies)]
+        self.callbacks = None  # the user's hooks (--callbacks), built in init
+        self.episode_hook = False  # on_episode_end is overridden
         # numpy views of the shared tensors (bind_views): {name: array}, {obs key: array}, {obs key: array}
         self.arrays: dict[str, np.ndarray] | None = None
         self.obs_arrays: dict[str, np.ndarray] | None = None
@@ -100,6 +112,8 @@ class ActorWorker(Component):
         if cfg.set_workers_cpu_affinity and not cfg.serial_mode:
             cores = psutil.Process().cpu_affinity() or list(range(psutil.cpu_count()))
             psutil.Process().cpu_affinity([cores[self.index % len(cores)]])
+        self.callbacks = make_callbacks(cfg)
+        self.episode_hook = overrides(self.callbacks, "on_episode_end")
         self.bind_views()
         self.pool = SlotPool(self.buffers.slots_of_worker(self.index))
         base_seed = None if cfg.seed is None else cfg.seed * 1000 + cfg.env_seed_offset
@@ -260,6 +274,8 @@ class ActorWorker(Component):
             for k, v in group.final_obs.items():
                 self.final_obs_arrays[k][row] = v
         pol = split.col_policy  # the policies that acted in this step
+        if finished:
+            self._episode_stats(split, finished)
         if self.num_policies == 1:
             self.env_steps[0] += group.n
             self.episodes[0].extend(finished)
@@ -272,6 +288,19 @@ class ActorWorker(Component):
                 self._draw_policies(split, int(i))
         split.t = t + 1
         self._request(split, has_truncations)
+
+    def _episode_stats(self, split: Split, finished: list[tuple[float, int]]) -> None:
+        """Numbers from the final infos of the episodes that just ended (and the user's on_episode_end)."""
+        group, keys = split.group, self.cfg.episode_info_keys
+        for (ret, length), col, info in zip(finished, group.finished_columns, group.finished_infos, strict=True):
+            stats = episode_stats(info, keys) if info else {}
+            p = int(split.col_policy[col])
+            if self.episode_hook:
+                A = group.num_agents
+                episode = EpisodeEnd(self.index, group.env_ids[col // A], col % A, p, ret, length, info)
+                stats.update(hook_stats(call_hook(self.callbacks, "on_episode_end", episode), "on_episode_end"))
+            for k, v in stats.items():
+                self.episode_stats[p].setdefault(k, []).append(v)
 
     def _finish_rollout(self, split: Split) -> None:
         slot, T = split.slot, self.rollout
@@ -333,8 +362,9 @@ class ActorWorker(Component):
         """Sent once per finished rollout (not on a timer), so serial runs stop at the same point every time."""
         for p in range(self.num_policies):
             if self.env_steps[p] or self.episodes[p]:
-                self.report("samples", (p, self.env_steps[p], self.episodes[p]))
-                self.env_steps[p], self.episodes[p] = 0, []
+                steps = self.env_steps[p] * self.cfg.frames_per_env_step  # in the run's unit (frames on Atari)
+                self.report("samples", (p, steps, self.episodes[p], self.episode_stats[p]))
+                self.env_steps[p], self.episodes[p], self.episode_stats[p] = 0, [], {}
 
     def finish(self) -> None:
         self._report_progress()

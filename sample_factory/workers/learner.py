@@ -21,6 +21,7 @@ import torch
 
 from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config
+from sample_factory.experiment.callbacks import call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import (
     best_metric_of,
     checkpoint_dir,
@@ -79,6 +80,7 @@ class Learner(Component):
         # learner, one of them then trains on what it has, so the actors always get slots back.
         filling = cfg.num_workers * cfg.worker_num_splits
         self.max_held_slots = max(1, (buffers.spec.num_slots - filling) // cfg.num_policies)
+        self.callbacks = None  # the user's hooks (--callbacks), built in init
         self.pending: list[PendingRollout] = []  # oldest first
         self.discarded_rollouts = 0
         self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
@@ -86,6 +88,7 @@ class Learner(Component):
     def init(self) -> None:
         cfg = self.cfg
         self.device = torch_device(cfg.device)
+        self.callbacks = make_callbacks(cfg)
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed * 7919 + self.policy_id)
         self.model = ActorCritic(cfg, self.obs_space, self.action_space)
@@ -136,6 +139,7 @@ class Learner(Component):
         elif msg.kind == SAVE_BEST:
             path = save_best_checkpoint(self.ckpt_dir, self._state(), self.version, self.env_steps, msg.metric_value)
             self.report("best_checkpoint", str(path))
+            call_hook(self.callbacks, "on_checkpoint", self.policy_id, str(path), "best")
         elif msg.kind == PBT_UPDATE:
             self._pbt_update(msg.hyperparams, msg.source_policy)
         else:
@@ -167,7 +171,8 @@ class Learner(Component):
             self.save()
         if 0 < self.cfg.save_milestones_sec < now - self.last_milestone:
             self.last_milestone = now
-            save_milestone(self.ckpt_dir, self._state(), self.version, self.env_steps)
+            path = save_milestone(self.ckpt_dir, self._state(), self.version, self.env_steps)
+            call_hook(self.callbacks, "on_checkpoint", self.policy_id, str(path), "milestone")
 
     def _take_iteration(self) -> list[PendingRollout] | None:
         """The oldest pending slots that hold an iteration's worth of this policy's trajectories, if there are."""
@@ -193,7 +198,7 @@ class Learner(Component):
             samples = len(taken) * self.buffers.spec.samples_per_slot
         else:  # the columns may hold steps of other policies too (an env passes to another policy)
             samples = int((batch["policy_id"][:, :-1] == self.policy_id).sum())
-        self.env_steps += samples
+        self.env_steps += samples * self.cfg.frames_per_env_step  # the run's unit (frames on Atari)
         if self.cfg.sampler_only:
             self.report("train", {"samples": samples, "env_steps": self.env_steps, "version": self.version})
             return
@@ -213,6 +218,7 @@ class Learner(Component):
         if not self.cfg.async_rl:
             self._return_slots(taken)  # only now: the next batch is collected with the weights just published
         stats.update(env_steps=self.env_steps, version=self.version, train_time=train_time)
+        call_hook(self.callbacks, "on_training_result", self.policy_id, stats)
         self.report("train", stats)
         self.activity = "waiting for rollouts"
 
@@ -257,6 +263,7 @@ class Learner(Component):
             )
         self.last_save = time.monotonic()
         self.report("checkpoint", str(path))
+        call_hook(self.callbacks, "on_checkpoint", self.policy_id, str(path), "latest")
 
     def finish(self) -> None:
         # only a learner that started properly may write checkpoints

@@ -297,9 +297,10 @@ def test_options_have_no_class_level_value():
 
 def test_derived_fields_are_declared_with_defaults_and_docs():
     derived = typing.get_type_hints(Config).keys() - typing.get_type_hints(OptionFields).keys()
-    assert derived == {"preset", "command_line", "cli_flags", "evaluation_run", "reward_shaping"}
+    assert derived == {"preset", "command_line", "cli_flags", "evaluation_run", "reward_shaping", "frames_per_env_step"}
     cfg = Config.from_dict({})
     assert cfg.preset is None and cfg.command_line == "" and tuple(cfg.cli_flags) == ()
+    assert cfg.frames_per_env_step == 1
     assert cfg.evaluation_run is False and cfg.reward_shaping is None
     # Unset derived fields stay out of vars(cfg): cfg.json only has what code set.
     assert not derived & set(vars(cfg))

@@ -194,6 +194,9 @@ def test_atari_episode_stats_are_whole_games(episodic_life):
             if finished:
                 assert finished == [(ret, length)]
                 assert dones == (5 if episodic_life else 1)
+                # the game's final info row, for --episode_info_keys: no lives left at the end of the game
+                (info,) = group.finished_infos
+                assert int(info["env_id"]) == 0 and int(info["lives"]) == 0, info
                 games.append(finished[0])
                 ret, length, dones = 0.0, 0, 0
             assert length < 5000

@@ -38,7 +38,7 @@ def check_artifacts(run: TrainRun) -> None:
     summary_dir = run.exp_dir / ".summary" / "0"
     assert list(summary_dir.glob("events.out.tfevents.*")), "no TensorBoard event file"
     tags = tensorboard_tags(summary_dir)
-    assert "train/loss" in tags and "perf/fps" in tags, f"TensorBoard tags: {sorted(tags)}"
+    assert "train/loss" in tags and "perf/fps_env_steps" in tags, f"TensorBoard tags: {sorted(tags)}"
 
     ckpts = run.checkpoints()
     assert ckpts, f"no checkpoint in {run.exp_dir / 'checkpoint_p0'}"

@@ -72,7 +72,7 @@ def test_plot_two_experiments(tmp_path, capsys):
     scalars = read_scalars(tmp_path / "a" / ".summary" / "0")
     steps = [s for s, _ in scalars["reward/mean"]]
     assert len(steps) >= 2 and steps == sorted(steps) and len(set(steps)) == len(steps), steps
-    assert steps[-1] >= 8192 and "perf/fps" in scalars and "train/loss" in scalars
+    assert steps[-1] >= 8192 and "perf/fps_env_steps" in scalars and "train/loss" in scalars
 
     out = tmp_path / "plots" / "curves.png"
     assert plot_main(["--experiment=a", "--experiment=b", f"--train_dir={tmp_path}", f"--output={out}"]) == 0

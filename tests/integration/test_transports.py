@@ -1,0 +1,18 @@
+"""The faster-fifo transport (`--message_queue=faster_fifo`, Sample Factory's) end to end: a multi-process CartPole
+run learns, stops cleanly and leaves nothing behind. The socket channel (the default) is what every other
+multi-process test runs on; docs/architecture.md gives the measured reason for the default."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.timeout(150)
+def test_faster_fifo_transport_learns_cartpole(tmp_path, train_run):
+    run = train_run(
+        ["--num_workers=2", "--message_queue=faster_fifo", "--stop_at_reward=150", "--train_for_seconds=100"],
+        tmp_path,
+    )
+    assert run.wait(timeout=130) == 0, run.describe()
+    run.assert_no_leftovers()
+    assert "mean reward reached 150" in run.output, run.describe()
