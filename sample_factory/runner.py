@@ -136,7 +136,13 @@ class Runner:
         self.pbt = PbtController(cfg, self.exp_dir, self.channels, log, reward_shaping) if cfg.with_pbt else None
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
-        self.evaluator = PeriodicEvaluator(cfg, self.exp_dir, lambda: self.channels.learner[0].put(SaveNow.wire()), log)
+        self.evaluator = PeriodicEvaluator(
+            cfg,
+            self.exp_dir,
+            request_checkpoint=lambda p: self.channels.learner[p].put(SaveNow.wire()),
+            log=log,
+            add_scalar=lambda p, tag, value, steps: self.summaries.add_scalar(p, tag, value, steps),
+        )
         self.summaries = SummaryWriters(
             self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run, unit=unit_name(cfg)
         )
@@ -242,17 +248,8 @@ class Runner:
         save_snapshot(self.exp_dir, self.cfg, self.components, self.channels, self.buffers, counters)
 
     def _periodic_eval(self) -> None:
-        if not self.evaluator.enabled:
-            return
-        self.evaluator.on_env_steps(self.progress.total_env_steps())
-        results = self.evaluator.poll()
-        if results is not None:
-            log(
-                f"evaluation at {results['env_steps']} env steps: reward {results['reward_mean']:.2f} "
-                f"+- {results['reward_std']:.2f} over {results['episodes']} episodes"
-            )
-            self.summaries.add_scalar(0, "eval/reward_mean", results["reward_mean"], results["env_steps"])
-            self.summaries.add_scalar(0, "eval/episode_length", results["length_mean"], results["env_steps"])
+        if self.evaluator.enabled:  # logs its results and writes them to each evaluated policy's summaries
+            self.evaluator.update(self.progress.env_steps)
 
     def _maybe_save_best(self) -> None:
         if self.cfg.evaluation_run or self.progress.total_env_steps() < self.cfg.save_best_after:
@@ -334,8 +331,7 @@ class Runner:
 
     def _on_checkpoint(self, report: Report) -> None:
         self.progress.last_checkpoint[report.index] = report.payload
-        if report.index == 0:
-            self.evaluator.on_checkpoint(report.payload)
+        self.evaluator.on_checkpoint(report.index, report.payload)
 
     def _on_timing(self, report: Report) -> None:
         self.progress.timing[report.role].append(report.payload)

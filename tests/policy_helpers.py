@@ -73,6 +73,25 @@ def fake_experiment(
     return exp_dir, model.eval()
 
 
+def rollout_lengths(policy, env_id: str, seed: int, episodes: int, deterministic: bool) -> list[int]:
+    """What enjoy does: reset(seed) once, carry the state, reset it at episode ends; the episode lengths."""
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=seed)
+    lengths = []
+    state, n = policy.initial_state(), 0
+    while len(lengths) < episodes:
+        action, state = policy.act(obs, state, deterministic=deterministic)
+        obs, _, term, trunc, _ = env.step(action)
+        n += 1
+        if term or trunc:
+            lengths.append(n)
+            n = 0
+            obs, _ = env.reset()
+            state = policy.initial_state()
+    env.close()
+    return lengths
+
+
 class Run:
     """train.py in a subprocess (own session), output collected by a thread; killed by pid at teardown."""
 

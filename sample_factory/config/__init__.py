@@ -4,7 +4,16 @@ the generated reference (reference.py)."""
 
 from sample_factory.config.cfg import Config
 from sample_factory.config.options import OPTIONS, ConfigError, Option, all_options, int_list, str2bool
-from sample_factory.config.parse import build_parser, finalize_cfg, parse_cfg, suggest_flag, typed_flags
+from sample_factory.config.parse import (
+    build_parser,
+    finalize_cfg,
+    overridable_env_options,
+    parse_cfg,
+    parse_env_overrides,
+    parse_eval_policies,
+    suggest_flag,
+    typed_flags,
+)
 from sample_factory.config.presets import PRESETS, preset_name_for_env
 
 __all__ = [
@@ -17,7 +26,10 @@ __all__ = [
     "build_parser",
     "finalize_cfg",
     "int_list",
+    "overridable_env_options",
     "parse_cfg",
+    "parse_env_overrides",
+    "parse_eval_policies",
     "preset_name_for_env",
     "str2bool",
     "suggest_flag",

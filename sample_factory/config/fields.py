@@ -124,6 +124,8 @@ class OptionFields:
     video_per_episode: bool  # default True
     eval_every_env_steps: float  # default -1
     eval_episodes: int  # default 10
+    eval_policies: str  # default 'all'
+    eval_env_overrides: str | None  # default None
     eval_results_file: str | None  # default None
 
     # PBT

@@ -431,6 +431,21 @@ OPTIONS: dict[str, list[Option]] = {
         ),
         Option("eval_episodes", int, 10, "Episodes per periodic evaluation during training."),
         Option(
+            "eval_policies",
+            str,
+            "all",
+            "Policies the periodic evaluation covers: all, or indices like 0,2. Each is evaluated on a fresh "
+            "checkpoint of its own when its env steps pass a multiple of --eval_every_env_steps, one evaluation "
+            "at a time.",
+        ),
+        Option(
+            "eval_env_overrides",
+            str,
+            None,
+            "Env options changed for evaluation only (periodic and enjoy.py), as name=value pairs: e.g. "
+            "env_sticky_actions=0,env_frameskip=4. Allowed: env, seed and the env_* options.",
+        ),
+        Option(
             "eval_results_file",
             str,
             None,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sample_factory.config.cfg import Config
-from sample_factory.config.options import OPTIONS, ConfigError, all_options
+from sample_factory.config.options import OPTIONS, ConfigError, all_options, int_list
 from sample_factory.config.presets import PRESETS, preset_name_for_env
 
 
@@ -84,6 +84,74 @@ def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     return cfg
 
 
+# Env options an evaluation may not change, and why (the others named env_*, plus env and seed, are allowed).
+_NOT_OVERRIDABLE = {
+    "env_episodic_life": "evaluation always plays whole games",
+    "env_backend": "it changes how envs are stepped, not the env",
+    "env_seed_offset": "use seed=<n> to choose the evaluation's seed",
+}
+
+
+def overridable_env_options() -> list[str]:
+    """Options --eval_env_overrides may set: those that say which env is played and how it is configured."""
+    names = [opt.name for opt in all_options()]
+    return [n for n in names if (n in ("env", "seed") or n.startswith("env_")) and n not in _NOT_OVERRIDABLE]
+
+
+def parse_env_overrides(text: str | None) -> dict[str, Any]:
+    """`name=value,name=value` (--eval_env_overrides) -> {name: parsed value}, in the order given. Raises
+    ConfigError (one line) for a malformed pair, an option that is not an env option, a repeated name or a value
+    the option's type or choices reject."""
+    flag = "--eval_env_overrides"
+    options = {opt.name: opt for opt in all_options()}
+    allowed = overridable_env_options()
+    out: dict[str, Any] = {}
+    for pair in (text or "").split(","):
+        if not pair.strip():
+            continue
+        name, sep, raw = (part.strip() for part in pair.partition("="))
+        if not sep or not name:
+            raise ConfigError(f"{flag}: {pair.strip()!r} is not name=value")
+        if name not in options:
+            close = difflib.get_close_matches(name, allowed, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else f" (allowed: {', '.join(allowed)})"
+            raise ConfigError(f"{flag}: unknown option {name!r}{hint}")
+        if name in _NOT_OVERRIDABLE:
+            raise ConfigError(f"{flag}: {name} cannot be overridden for evaluation: {_NOT_OVERRIDABLE[name]}")
+        if name not in allowed:
+            raise ConfigError(f"{flag}: {name} is not an env option (allowed: {', '.join(allowed)})")
+        if name in out:
+            raise ConfigError(f"{flag}: {name} is given twice")
+        opt = options[name]
+        try:
+            value = opt.type(raw)
+        except (argparse.ArgumentTypeError, ValueError, TypeError):
+            raise ConfigError(f"{flag}: {name}={raw!r} is not a valid {opt.type_name}") from None
+        if opt.choices and value not in opt.choices:
+            raise ConfigError(f"{flag}: {name}={raw!r} is not one of {', '.join(opt.choices)}")
+        out[name] = value
+    return out
+
+
+def parse_eval_policies(text: str, num_policies: int) -> list[int]:
+    """--eval_policies: `all` or policy indices like `0,2` -> sorted indices. Raises ConfigError (one line)."""
+    s = text.strip().lower()
+    if s == "all":
+        return list(range(num_policies))
+    try:
+        indices = int_list(s)
+    except argparse.ArgumentTypeError:
+        raise ConfigError(f"--eval_policies must be all or policy indices like 0,2, got {text!r}") from None
+    if not indices:
+        raise ConfigError("--eval_policies is empty (use all, or policy indices like 0,2)")
+    bad = [i for i in indices if not 0 <= i < num_policies]
+    if bad:
+        raise ConfigError(f"--eval_policies: no policy {bad[0]} (--num_policies={num_policies}: 0..{num_policies - 1})")
+    if len(set(indices)) != len(indices):
+        raise ConfigError(f"--eval_policies names a policy twice: {text!r}")
+    return sorted(indices)
+
+
 def finalize_cfg(cfg: Config) -> Config:
     """Fill derived values and validate combinations (raises ConfigError with a one-line message)."""
     if not cfg.env:
@@ -139,6 +207,8 @@ def finalize_cfg(cfg: Config) -> Config:
                 f"--async_rl=False needs batch_size*num_batches_per_epoch ({it}) to be a multiple of "
                 f"num_workers*num_envs_per_worker*rollout ({round_samples}) so every batch is on-policy"
             )
+    parse_eval_policies(cfg.eval_policies, cfg.num_policies)  # checked now, used by the periodic evaluator
+    parse_env_overrides(cfg.eval_env_overrides)
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg

@@ -1,7 +1,8 @@
 """`python enjoy.py --env=... --experiment=... --train_dir=...`: evaluate a trained policy.
 
 The experiment's cfg.json is the base; flags typed now override it. Evaluation flags (the "Evaluation (enjoy.py)"
-group of config/options.py) always come from this command line or their defaults, never from cfg.json.
+group of config/options.py) always come from this command line or their defaults, never from cfg.json;
+--eval_env_overrides (env options as name=value pairs) applies last.
 
 Single process (the default, and whenever --num_workers is not typed here): the policy is loaded with
 `policy_api.load_policy` (--load_checkpoint_kind latest|best) and plays --max_num_episodes episodes in one env
@@ -32,7 +33,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from sample_factory.config import OPTIONS, Config, build_parser, finalize_cfg, suggest_flag, typed_flags
+from sample_factory.config import (
+    OPTIONS,
+    Config,
+    build_parser,
+    finalize_cfg,
+    parse_env_overrides,
+    suggest_flag,
+    typed_flags,
+)
 from sample_factory.envs.env_group import EnvGroup, env_num_agents
 from sample_factory.envs.env_utils import make_env
 from sample_factory.evaluation.policy_api import load_policy
@@ -54,8 +63,8 @@ def notice(msg: str) -> None:
 
 # ---- configuration -----------------------------------------------------------------------------------------
 def load_experiment_cfg(argv: Sequence[str]) -> Config:
-    """Parser defaults <- the experiment's cfg.json (except evaluation flags) <- flags typed now.
-    `cfg.cli_flags` lists the flags typed on this command line."""
+    """Parser defaults <- the experiment's cfg.json (except evaluation flags) <- flags typed now <-
+    --eval_env_overrides. `cfg.cli_flags` lists the flags typed on this command line."""
     argv = list(argv)
     parser = build_parser()
     parser.prog = "enjoy.py"
@@ -72,7 +81,8 @@ def load_experiment_cfg(argv: Sequence[str]) -> Config:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise EnjoyError(f"{path} is corrupted ({e})") from None
     saved = {k: v for k, v in saved.items() if k not in EVAL_FLAGS}
-    merged = {**vars(cfg), **saved, **typed}
+    # The overrides come last: they are what the evaluation is asked to play (e.g. no sticky actions).
+    merged = {**vars(cfg), **saved, **typed, **parse_env_overrides(cfg.eval_env_overrides)}
     # Where the experiment was found now, not where it was trained (the folder may have been moved since).
     merged["train_dir"], merged["experiment"] = cfg.train_dir, cfg.experiment
     merged["device"] = typed.get("device", "cpu")
@@ -95,7 +105,7 @@ def experiment_path(cfg: Config) -> Path:
 
 def check_checkpoint_exists(cfg: Config) -> None:
     """Fail fast, in one line, before any env or process is started."""
-    d = checkpoint_dir(cfg, 0)
+    d = checkpoint_dir(cfg, cfg.policy_index)
     if cfg.load_checkpoint_kind == "best":
         if not list_best_checkpoints(d):
             raise EnjoyError(
@@ -269,7 +279,8 @@ def _play(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
         }
         print(
             f"loaded {policy.checkpoint_path} (policy version {policy.policy_version}, {policy.env_steps} env steps)"
-            f", {'deterministic' if cfg.eval_deterministic else 'sampled'} actions",
+            f", {'deterministic' if cfg.eval_deterministic else 'sampled'} actions"
+            + (f", env overrides {cfg.eval_env_overrides}" if cfg.eval_env_overrides else ""),
             flush=True,
         )
         if render_mode == "rgb_array":
@@ -416,7 +427,9 @@ def summarize(episodes: list[tuple[float, int]], cfg: Config, info: dict) -> dic
         "rewards": rewards,
         "lengths": lengths,
         **info,
+        "policy_index": cfg.policy_index,
         "deterministic": bool(cfg.eval_deterministic),
+        "env_overrides": parse_env_overrides(cfg.eval_env_overrides),
         "load_checkpoint_kind": cfg.load_checkpoint_kind,
         "num_workers": cfg.num_workers if is_parallel(cfg) else 1,
     }

@@ -1,78 +1,179 @@
-"""Evaluation during training (--eval_every_env_steps): the runner asks the learner for a fresh checkpoint, then
-evaluates it with `python -m sample_factory.evaluation.enjoy` in a separate process (training never waits for it)
-and logs the result to TensorBoard at the checkpoint's env steps. One evaluation at a time; a late one is skipped."""
+"""Evaluation during training (--eval_every_env_steps): when a policy's env steps pass its next multiple, the policy
+is queued; in turn, the runner asks that policy's learner for a fresh checkpoint and, once it is written, evaluates
+it with `python -m sample_factory.evaluation.enjoy` in a separate process (training never waits for it). The result
+goes to eval/eval_<env steps>_p<policy>.json, a log line and the policy's TensorBoard writer at the checkpoint's env
+steps.
+
+Which policies (--eval_policies), sampled or most likely actions (--eval_deterministic) and env options changed for
+evaluation only (--eval_env_overrides) are passed on to enjoy. One evaluation runs at a time and a policy is queued
+at most once, so evaluations never pile up: multiples passed while a policy is queued or being evaluated are
+skipped, and the queue is served in order, so every policy gets its turn."""
 
 from __future__ import annotations
 
+import collections
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from sample_factory.config import Config
+from sample_factory.config import Config, parse_eval_policies
+
+# A checkpoint asked for but not reported within this time (a learner that never answers): give up on it, so one
+# lost request does not end periodic evaluation for the rest of the run.
+CHECKPOINT_TIMEOUT_SEC = 300.0
+
+
+@dataclass
+class _Evaluation:
+    policy: int
+    env_steps: int  # the checkpoint's (the samples its learner had trained on)
+    result_file: Path
+    proc: subprocess.Popen
+    stderr: Any  # a file, not a pipe: a chatty child can never block on a full pipe
 
 
 class PeriodicEvaluator:
-    def __init__(self, cfg: Config, exp_dir: Path, request_checkpoint: Callable[[], None], log: Callable[[str], None]):
+    def __init__(
+        self,
+        cfg: Config,
+        exp_dir: Path,
+        request_checkpoint: Callable[[int], None],
+        log: Callable[[str], None],
+        add_scalar: Callable[[int, str, float, int], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        """`request_checkpoint(policy)` asks that policy's learner to save now (its `checkpoint` report must reach
+        `on_checkpoint`); `add_scalar(policy, tag, value, env_steps)` writes to that policy's TensorBoard writer."""
         self.cfg, self.exp_dir, self.request_checkpoint, self.log = cfg, exp_dir, request_checkpoint, log
+        self.add_scalar = add_scalar
+        self.clock = clock
         self.every = cfg.eval_every_env_steps
-        self.next_at = self.every
-        self.awaiting_checkpoint = False
-        self.proc: subprocess.Popen | None = None
-        self.result_file: Path | None = None
-        self.env_steps_of_eval = 0
+        self.policies = parse_eval_policies(cfg.eval_policies, cfg.num_policies)
+        self.next_at = {p: self.every for p in self.policies}
+        self.queue: collections.deque[int] = collections.deque()  # due policies, each at most once
+        self.awaiting: int | None = None  # the policy whose checkpoint was asked for
+        self.awaiting_since = 0.0
+        self.running: _Evaluation | None = None
 
     @property
     def enabled(self) -> bool:
         return self.every > 0
 
-    def on_env_steps(self, total: int) -> None:
-        if self.enabled and total >= self.next_at and not self.awaiting_checkpoint and self.proc is None:
-            self.next_at = (total // self.every + 1) * self.every
-            self.awaiting_checkpoint = True
-            self.request_checkpoint()
+    def busy_with(self, policy: int) -> bool:
+        running = self.running is not None and self.running.policy == policy
+        return running or self.awaiting == policy or policy in self.queue
 
-    def on_checkpoint(self, path: str) -> None:
-        if not self.awaiting_checkpoint:
+    def update(self, env_steps: Sequence[int]) -> dict | None:
+        """Called from the runner's loop with every policy's env steps: queues the policies that are due, reports a
+        finished evaluation (returned too) and starts the next one."""
+        result = self.poll()
+        self.on_env_steps(env_steps)
+        self._start_next()
+        return result
+
+    def on_env_steps(self, env_steps: Sequence[int]) -> None:
+        for p in self.policies:
+            # A policy already queued or in evaluation is not queued again: the multiples passed meanwhile are
+            # skipped, and it is due again (at once) when its evaluation is over.
+            if env_steps[p] >= self.next_at[p] and not self.busy_with(p):
+                self.next_at[p] = (env_steps[p] // self.every + 1) * self.every
+                self.queue.append(p)
+
+    def _start_next(self) -> None:
+        if self.awaiting is not None and self.clock() - self.awaiting_since > CHECKPOINT_TIMEOUT_SEC:
+            self.log(
+                f"periodic evaluation of policy {self.awaiting} skipped: no checkpoint within "
+                f"{CHECKPOINT_TIMEOUT_SEC:.0f} s of the request"
+            )
+            self.awaiting = None
+        if self.awaiting is None and self.running is None and self.queue:
+            self.awaiting, self.awaiting_since = self.queue.popleft(), self.clock()
+            self.request_checkpoint(self.awaiting)
+
+    def on_checkpoint(self, policy: int, path: str) -> None:
+        """A learner wrote a checkpoint: the first one of the policy asked for is evaluated."""
+        if policy != self.awaiting:
             return
-        self.awaiting_checkpoint = False
-        self.env_steps_of_eval = int(Path(path).stem.split("_")[2])
+        self.awaiting = None
+        env_steps = int(Path(path).stem.split("_")[2])  # checkpoint_<version>_<env steps>.pth
         out_dir = self.exp_dir / "eval"
         out_dir.mkdir(exist_ok=True)
-        self.result_file = out_dir / f"eval_{self.env_steps_of_eval}.json"
+        result_file = out_dir / f"eval_{env_steps}_p{policy}.json"
+        cmd = self.command(policy, result_file)
+        stderr = tempfile.TemporaryFile("w+")
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        self.running = _Evaluation(policy, env_steps, result_file, proc, stderr)
+
+    def command(self, policy: int, result_file: Path) -> list[str]:
+        """The enjoy command line evaluating `policy`'s latest checkpoint."""
+        cfg = self.cfg
         cmd = [
             sys.executable,
             "-m",
             "sample_factory.evaluation.enjoy",
-            f"--env={self.cfg.env}",
-            f"--experiment={self.cfg.experiment}",
-            f"--train_dir={self.cfg.train_dir}",
+            f"--env={cfg.env}",
+            f"--experiment={cfg.experiment}",
+            f"--train_dir={cfg.train_dir}",
             "--no_render=True",
             "--device=cpu",
-            f"--max_num_episodes={self.cfg.eval_episodes}",
-            f"--eval_results_file={self.result_file}",
+            f"--policy_index={policy}",
+            f"--max_num_episodes={cfg.eval_episodes}",
+            f"--max_num_frames={cfg.max_num_frames}",
+            f"--eval_deterministic={cfg.eval_deterministic}",
+            f"--eval_results_file={result_file}",
         ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if cfg.eval_env_overrides:
+            cmd.append(f"--eval_env_overrides={cfg.eval_env_overrides}")
+        return cmd
 
     def poll(self) -> dict | None:
-        """The finished evaluation's results (with 'env_steps'), once."""
-        if self.proc is None or self.proc.poll() is None:
+        """The finished evaluation's results (with 'env_steps'), once; logged and written to TensorBoard."""
+        ev = self.running
+        if ev is None or ev.proc.poll() is None:
             return None
-        proc, self.proc = self.proc, None
-        if proc.returncode != 0 or not self.result_file.exists():
-            err = (proc.stderr.read() or "").strip().splitlines()
-            self.log(f"periodic evaluation failed (exit code {proc.returncode}): {err[-1] if err else ''}")
+        self.running = None
+        ev.stderr.seek(0)
+        err = ev.stderr.read().strip().splitlines()
+        ev.stderr.close()
+        if ev.proc.returncode != 0 or not ev.result_file.exists():
+            self.log(
+                f"periodic evaluation of policy {ev.policy} failed (exit code {ev.proc.returncode}): "
+                f"{err[-1] if err else ''}"
+            )
             return None
-        results = json.loads(self.result_file.read_text())
-        results["env_steps"] = self.env_steps_of_eval
+        results = json.loads(ev.result_file.read_text())
+        results["env_steps"] = ev.env_steps
+        self._report(ev.policy, results)
         return results
 
+    def _report(self, policy: int, results: dict) -> None:
+        actions = "deterministic" if results.get("deterministic") else "sampled"
+        overrides = results.get("env_overrides") or {}
+        with_overrides = f", env overrides {','.join(f'{k}={v}' for k, v in overrides.items())}" if overrides else ""
+        self.log(
+            f"evaluation of policy {policy} at {results['env_steps']} env steps: reward {results['reward_mean']:.2f} "
+            f"+- {results['reward_std']:.2f} over {results['episodes']} episodes ({actions} actions{with_overrides})"
+        )
+        if self.add_scalar is not None:
+            steps = results["env_steps"]
+            self.add_scalar(policy, "eval/reward_mean", results["reward_mean"], steps)
+            self.add_scalar(policy, "eval/reward_std", results["reward_std"], steps)
+            self.add_scalar(policy, "eval/episode_length", results["length_mean"], steps)
+
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+        ev, self.running = self.running, None
+        if ev is not None and ev.proc.poll() is None:
+            ev.proc.terminate()
             try:
-                self.proc.wait(5)
+                ev.proc.wait(5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+                ev.proc.kill()
+                ev.proc.wait(5)
+        if ev is not None:
+            ev.stderr.close()

@@ -21,7 +21,7 @@ from sample_factory.evaluation.enjoy import main as enjoy_main
 from sample_factory.evaluation.policy_api import load_policy
 from sample_factory.experiment.checkpoints import list_checkpoints, save_best_checkpoint
 from sample_factory.train import main as train_main
-from tests.policy_helpers import fake_experiment, one_torch_thread
+from tests.policy_helpers import fake_experiment, one_torch_thread, rollout_lengths
 from tests.render_envs import ENV_ID as RENDER_ENV_ID
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -128,32 +128,13 @@ def test_no_display_notice(train_dir, capsys, monkeypatch):
     assert "no display" in capsys.readouterr().out
 
 
-def _rollout_lengths(policy, env_id: str, seed: int, episodes: int, deterministic: bool) -> list[int]:
-    """What enjoy should do: reset(seed) once, carry the state, reset it at episode ends."""
-    env = gym.make(env_id)
-    obs, _ = env.reset(seed=seed)
-    lengths = []
-    state, n = policy.initial_state(), 0
-    while len(lengths) < episodes:
-        action, state = policy.act(obs, state, deterministic=deterministic)
-        obs, _, term, trunc, _ = env.step(action)
-        n += 1
-        if term or trunc:
-            lengths.append(n)
-            n = 0
-            obs, _ = env.reset()
-            state = policy.initial_state()
-    env.close()
-    return lengths
-
-
 def test_deterministic_matches_own_rollout(train_dir, capsys):
     assert enjoy(train_dir, "--no_render=True", "--max_num_episodes=2", "--eval_deterministic=True") == 0
     res = results(train_dir / "cp" / "eval_results.json")
     assert res["deterministic"] is True
     assert "deterministic actions" in capsys.readouterr().out
     with one_torch_thread():
-        expected = _rollout_lengths(load_policy("cp", train_dir=train_dir), "CartPole-v1", 1, 2, True)
+        expected = rollout_lengths(load_policy("cp", train_dir=train_dir), "CartPole-v1", 1, 2, True)
     assert res["lengths"] == expected
 
 
@@ -168,7 +149,7 @@ def test_recurrent_state_carried_and_reset(tmp_path, capsys):
     policy = load_policy("rnn", train_dir=tmp_path)
     assert policy.recurrent
     with one_torch_thread():
-        assert res["lengths"] == _rollout_lengths(policy, "CartPole-v1", 3, 4, True)
+        assert res["lengths"] == rollout_lengths(policy, "CartPole-v1", 3, 4, True)
 
 
 def test_max_num_frames_stops_early(tmp_path, capsys):
@@ -264,3 +245,41 @@ def test_missing_experiment_or_checkpoint(train_dir, tmp_path, capsys):
     assert enjoy(tmp_path, "--no_render=True", experiment="empty") == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("enjoy: error: no checkpoint in"), err
+
+
+def _echo_experiment(td: Path, experiment: str, *argv: str) -> Path:
+    """A fake experiment on the OptionEcho env (episodes of env_frameskip steps paying env_sticky_actions each)."""
+    from tests.evaluation.option_env import ENV_ID, OptionEchoEnv
+
+    env = OptionEchoEnv(4, 0.25)
+    flags = [f"--env=tests.evaluation.option_env:{ENV_ID}", "--use_rnn=False", "--encoder_mlp_layers=16", *argv]
+    return fake_experiment(td, experiment, flags, env.observation_space, env.action_space)[0]
+
+
+def test_env_overrides_reach_the_env_and_the_results(tmp_path, capsys, monkeypatch):
+    """--eval_env_overrides goes on top of cfg.json and of flags typed now; eval_results.json records it with the
+    policy evaluated. A bad override is one line and exit code 1."""
+    monkeypatch.chdir(REPO_ROOT)  # `--env=tests.evaluation...` is imported by module name
+    _echo_experiment(tmp_path, "echo")
+    args = ("--no_render=True", "--max_num_episodes=2", "--env_frameskip=9")
+    assert enjoy(tmp_path, *args, experiment="echo") == 0
+    assert results(tmp_path / "echo" / "eval_results.json")["lengths"] == [9, 9]  # the typed flag
+    overrides = "--eval_env_overrides=env_frameskip=3, env_sticky_actions=0.5"
+    assert enjoy(tmp_path, *args, overrides, experiment="echo") == 0
+    res = results(tmp_path / "echo" / "eval_results.json")
+    assert res["lengths"] == [3, 3] and res["rewards"] == [1.5, 1.5]
+    assert res["env_overrides"] == {"env_frameskip": 3, "env_sticky_actions": 0.5} and res["policy_index"] == 0
+    assert "env overrides env_frameskip=3, env_sticky_actions=0.5" in capsys.readouterr().out
+
+    assert enjoy(tmp_path, "--no_render=True", "--eval_env_overrides=learning_rate=1", experiment="echo") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("enjoy: error: --eval_env_overrides: learning_rate is not an env"), err
+
+
+def test_policy_index_checkpoint_is_checked(tmp_path, capsys, monkeypatch):
+    """--policy_index=1 looks for checkpoint_p1 (not checkpoint_p0) before anything starts."""
+    monkeypatch.chdir(REPO_ROOT)
+    exp = _echo_experiment(tmp_path, "two", "--num_policies=2")
+    assert enjoy(tmp_path, "--no_render=True", "--policy_index=1", experiment="two") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"enjoy: error: no checkpoint in {exp / 'checkpoint_p1'}: the run has not saved one yet"], err

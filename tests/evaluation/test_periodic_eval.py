@@ -1,58 +1,265 @@
-"""Evaluation during training (--eval_every_env_steps): a multi-process CartPole run evaluates its checkpoints with
-enjoy.py in a separate process, writes eval/eval_<env steps>.json and logs eval/reward_mean to TensorBoard."""
+"""Evaluation during training (--eval_every_env_steps): the evaluator's schedule (which policy, when, one at a time,
+nothing piling up) with stand-in evaluation commands; real enjoy.py evaluations of a checkpoint (deterministic
+actions, env overrides); and training runs (multi-process with one policy, serial with two) that evaluate their
+checkpoints, write eval/eval_<env steps>_p<policy>.json and log eval/* scalars to each policy's TensorBoard."""
 
 from __future__ import annotations
 
 import json
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from sample_factory.config import parse_cfg
+from sample_factory.evaluation import periodic_eval
+from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
+from sample_factory.evaluation.policy_api import load_policy
+from sample_factory.experiment.checkpoints import list_checkpoints
 from sample_factory.tools.plot import read_scalars
-from tests.policy_helpers import Run
+from tests.evaluation.option_env import ENV_ID as ECHO_ENV_ID
+from tests.evaluation.option_env import OptionEchoEnv
+from tests.policy_helpers import Run, fake_experiment, one_torch_thread, rollout_lengths, train_tiny
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-EVALUATED = re.compile(r"evaluation at (\d+) env steps: reward (-?[\d.]+) \+- ([\d.]+) over (\d+) episodes")
+EVALUATED = re.compile(
+    r"evaluation of policy (\d+) at (\d+) env steps: reward (-?[\d.]+) \+- ([\d.]+) over (\d+) episodes \((\w+) actions"
+)
+
+
+class Recorder:
+    """What the evaluator asks of the runner: checkpoint requests, log lines, TensorBoard scalars."""
+
+    def __init__(self):
+        self.requests: list[int] = []
+        self.logs: list[str] = []
+        self.scalars: list[tuple[int, str, float, int]] = []
+        self.now = 0.0
+
+    def evaluator(self, cfg) -> PeriodicEvaluator:
+        add = lambda p, tag, value, steps: self.scalars.append((p, tag, value, steps))  # noqa: E731
+        (Path(cfg.train_dir) / cfg.experiment).mkdir(parents=True, exist_ok=True)
+        return PeriodicEvaluator(
+            cfg,
+            Path(cfg.train_dir) / cfg.experiment,
+            self.requests.append,
+            self.logs.append,
+            add,
+            clock=lambda: self.now,
+        )
+
+
+def _cfg(tmp_path: Path, *flags: str):
+    return parse_cfg(["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=x", "--num_workers=1", *flags])
+
+
+def _fake_command(reward: float = 1.0, fail: bool = False):
+    """A stand-in for enjoy: a tiny python process that writes the results file (or fails with a message)."""
+
+    def command(policy: int, result_file: Path) -> list[str]:
+        if fail:
+            return [sys.executable, "-c", "import sys; sys.exit('enjoy: error: broken checkpoint')"]
+        res = {"episodes": 2, "reward_mean": reward + policy, "reward_std": 0.5, "length_mean": 10.0 + policy}
+        return [sys.executable, "-c", f"import json; json.dump({res!r}, open({str(result_file)!r}, 'w'))"]
+
+    return command
+
+
+def _finish(ev: PeriodicEvaluator, steps: list[int], timeout: float = 30) -> dict | None:
+    """Run the loop until the running evaluation is over; its result (None if it failed)."""
+    deadline = time.monotonic() + timeout
+    while ev.running is not None and time.monotonic() < deadline:
+        if (res := ev.update(steps)) is not None:
+            return res
+        time.sleep(0.02)
+    assert ev.running is None, "evaluation did not finish"
+    return None
+
+
+def test_schedule_one_at_a_time_per_policy_without_piling_up(tmp_path):
+    cfg = _cfg(tmp_path, "--num_policies=3", "--eval_policies=0,2", "--eval_every_env_steps=100")
+    rec = Recorder()
+    ev = rec.evaluator(cfg)
+    ev.command = _fake_command()
+    ev.update([50, 500, 50])
+    assert rec.requests == [] and not ev.queue  # policy 1 is not evaluated; 0 and 2 are not due yet
+
+    ev.update([100, 500, 250])
+    assert rec.requests == [0] and list(ev.queue) == [2]  # one checkpoint asked for at a time, in order
+    ev.on_checkpoint(2, str(tmp_path / "checkpoint_000000009_240.pth"))  # not the one asked for: ignored
+    ev.on_checkpoint(1, str(tmp_path / "checkpoint_000000009_240.pth"))
+    assert ev.running is None
+    ev.on_checkpoint(0, str(tmp_path / "checkpoint_000000005_96.pth"))
+    assert ev.running is not None and ev.running.policy == 0
+
+    # Multiples passed meanwhile are skipped: 0 (being evaluated) and 2 (queued) are not queued again.
+    ev.on_env_steps([400, 900, 700])
+    assert list(ev.queue) == [2] and rec.requests == [0]
+    res = _finish(ev, [400, 900, 700])
+    assert res["env_steps"] == 96 and res["reward_mean"] == 1.0
+    assert (tmp_path / "x" / "eval" / "eval_96_p0.json").exists()
+    assert rec.scalars == [
+        (0, "eval/reward_mean", 1.0, 96),
+        (0, "eval/reward_std", 0.5, 96),
+        (0, "eval/episode_length", 10.0, 96),
+    ]
+    assert rec.logs[-1].startswith("evaluation of policy 0 at 96 env steps: reward 1.00 +- 0.50 over 2 episodes")
+    # Then policy 2's turn; policy 0, due again since it passed 200 while busy, queues behind it.
+    assert rec.requests == [0, 2] and list(ev.queue) == [0]
+    ev.on_checkpoint(2, str(tmp_path / "checkpoint_000000011_650.pth"))
+    assert _finish(ev, [400, 900, 700])["reward_mean"] == 3.0
+    assert rec.scalars[-1] == (2, "eval/episode_length", 12.0, 650)
+    # Round robin: 2 passed 300..700 while queued or busy, so it is due again, behind 0; each is queued once.
+    assert rec.requests == [0, 2, 0] and list(ev.queue) == [2]
+    assert ev.next_at == {0: 500, 2: 800}
+
+
+def test_lost_checkpoint_request_and_failed_evaluation(tmp_path):
+    cfg = _cfg(tmp_path, "--num_policies=2", "--eval_every_env_steps=100")
+    rec = Recorder()
+    ev = rec.evaluator(cfg)
+    ev.command = _fake_command(fail=True)
+    ev.update([100, 100])
+    assert rec.requests == [0]
+    rec.now = periodic_eval.CHECKPOINT_TIMEOUT_SEC + 1  # learner 0 never answered: give up, go on with policy 1
+    ev.update([100, 100])
+    assert rec.requests == [0, 1]
+    assert "periodic evaluation of policy 0 skipped: no checkpoint within" in rec.logs[-1]
+    ev.on_checkpoint(1, str(tmp_path / "checkpoint_000000003_120.pth"))
+    assert _finish(ev, [150, 150]) is None
+    assert rec.logs[-1] == "periodic evaluation of policy 1 failed (exit code 1): enjoy: error: broken checkpoint"
+    assert rec.scalars == []
+
+
+def _evaluate(cfg, exp_dir: Path, policy: int = 0) -> dict:
+    """One real periodic evaluation (enjoy.py in a subprocess) of the policy's latest checkpoint."""
+    rec = Recorder()
+    ev = rec.evaluator(cfg)
+    steps = [cfg.eval_every_env_steps] * cfg.num_policies
+    ev.update(steps)
+    assert rec.requests == [policy]
+    ev.on_checkpoint(policy, str(list_checkpoints(exp_dir / f"checkpoint_p{policy}")[-1]))
+    res = _finish(ev, steps, timeout=60)
+    assert res is not None, rec.logs
+    return res
+
+
+@pytest.mark.timeout(60)
+def test_periodic_evaluation_is_deterministic_when_asked(tmp_path, monkeypatch):
+    """--eval_deterministic reaches the evaluation: its episodes are those of our own rollout with the most likely
+    actions of the same checkpoint from the same seed."""
+    monkeypatch.chdir(REPO_ROOT)
+    exp = train_tiny(tmp_path, "x", "--use_rnn=False", "--encoder_mlp_layers=32", "--seed=3")
+    cfg = _cfg(tmp_path, "--eval_every_env_steps=100", "--eval_episodes=3", "--eval_deterministic=True")
+    res = _evaluate(cfg, exp)
+    assert res["deterministic"] is True and res["episodes"] == 3
+    with one_torch_thread():
+        policy = load_policy(exp, checkpoint=res["checkpoint"])
+        assert res["lengths"] == rollout_lengths(policy, "CartPole-v1", 3, 3, deterministic=True)
+
+
+@pytest.mark.timeout(60)
+def test_env_overrides_reach_the_evaluation_env(tmp_path, monkeypatch):
+    """Trained with env_frameskip=4, env_sticky_actions=0.25 (the defaults); evaluated with overrides: the
+    evaluation's episodes are 7 steps long and pay nothing, and the results say which overrides were used."""
+    monkeypatch.chdir(REPO_ROOT)
+    env = OptionEchoEnv(4, 0.25)
+    flags = [f"--env=tests.evaluation.option_env:{ECHO_ENV_ID}", "--use_rnn=False", "--encoder_mlp_layers=16"]
+    exp, _ = fake_experiment(tmp_path, "x", flags, env.observation_space, env.action_space)
+    overrides = "env_frameskip=7,env_sticky_actions=0"
+    cfg = parse_cfg(
+        [
+            *flags,
+            f"--train_dir={tmp_path}",
+            "--experiment=x",
+            "--num_workers=1",
+            "--eval_every_env_steps=100",
+            "--eval_episodes=2",
+            f"--eval_env_overrides={overrides}",
+        ]
+    )
+    assert (cfg.env_frameskip, cfg.env_sticky_actions) == (4, 0.25)  # training plays the defaults
+    res = _evaluate(cfg, exp)
+    assert res["lengths"] == [7, 7] and res["rewards"] == [0.0, 0.0]
+    assert res["env_overrides"] == {"env_frameskip": 7, "env_sticky_actions": 0.0}
+    assert res["deterministic"] is False  # sampled unless asked
+
+
+def _stop_when(run: Run, done, timeout: float) -> str:
+    """Wait for `done(output)`, then stop the run with SIGINT (a clean stop that closes the TensorBoard writers)."""
+    deadline = time.monotonic() + timeout
+    while run.proc.poll() is None and time.monotonic() < deadline and not done(run.output):
+        time.sleep(0.2)
+    if run.proc.poll() is None:
+        run.proc.send_signal(signal.SIGINT)
+    assert run.wait(30) == 0, run.output
+    return run.output
+
+
+def _check_results(exp: Path, logged: list[tuple], policies: set[int], deterministic: bool) -> None:
+    """Every logged evaluation has its json and its TensorBoard scalars on its policy's writer."""
+    assert {p for p, *_ in logged} == policies
+    for p in policies:
+        scalars = read_scalars(exp / ".summary" / str(p))
+        for tag in ("eval/reward_mean", "eval/reward_std", "eval/episode_length"):
+            assert tag in scalars, (p, sorted(scalars))
+        written = {tag: dict(scalars[tag]) for tag in ("eval/reward_mean", "eval/reward_std", "eval/episode_length")}
+        for q, steps, reward, _, episodes, actions in logged:
+            if q != p:
+                continue
+            res = json.loads((exp / "eval" / f"eval_{steps}_p{p}.json").read_text())
+            assert res["policy_index"] == p and res["deterministic"] is deterministic
+            assert actions == ("deterministic" if deterministic else "sampled")
+            assert Path(res["checkpoint"]).parent.name == f"checkpoint_p{p}"
+            assert res["episodes"] == episodes == len(res["rewards"])
+            assert res["reward_mean"] == pytest.approx(reward, abs=0.005)
+            assert written["eval/reward_mean"][steps] == pytest.approx(res["reward_mean"], rel=1e-5)
+            assert written["eval/reward_std"][steps] == pytest.approx(res["reward_std"], rel=1e-5)
+            assert written["eval/episode_length"][steps] == pytest.approx(res["length_mean"], rel=1e-5)
+
+
+def _logged(out: str) -> list[tuple]:
+    return [(int(p), int(s), float(r), float(sd), int(n), a) for p, s, r, sd, n, a in EVALUATED.findall(out)]
+
+
+@pytest.mark.timeout(90)
+def test_two_policies_evaluated_during_training(tmp_path):
+    """Serial mode, two policies: each gets its own checkpoint, evaluation, json and TensorBoard scalars;
+    --eval_env_overrides is passed on."""
+    args = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=pe2", "--serial_mode=True"]
+    args += ["--num_workers=1", "--num_envs_per_worker=4", "--batch_size=128", "--num_policies=2", "--device=cpu"]
+    args += ["--use_rnn=False", "--encoder_mlp_layers=32", "--train_for_seconds=50", "--report_interval_sec=1"]
+    args += ["--eval_every_env_steps=3000", "--eval_episodes=2", "--eval_env_overrides=seed=5"]
+    # Policies that stay poor play short episodes with sampled actions: an evaluation is mostly its process start.
+    args += ["--learning_rate=1e-6", "--keep_checkpoints=1000"]
+    run = Run(args)
+    try:
+        out = _stop_when(run, lambda o: {p for p, *_ in _logged(o)} == {0, 1}, timeout=75)
+    finally:
+        run.kill()
+    assert "periodic evaluation" not in out, out  # neither failed nor skipped
+    logged = _logged(out)
+    _check_results(tmp_path / "pe2", logged, {0, 1}, deterministic=False)
+    for p, steps, *_ in logged:
+        res = json.loads((tmp_path / "pe2" / "eval" / f"eval_{steps}_p{p}.json").read_text())
+        assert res["env_overrides"] == {"seed": 5}
+        assert res["checkpoint_env_steps"] == steps  # the checkpoint asked for was the one evaluated
 
 
 @pytest.mark.timeout(120)
-def test_periodic_evaluation(tmp_path):
+def test_periodic_evaluation_multiprocess(tmp_path):
+    """The default process mode, one policy: the learner process writes the checkpoint asked for."""
     args = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=pe", "--num_workers=2", "--device=cpu"]
-    args += ["--eval_every_env_steps=50000", "--eval_episodes=3", "--train_for_seconds=90", "--report_interval_sec=1"]
+    args += ["--eval_every_env_steps=20000", "--eval_episodes=3", "--train_for_seconds=90", "--report_interval_sec=1"]
     run = Run(args)
-    proc, lines = run.proc, run.lines
     try:
-        # The first evaluation starts at 50000 env steps and takes a few seconds; then stop the run (SIGINT: a
-        # clean stop that closes the TensorBoard writers, so the scalar is on disk).
-        deadline = time.monotonic() + 90
-        while proc.poll() is None and time.monotonic() < deadline and not EVALUATED.search("\n".join(lines)):
-            time.sleep(0.2)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0, "\n".join(lines)
+        out = _stop_when(run, lambda o: bool(EVALUATED.search(o)), timeout=90)
     finally:
         run.kill()
-    out = "\n".join(lines)
-    logged = [(int(s), float(r), int(n)) for s, r, _, n in EVALUATED.findall(out)]
-    assert logged, out
-    assert "periodic evaluation failed" not in out, out
-
-    exp = tmp_path / "pe"
-    files = sorted(exp.glob("eval/eval_*.json"))
-    assert files, out
-    by_steps = {int(f.stem.split("_")[1]): json.loads(f.read_text()) for f in files}
-    for steps, reward, episodes in logged:
-        res = by_steps[steps]
-        assert steps > 0  # the checkpoint's env steps (trained samples: a little behind the 50000 collected)
-        assert res["episodes"] == episodes == 3 and len(res["rewards"]) == 3
-        assert res["reward_mean"] == pytest.approx(reward, abs=0.005)
-
-    scalars = read_scalars(exp / ".summary" / "0")
-    assert "eval/reward_mean" in scalars, sorted(scalars)
-    written = dict(scalars["eval/reward_mean"])
-    for steps, _, _ in logged:
-        assert written[steps] == pytest.approx(by_steps[steps]["reward_mean"], rel=1e-5)
-    assert "eval/episode_length" in scalars
+    assert "periodic evaluation" not in out, out
+    logged = _logged(out)
+    assert all(steps > 0 and n == 3 for _, steps, _, _, n, _ in logged), logged
+    _check_results(tmp_path / "pe", logged, {0}, deterministic=False)
