@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
 from sample_factory.envs.env_utils import probe_env
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
@@ -106,6 +107,7 @@ class Runner:
         try:
             # Through the same context: this also starts the fork server, which preloads torch for all children.
             env_info = probe_env(cfg, False if cfg.serial_mode else self.ctx)
+            algorithm_class(cfg).check_spaces(cfg, env_info[0], env_info[1])
         except Exception:
             if what == "new experiment":  # leave nothing behind for a run that never started
                 shutil.rmtree(self.exp_dir, ignore_errors=True)
@@ -133,7 +135,7 @@ class Runner:
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
         self.evaluator = PeriodicEvaluator(cfg, self.exp_dir, lambda: self.channels.learner[0].put(SaveNow.wire()), log)
-        self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run)
+        self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run, cfg=cfg)
         self.supervisor = (
             None
             if cfg.serial_mode

@@ -12,6 +12,7 @@ import numpy as np
 from tensorboardX import SummaryWriter
 
 from sample_factory.config import Config
+from sample_factory.experiment.wandb_logging import WandbLogger
 
 FPS_WINDOWS = (10, 60, 300)
 
@@ -142,9 +143,10 @@ class ProgressTracker:
 class SummaryWriters:
     """One TensorBoard writer per policy under <experiment>/.summary/<policy>/, x axis = env steps."""
 
-    def __init__(self, exp_dir: Path, num_policies: int, enabled: bool = True):
+    def __init__(self, exp_dir: Path, num_policies: int, enabled: bool = True, cfg: Config | None = None):
         self.enabled = enabled
         self.pending_train: list[list[dict]] = [[] for _ in range(num_policies)]
+        self.wandb: WandbLogger | None = None  # --with_wandb: the writers also log every scalar to W&B
         if not enabled:  # evaluation runs leave the training summaries alone
             self.writers, self.csv = [], None
             return
@@ -154,6 +156,9 @@ class SummaryWriters:
             SummaryWriter(str(exp_dir / ".summary" / str(p)), flush_secs=10, filename_suffix=suffix)
             for p in range(num_policies)
         ]
+        if cfg is not None and cfg.with_wandb:
+            self.wandb = WandbLogger(cfg, exp_dir, num_policies)
+            self.writers = [self.wandb.tee(w, p) for p, w in enumerate(self.writers)]
         self.csv = open(exp_dir / "progress.csv", "a")
         if self.csv.tell() == 0:
             self.csv.write("time_s,env_steps,fps_10s," + ",".join(f"reward_p{p}" for p in range(num_policies)) + "\n")
@@ -176,6 +181,8 @@ class SummaryWriters:
                         tag = f"policy_lag/{k[11:]}" if k.startswith("policy_lag_") else f"train/{k}"
                         w.add_scalar(tag, v, x)
             self.pending_train[p] = []
+        if self.wandb is not None:
+            self.wandb.flush()
 
     def progress_row(self, progress: ProgressTracker) -> None:
         if not self.enabled:
@@ -192,5 +199,7 @@ class SummaryWriters:
     def close(self) -> None:
         for w in self.writers:
             w.close()
+        if self.wandb is not None:
+            self.wandb.finish()
         if self.csv is not None:
             self.csv.close()
