@@ -27,6 +27,7 @@ EXTRAS_REQUIRE = {
     "video": ["imageio", "imageio-ffmpeg"],
     "plot": ["matplotlib"],
     "onnx": ["onnx", "onnxruntime"],
+    "wandb": ["wandb"],  # --with_wandb (Weights & Biases logging)
     "dev": ["pytest", "pytest-timeout", "ruff"],
 }
 

@@ -17,13 +17,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
 from sample_factory.envs.env_utils import frames_per_env_step, probe_env
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
 from sample_factory.experiment.folder import experiment_dir, prepare_experiment_dir
-from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters, unit_name
+from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.pbt.controller import PbtController
 from sample_factory.runtime.component import Component, ComponentKey, SerialDriver
@@ -110,6 +111,7 @@ class Runner:
         try:
             # Through the same context: this also starts the fork server, which preloads torch for all children.
             env_info = probe_env(cfg, False if cfg.serial_mode else self.ctx)
+            algorithm_class(cfg).check_spaces(cfg, env_info[0], env_info[1])
         except Exception:
             if what == "new experiment":  # leave nothing behind for a run that never started
                 shutil.rmtree(self.exp_dir, ignore_errors=True)
@@ -143,9 +145,7 @@ class Runner:
             log=log,
             add_scalar=lambda p, tag, value, steps: self.summaries.add_scalar(p, tag, value, steps),
         )
-        self.summaries = SummaryWriters(
-            self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run, unit=unit_name(cfg)
-        )
+        self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run, cfg=cfg)
         self.supervisor = (
             None
             if cfg.serial_mode

@@ -11,15 +11,18 @@ import torch
 from torch import Tensor
 
 from sample_factory.algo.base import Algorithm, forward_autocast, learning_rate_at
+from sample_factory.algo.distributions import has_uniform_distribution
 from sample_factory.algo.losses import (
     clipped_value_loss,
     entropy_loss,
+    kl_penalty,
     masked_mean,
     normalize_advantages,
     ppo_policy_loss,
+    symmetric_kl_loss,
 )
 from sample_factory.algo.returns import calculate_gae, calculate_vtrace
-from sample_factory.config import Config
+from sample_factory.config import Config, ConfigError
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 
 
@@ -58,7 +61,8 @@ class APPOAlgorithm(Algorithm):
 
     Stats of an iteration, averaged over its applied SGD steps: loss, policy_loss, value_loss, entropy,
     grad_norm (before clipping), value (predicted, real scale), value_target, advantage_abs (after
-    normalization), clip_fraction, ratio_mean, approx_kl (ppo_policy_loss). Per iteration: sgd_steps,
+    normalization), clip_fraction, ratio_mean, approx_kl (ppo_policy_loss); symmetric_kl with
+    --exploration_loss=symmetric_kl, kl_loss (the weighted term) with --kl_loss_coeff > 0. Per iteration: sgd_steps,
     skipped_updates (cumulative), lr, policy_lag_min/avg/max, dropped_samples (too stale), inactive_samples,
     samples (this policy's active steps).
     """
@@ -87,6 +91,14 @@ class APPOAlgorithm(Algorithm):
             betas=(cfg.adam_beta1, cfg.adam_beta2),
             eps=cfg.adam_eps,
         )
+
+    @classmethod
+    def check_spaces(cls, cfg: Config, obs_space: object, action_space: object) -> None:
+        if cfg.exploration_loss == "symmetric_kl" and not has_uniform_distribution(action_space):
+            raise ConfigError(
+                f"--exploration_loss=symmetric_kl needs discrete actions (Discrete, MultiDiscrete or a Tuple of them), "
+                f"the env's are {action_space}: a Gaussian has no uniform distribution; use --exploration_loss=entropy"
+            )
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}
@@ -181,6 +193,7 @@ class APPOAlgorithm(Algorithm):
         dist = model.distribution(params[:, :T].reshape(B * T, -1), mask_mb)
         log_probs = dist.log_prob(p.actions[mb].reshape(B * T, *p.actions.shape[2:]))  # [B*T]
         entropy = dist.entropy()  # [B*T]
+        sym_kl = dist.symmetric_kl_to_uniform() if cfg.exploration_loss == "symmetric_kl" else None  # [B*T]
         old_log_probs = p.old_log_probs[mb]  # [B, T]
         if cfg.with_vtrace:
             log_rhos = log_probs.detach().view(B, T) - old_log_probs
@@ -194,7 +207,15 @@ class APPOAlgorithm(Algorithm):
         adv = adv.reshape(-1)  # [B*T]
         if cfg.normalize_advantage:
             adv = normalize_advantages(adv, mask)
-        policy_loss, pstats = ppo_policy_loss(log_probs, old_log_probs.reshape(-1), adv, cfg.ppo_clip_ratio, mask)
+        policy_loss, pstats = ppo_policy_loss(
+            log_probs,
+            old_log_probs.reshape(-1),
+            adv,
+            cfg.ppo_clip_ratio,
+            mask,
+            clip_mode=cfg.ppo_clip_mode,
+            ratio_clamp=cfg.ppo_ratio_clamp,
+        )
         model.update_returns_normalizer(targets[mask.view(B, T)])
         value_loss = clipped_value_loss(
             values[:, :T].reshape(-1),
@@ -203,7 +224,18 @@ class APPOAlgorithm(Algorithm):
             cfg.ppo_clip_value,
             mask,
         )
-        loss = policy_loss + cfg.value_loss_coeff * value_loss + entropy_loss(entropy, cfg.exploration_loss_coeff, mask)
+        if sym_kl is None:
+            exploration = entropy_loss(entropy, cfg.exploration_loss_coeff, mask)
+        else:
+            exploration = symmetric_kl_loss(sym_kl, cfg.exploration_loss_coeff, mask)
+        loss = policy_loss + cfg.value_loss_coeff * value_loss + exploration
+        extra: dict[str, Tensor] = {}
+        if sym_kl is not None:
+            extra["symmetric_kl"] = masked_mean(sym_kl.detach(), mask)
+        if cfg.kl_loss_coeff > 0:
+            kl_loss = cfg.kl_loss_coeff * kl_penalty(log_probs, old_log_probs.reshape(-1), mask)
+            loss = loss + kl_loss
+            extra["kl_loss"] = kl_loss.detach()
         stats = {
             "loss": loss.detach(),
             "policy_loss": policy_loss.detach(),
@@ -213,6 +245,7 @@ class APPOAlgorithm(Algorithm):
             "value_target": targets.mean(),
             "advantage_abs": adv.abs().mean(),
             **pstats,
+            **extra,
         }
         return loss, stats
 

@@ -73,6 +73,12 @@ class Algorithm(ABC):
         self.skipped_updates = 0  # SGD steps skipped for a NaN/inf loss or gradient, in total (a reported stat)
         self.consecutive_skipped = 0  # ... in a row: the learner stops the run above --max_nonfinite_updates
 
+    @classmethod
+    def check_spaces(cls, cfg: Config, obs_space: object, action_space: object) -> None:
+        """Called by the runner once the env's spaces are known, before anything starts: raise ConfigError for
+        options this algorithm cannot apply to them (default: none)."""
+        return None
+
     @abstractmethod
     def train(
         self, batch: dict[str, Any], policy_version: int, policy_id: int | None = None

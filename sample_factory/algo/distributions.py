@@ -65,6 +65,18 @@ class CategoricalDist:
         """[B] int64 most likely action."""
         return torch.argmax(self.log_probs, dim=-1)
 
+    def symmetric_kl_to_uniform(self) -> Tensor:
+        """[B] KL(u || p) + KL(p || u), u uniform over the allowed actions (all A without a mask). With n allowed
+        actions KL(u || p) = -log n - mean_allowed(log p) and KL(p || u) = log n - H(p): the log n cancel. 0 for a
+        row without allowed actions."""
+        log_p = self.log_probs.clamp(min=torch.finfo(self.log_probs.dtype).min)  # [B, A]
+        if self.mask is None:
+            return -log_p.mean(dim=-1) - self.entropy()
+        allowed = self.mask.to(dtype=torch.bool).expand_as(log_p)  # [B, A]
+        n = allowed.sum(dim=-1)  # [B]
+        mean_log_p = torch.where(allowed, log_p, torch.zeros_like(log_p)).sum(dim=-1) / n.clamp(min=1)
+        return torch.where(n > 0, -mean_log_p - self.entropy(), torch.zeros_like(mean_log_p))
+
     def kl(self, other: CategoricalDist) -> Tensor:
         """[B] KL(self || other)."""
         finfo_min = torch.finfo(self.log_probs.dtype).min
@@ -98,6 +110,9 @@ class DiagGaussianDist:
     def mode(self) -> Tensor:
         """[B, D] the mean."""
         return self.mean
+
+    def symmetric_kl_to_uniform(self) -> Tensor:
+        raise ValueError("a Gaussian has no uniform distribution to compare with: use --exploration_loss=entropy")
 
     def kl(self, other: DiagGaussianDist) -> Tensor:
         """[B] KL(self || other), summed over D."""
@@ -135,6 +150,9 @@ class CompositeDist:
     def kl(self, other: CompositeDist) -> Tensor:
         return sum(d.kl(o) for d, o in zip(self.parts, other.parts))
 
+    def symmetric_kl_to_uniform(self) -> Tensor:
+        return sum(d.symmetric_kl_to_uniform() for d in self.parts)
+
 
 def _leaves(action_space: object) -> list:
     """Discrete / 1-D Box leaves of a (nested) action space, in order."""
@@ -159,6 +177,11 @@ def action_columns(action_space: object) -> tuple[int, ...]:
     if _space_kind_or_composite(action_space) == "discrete":
         return ()
     return (sum(1 if _space_kind(s) == "discrete" else int(s.shape[0]) for s in _leaves(action_space)),)
+
+
+def has_uniform_distribution(action_space: object) -> bool:
+    """Whether every part of the action space is discrete (a uniform distribution exists: symmetric_kl works)."""
+    return gaussian_dims(action_space) == 0
 
 
 def gaussian_dims(action_space: object) -> int:

@@ -30,12 +30,36 @@ def normalize_advantages(advantages: Tensor, mask: Tensor | None) -> Tensor:
     return (advantages - mean) / (std + 1e-7)
 
 
+CLIP_MODES = ("symmetric", "unbiased")
+
+
+def ppo_clip_bounds(clip_ratio: float, mode: str = "symmetric") -> tuple[float, float]:
+    """The interval the PPO ratio is clipped to: symmetric [1 - c, 1 + c] (the PPO paper) or unbiased
+    [1 / (1 + c), 1 + c], symmetric in log space (log-ratio within +-log(1 + c)), as Sample Factory 2 does."""
+    if mode == "symmetric":
+        return 1.0 - clip_ratio, 1.0 + clip_ratio
+    if mode == "unbiased":
+        return 1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio
+    raise ValueError(f"unknown PPO clip mode {mode!r}; one of {CLIP_MODES}")
+
+
+def clamp_ratio(ratio: Tensor, clamp: float) -> Tensor:
+    """ratio [N] clamped to [1 / clamp, clamp] (clamp <= 0: unchanged). Outside it the gradient is 0: a sample whose
+    probability moved by more than that factor since it was collected (a very stale one) cannot dominate the
+    minibatch's gradient through the unclipped branch of the surrogate (r * A with A < 0 grows without bound)."""
+    if clamp <= 0:
+        return ratio
+    return torch.clamp(ratio, 1.0 / clamp, clamp)
+
+
 def ppo_policy_loss(
     log_prob_new: Tensor,
     log_prob_old: Tensor,
     advantages: Tensor,
     clip_ratio: float,
     mask: Tensor | None = None,
+    clip_mode: str = "symmetric",
+    ratio_clamp: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate objective (Schulman et al., 2017), as a loss to minimise.
 
@@ -43,29 +67,48 @@ def ppo_policy_loss(
         log_prob_new: [N] log pi_theta(a|s) under the current parameters (carries grad).
         log_prob_old: [N] log pi of the policy that produced the samples.
         advantages: [N] advantage estimates (treated as constants).
-        clip_ratio: epsilon; the ratio is clipped to [1 - eps, 1 + eps].
+        clip_ratio: epsilon; the ratio is clipped to `ppo_clip_bounds(clip_ratio, clip_mode)`.
         mask: optional [N] sample mask.
+        clip_mode: "symmetric" ([1 - eps, 1 + eps]) or "unbiased" ([1 / (1 + eps), 1 + eps]).
+        ratio_clamp: the ratio is first clamped to [1 / ratio_clamp, ratio_clamp] (`clamp_ratio`; <= 0: off).
 
     Returns:
         (loss scalar, stats) with stats holding detached scalar tensors "clip_fraction", "ratio_mean",
-        "approx_kl" (kept as tensors so logging does not force a device sync).
+        "approx_kl" (kept as tensors so logging does not force a device sync). The stats use the raw ratio.
     """
     log_ratio = log_prob_new - log_prob_old.detach()  # [N]
     ratio = torch.exp(log_ratio)  # [N]
+    lo, hi = ppo_clip_bounds(clip_ratio, clip_mode)
+    r = clamp_ratio(ratio, ratio_clamp)  # [N]
     adv = advantages.detach()  # [N]
-    surr_unclipped = ratio * adv
-    surr_clipped = torch.clamp(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio) * adv
+    surr_unclipped = r * adv
+    surr_clipped = torch.clamp(r, lo, hi) * adv
     loss = -masked_mean(torch.min(surr_unclipped, surr_clipped), mask)
 
     with torch.no_grad():
-        clipped = ((ratio - 1.0).abs() > clip_ratio).to(dtype=ratio.dtype)
+        if clip_mode == "symmetric":
+            clipped = (ratio - 1.0).abs() > clip_ratio
+        else:
+            clipped = (ratio < lo) | (ratio > hi)
         stats = {
-            "clip_fraction": masked_mean(clipped, mask),
+            "clip_fraction": masked_mean(clipped.to(dtype=ratio.dtype), mask),
             "ratio_mean": masked_mean(ratio, mask),
             # Low-variance, always non-negative KL(old || new) estimator: E[(r - 1) - log r].
             "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
         }
     return loss, stats
+
+
+def kl_penalty(log_prob_new: Tensor, log_prob_old: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Sample estimate of KL(behaviour || current) from the behaviour policy's own samples (a ~ mu), differentiable
+    in log_prob_new [N]: mean of (r - 1) - log r with r = pi(a) / mu(a) (log_prob_old [N] is log mu(a)).
+
+    Its expectation under mu is the KL (E_mu[r] = 1), each term is >= 0, and its gradient (r - 1) * grad log pi(a)
+    is an unbiased estimate of the KL's gradient -E_mu[grad log pi(a)] (E_mu[r * grad log pi] = grad sum pi = 0)
+    that vanishes sample by sample where pi = mu, so it adds little noise near the behaviour policy. It needs only
+    the behaviour log-probabilities the buffers already hold, for every action space."""
+    log_ratio = log_prob_new - log_prob_old.detach()  # [N]
+    return masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
 
 
 def clipped_value_loss(
@@ -101,3 +144,10 @@ def clipped_value_loss(
 def entropy_loss(entropy: Tensor, coeff: float, mask: Tensor | None = None) -> Tensor:
     """Entropy bonus as a loss: -coeff * mean(entropy [N]) (minimising it increases entropy)."""
     return -coeff * masked_mean(entropy, mask)
+
+
+def symmetric_kl_loss(symmetric_kl: Tensor, coeff: float, mask: Tensor | None = None) -> Tensor:
+    """--exploration_loss=symmetric_kl: coeff * mean(KL(u || pi) + KL(pi || u)) [N] with u uniform over the allowed
+    actions (`CategoricalDist.symmetric_kl_to_uniform`). Unlike the entropy bonus, it grows without bound as the
+    probability of an allowed action goes to 0, so the policy keeps some probability on every action."""
+    return coeff * masked_mean(symmetric_kl, mask)

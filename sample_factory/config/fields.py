@@ -28,6 +28,7 @@ class OptionFields:
     rollout: int  # default 32
     min_traj_buffers_per_worker: int  # default 2
     decorrelate_envs_on_one_worker: bool  # default True
+    decorrelate_experience_max_seconds: float  # default 0.0
     force_envs_single_thread: bool  # default True
     set_workers_cpu_affinity: bool  # default True
     sampler_only: bool  # default False
@@ -53,10 +54,14 @@ class OptionFields:
     gae_lambda: float  # default 0.95
     value_bootstrap: bool  # default True
     ppo_clip_ratio: float  # default 0.1
+    ppo_clip_mode: str  # default 'symmetric'; one of symmetric, unbiased
+    ppo_ratio_clamp: float  # default 20.0
     ppo_clip_value: float  # default 1.0
     value_loss_coeff: float  # default 0.5
     normalize_advantage: bool  # default True
     exploration_loss_coeff: float  # default 0.003
+    exploration_loss: str  # default 'entropy'; one of entropy, symmetric_kl
+    kl_loss_coeff: float  # default 0.0
     max_grad_norm: float  # default 4.0
     learning_rate: float  # default 0.0001
     lr_schedule: str  # default 'constant'; one of constant, linear_decay
@@ -104,6 +109,12 @@ class OptionFields:
     callbacks: str | None  # default None
     report_interval_sec: float  # default 5.0
     stats_avg: int  # default 100
+    with_wandb: bool  # default False
+    wandb_user: str | None  # default None
+    wandb_project: str  # default 'sample_factory'
+    wandb_group: str | None  # default None
+    wandb_job_type: str  # default 'SF'
+    wandb_tags: list[str]  # default []
     heartbeat_interval: float  # default 2.0
     heartbeat_timeout_sec: float  # default 60.0
     max_worker_restarts: int  # default 3

@@ -173,6 +173,15 @@ OPTIONS: dict[str, list[Option]] = {
             "Step the envs of a worker a different random number of times at start so episodes are decorrelated.",
         ),
         Option(
+            "decorrelate_experience_max_seconds",
+            float,
+            0.0,
+            "Each split of each actor worker waits a random time, uniform in [0, this], after creating its envs and "
+            "before its first inference request, so the rollouts of different workers do not finish in lockstep "
+            "(the learner then gets an even stream instead of bursts). 0: no wait (Sample Factory's default). Not "
+            "applied in --serial_mode or to a restarted worker.",
+        ),
+        Option(
             "force_envs_single_thread", str2bool, True, "Limit native thread pools in actor workers (threadpoolctl)."
         ),
         Option("set_workers_cpu_affinity", str2bool, True, "Pin actor workers to CPU cores (psutil)."),
@@ -182,7 +191,8 @@ OPTIONS: dict[str, list[Option]] = {
             str,
             "socket",
             "Transport of the small messages between processes: socket (Unix SOCK_SEQPACKET, kill-safe, default) "
-            "or faster_fifo.",
+            "or faster_fifo (Sample Factory's; a process killed inside a put can leave its lock held and hang the "
+            "run: docs/architecture.md).",
             choices=("socket", "faster_fifo"),
         ),
         Option(
@@ -231,7 +241,14 @@ OPTIONS: dict[str, list[Option]] = {
             "Extra minibatches of experience collected ahead while the learner trains; collection pauses beyond "
             "it (-1: one iteration's worth in async mode, 0 in sync mode).",
         ),
-        Option("max_policy_lag", int, 1000, "Samples older than this many policy versions are dropped."),
+        Option(
+            "max_policy_lag",
+            int,
+            1000,
+            "Samples older than this many policy versions are dropped (masked out of every loss term). 1000 is "
+            "Sample Factory 2's default: effectively off, since the bounded trajectory buffers keep the lag to tens "
+            "of versions; set it low to enforce a limit.",
+        ),
         Option("gamma", float, 0.99, "Discount factor."),
         Option("with_vtrace", str2bool, True, "V-trace value targets and advantages; False uses GAE."),
         Option("vtrace_rho", float, 1.0, "V-trace importance ratio clipping (rho bar)."),
@@ -243,11 +260,51 @@ OPTIONS: dict[str, list[Option]] = {
             True,
             "On time-limit truncation bootstrap the return from the value of the final observation.",
         ),
-        Option("ppo_clip_ratio", float, 0.1, "PPO ratio clipping: the ratio is clipped to [1 - c, 1 + c]."),
+        Option(
+            "ppo_clip_ratio",
+            float,
+            0.1,
+            "PPO ratio clipping c: the ratio is clipped to [1 - c, 1 + c] (--ppo_clip_mode=unbiased: [1/(1+c), 1+c]).",
+        ),
+        Option(
+            "ppo_clip_mode",
+            str,
+            "symmetric",
+            "Interval of the PPO ratio clip: symmetric [1 - c, 1 + c] (the PPO paper), or unbiased [1/(1+c), 1+c], "
+            "symmetric in log-ratio, as Sample Factory 2 clips (for c=0.1: [0.909, 1.1] instead of [0.9, 1.1]).",
+            choices=("symmetric", "unbiased"),
+        ),
+        Option(
+            "ppo_ratio_clamp",
+            float,
+            20.0,
+            "Before the clipped objective the ratio is clamped to [1/x, x] (no gradient outside): a very stale sample "
+            "whose probability moved more than x-fold would otherwise dominate the gradient through the unclipped "
+            "branch (r * A with A < 0 is unbounded). 20 is Sample Factory 2's fixed [0.05, 20]; <= 0 disables.",
+        ),
         Option("ppo_clip_value", float, 1.0, "Value clipping around the behaviour value (<= 0 disables)."),
         Option("value_loss_coeff", float, 0.5, "Weight of the value loss."),
         Option("normalize_advantage", str2bool, True, "Normalize advantages to zero mean, unit std per minibatch."),
-        Option("exploration_loss_coeff", float, 0.003, "Weight of the entropy bonus."),
+        Option("exploration_loss_coeff", float, 0.003, "Weight of the exploration loss (--exploration_loss)."),
+        Option(
+            "exploration_loss",
+            str,
+            "entropy",
+            "entropy: an entropy bonus. symmetric_kl: a penalty on KL(u || pi) + KL(pi || u) with u uniform over the "
+            "allowed actions, which, unlike entropy, grows without bound as an action's probability goes to 0; "
+            "discrete action spaces only (Discrete, MultiDiscrete, Tuples of them: a sum over the parts); a space "
+            "with Box parts is rejected at start.",
+            choices=("entropy", "symmetric_kl"),
+        ),
+        Option(
+            "kl_loss_coeff",
+            float,
+            0.0,
+            "Weight of a penalty on KL(behaviour policy || current policy) (the fixed-coefficient KL penalty of the "
+            "PPO paper; Sample Factory recommends it for continuous actions). 0: off. Estimated from the stored "
+            "behaviour log-probs as the mean of (r - 1) - log r over the valid samples (r = pi / mu): its gradient is "
+            "an unbiased estimate of the KL's for any action space, with no extra buffers. Reported as kl_loss.",
+        ),
         Option("max_grad_norm", float, 4.0, "Gradient norm clipping (<= 0 disables)."),
         Option("learning_rate", float, 1e-4, "Adam learning rate."),
         Option(
@@ -393,6 +450,19 @@ OPTIONS: dict[str, list[Option]] = {
         ),
         Option("report_interval_sec", float, 5.0, "Seconds between progress lines."),
         Option("stats_avg", int, 100, "Episodes averaged in reported episode statistics."),
+        Option(
+            "with_wandb",
+            str2bool,
+            False,
+            "Also log the TensorBoard scalars to Weights & Biases (needs the [wandb] extra; WANDB_MODE=offline writes "
+            "the run locally, wandb sync uploads it later). The run's id is kept in the experiment folder, so a "
+            "resumed experiment continues the same run.",
+        ),
+        Option("wandb_user", str, None, "W&B entity (user or team); default: the logged-in user's default entity."),
+        Option("wandb_project", str, "sample_factory", "W&B project."),
+        Option("wandb_group", str, None, "W&B group (default: the --env name)."),
+        Option("wandb_job_type", str, "SF", "W&B job type."),
+        Option("wandb_tags", str_list, [], "W&B tags, comma-separated (a,b,c)."),
         Option("heartbeat_interval", float, 2.0, "Seconds between heartbeats of each process."),
         Option(
             "heartbeat_timeout_sec",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.util
 import multiprocessing
 import sys
 from collections.abc import Sequence
@@ -152,6 +153,14 @@ def parse_eval_policies(text: str, num_policies: int) -> list[int]:
     return sorted(indices)
 
 
+def module_available(name: str) -> bool:
+    """Whether `name` can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules[name] is None (import blocked)
+        return False
+
+
 def finalize_cfg(cfg: Config) -> Config:
     """Fill derived values and validate combinations (raises ConfigError with a one-line message)."""
     if not cfg.env:
@@ -209,6 +218,20 @@ def finalize_cfg(cfg: Config) -> Config:
             )
     parse_eval_policies(cfg.eval_policies, cfg.num_policies)  # checked now, used by the periodic evaluator
     parse_env_overrides(cfg.eval_env_overrides)
+    if 0 < cfg.ppo_ratio_clamp <= 1:
+        raise ConfigError(
+            f"--ppo_ratio_clamp must be > 1 (the ratio is clamped to [1/x, x]) or <= 0 (off), got {cfg.ppo_ratio_clamp}"
+        )
+    if cfg.kl_loss_coeff < 0:
+        raise ConfigError(f"--kl_loss_coeff must be >= 0, got {cfg.kl_loss_coeff}")
+    if cfg.decorrelate_experience_max_seconds < 0:
+        raise ConfigError(
+            f"--decorrelate_experience_max_seconds must be >= 0, got {cfg.decorrelate_experience_max_seconds}"
+        )
+    if cfg.with_wandb and not cfg.evaluation_run and not module_available("wandb"):
+        raise ConfigError(
+            "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
+        )
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg

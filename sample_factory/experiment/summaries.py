@@ -16,6 +16,7 @@ import numpy as np
 from tensorboardX import SummaryWriter
 
 from sample_factory.config import Config
+from sample_factory.experiment.wandb_logging import WandbLogger
 
 FPS_WINDOWS = (10, 60, 300)
 
@@ -184,12 +185,13 @@ class SummaryWriters:
     unit of the run's counters), and progress.csv: time_s, the counter (env_steps or env_frames), fps_10s,
     reward_p<p>, then a column <key>_p<p> per episode statistic, added when the statistic first appears."""
 
-    def __init__(self, exp_dir: Path, num_policies: int, enabled: bool = True, unit: str = "env steps"):
+    def __init__(self, exp_dir: Path, num_policies: int, enabled: bool = True, cfg: Config | None = None):
         self.enabled = enabled
-        self.unit = unit
+        self.unit = unit = unit_name(cfg) if cfg is not None else "env steps"
         self.pending_train: list[list[dict]] = [[] for _ in range(num_policies)]
         self.csv_path = exp_dir / "progress.csv"
         self.columns: list[str] = []
+        self.wandb: WandbLogger | None = None  # --with_wandb: the writers also log every scalar to W&B
         if not enabled:  # evaluation runs leave the training summaries alone
             self.writers, self.csv = [], None
             return
@@ -199,6 +201,9 @@ class SummaryWriters:
             SummaryWriter(str(exp_dir / ".summary" / str(p)), flush_secs=10, filename_suffix=suffix)
             for p in range(num_policies)
         ]
+        if cfg is not None and cfg.with_wandb:
+            self.wandb = WandbLogger(cfg, exp_dir, num_policies)
+            self.writers = [self.wandb.tee(w, p) for p, w in enumerate(self.writers)]
         self.csv = open(self.csv_path, "a+")
         self.csv.seek(0)
         header = self.csv.readline().strip()
@@ -230,6 +235,8 @@ class SummaryWriters:
                         tag = f"policy_lag/{k[11:]}" if k.startswith("policy_lag_") else f"train/{k}"
                         w.add_scalar(tag, v, x)
             self.pending_train[p] = []
+        if self.wandb is not None:
+            self.wandb.flush()
 
     def progress_row(self, progress: ProgressTracker) -> None:
         if not self.enabled:
@@ -269,5 +276,7 @@ class SummaryWriters:
     def close(self) -> None:
         for w in self.writers:
             w.close()
+        if self.wandb is not None:
+            self.wandb.finish()
         if self.csv is not None:
             self.csv.close()

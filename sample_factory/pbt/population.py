@@ -52,6 +52,7 @@ MUTABLE_HYPERPARAMS: dict[str, tuple[float, float]] = {
     "ppo_clip_value": (0.01, 10.0),
     "value_loss_coeff": (0.05, 5.0),
     "max_grad_norm": (0.05, 50.0),
+    "kl_loss_coeff": (1e-4, 10.0),
 }
 
 

@@ -39,6 +39,13 @@ SAFE_TO_CHANGE = {
     "save_best_every_sec",
     "save_best_after",
     "save_milestones_sec",
+    "decorrelate_experience_max_seconds",  # not applied in serial mode
+    "with_wandb",
+    "wandb_user",
+    "wandb_project",
+    "wandb_group",
+    "wandb_job_type",
+    "wandb_tags",
 }
 
 

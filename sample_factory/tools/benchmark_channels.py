@@ -3,9 +3,10 @@ numbers behind docs/architecture.md's choice of the socket channel as the defaul
 
 - cost per message: one producer process streams N request tuples (as actor workers send them) to this process,
   pickling included; microseconds per message, and the faster-fifo / socket ratio;
-- kill safety: a producer putting as fast as it can is SIGKILLed at a random moment, then a fresh process must put
-  and get one message within a few seconds. A transport whose lock the killed producer held hangs there. The count
-  of hung trials is printed per transport.
+- kill safety: a producer putting as fast as it can, while a consumer process drains the channel, is SIGKILLed at a
+  random moment; then the consumer must stop between two reads and a fresh process must put and get one message,
+  each within a few seconds. A transport whose lock the killed producer held hangs there. The count of hung trials
+  is printed per transport.
 """
 
 from __future__ import annotations
@@ -30,14 +31,22 @@ def _stream(channel, n: int) -> None:
         put(Request.wire(i % 64, i % 2, i % 512, i % 32, False, 0, i))
 
 
-def _flood(channel) -> None:
-    i = 0
+def _flood(channel, payload_bytes: int) -> None:
+    i, blob = 0, b"x" * payload_bytes
     while True:  # until SIGKILLed; a full channel raises after its timeout: keep going
         try:
-            channel.put(Request.wire(0, 0, i % 512, i % 32, False, 0, i), timeout=0.5)
+            msg = Request.wire(0, 0, i % 512, i % 32, False, 0, i)
+            channel.put(msg + (blob,) if payload_bytes else msg, timeout=0.5)
         except Exception:
             pass
         i += 1
+
+
+def _drain(channel, stop) -> None:
+    """A consumer like a policy worker: reads until told to stop (between two reads)."""
+    while not stop.is_set():
+        channel.get_many(timeout=0.005)
+    os._exit(0)
 
 
 def _probe(channel) -> None:
@@ -71,22 +80,31 @@ def us_per_message(kind: str, n: int, ctx) -> float:
         channel.close()
 
 
-def kill_trial(kind: str, ctx, rng: random.Random, probe_timeout: float = 5.0) -> bool:
+def kill_trial(kind: str, ctx, rng: random.Random, payload_bytes: int = 0, probe_timeout: float = 5.0) -> bool:
     """True if the channel hung after a producer was SIGKILLed in the middle of putting."""
     channel = CHANNEL_TYPES[kind]()
-    flood = ctx.Process(target=_flood, args=(channel,))
+    stop = ctx.Event()
+    flood = ctx.Process(target=_flood, args=(channel, payload_bytes))
+    drain = ctx.Process(target=_drain, args=(channel, stop))
     probe = None
     try:
+        drain.start()
         flood.start()
-        time.sleep(0.3 + rng.random() * 0.3)  # started and putting
+        # A consumer drains while it puts, so it is always busy putting (a full queue would park it waiting,
+        # outside any lock); it is killed at a random moment.
+        time.sleep(0.3 + rng.random() * 0.3)
         os.kill(flood.pid, signal.SIGKILL)
         flood.join(5)
+        stop.set()
+        drain.join(probe_timeout)  # a consumer stuck on a lock the dead producer held never gets here
+        if drain.is_alive():
+            return True
         probe = ctx.Process(target=_probe, args=(channel,))
         probe.start()
         probe.join(probe_timeout)
         return probe.is_alive() or probe.exitcode != 0
     finally:
-        for p in (flood, probe):
+        for p in (flood, drain, probe):
             if p is not None and p.is_alive():
                 p.kill()
                 p.join(5)
@@ -97,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=200_000, help="Messages streamed per transport.")
     p.add_argument("--kill_trials", type=int, default=20, help="Producer kills per transport.")
+    p.add_argument(
+        "--kill_payload_bytes",
+        type=int,
+        default=0,
+        help="Bytes added to each message of the killed producer (0: request tuples; larger messages keep a "
+        "transport's lock held longer per put).",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", type=str, default=None, help="Also write the results as JSON here.")
     args = p.parse_args(argv)
@@ -105,8 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     for kind in KINDS:
         us = us_per_message(kind, args.messages, ctx)
-        hung = sum(kill_trial(kind, ctx, rng) for _ in range(args.kill_trials))
-        results[kind] = {"us_per_message": us, "hung_after_kill": hung, "kill_trials": args.kill_trials}
+        hung = sum(kill_trial(kind, ctx, rng, args.kill_payload_bytes) for _ in range(args.kill_trials))
+        results[kind] = {
+            "us_per_message": us,
+            "hung_after_kill": hung,
+            "kill_trials": args.kill_trials,
+            "kill_payload_bytes": args.kill_payload_bytes,
+        }
         print(
             f"{kind}: {us:.2f} us per message ({args.messages} messages), hung after a producer kill in "
             f"{hung} of {args.kill_trials} trials",

@@ -71,6 +71,7 @@ class Split:
     last_request: tuple | None = None  # the latest request as sent (re-sent on RESEND)
     wait_since: float = 0.0  # when it started waiting for a slot
     answers_due: set[int] = field(default_factory=set)  # policies yet to answer the latest request
+    start_at: float = 0.0  # --decorrelate_experience_max_seconds: when the first request goes out; 0: sent
 
 
 class ActorWorker(Component):
@@ -125,9 +126,18 @@ class ActorWorker(Component):
         # passing to the next policy at each episode start.
         mix = self.num_policies > 1 and num_agents > 1 and cfg.pbt_mix_policies_in_one_env
         self.mapping = get_policy_mapping(cfg.policy_mapping) if (mix or cfg.policy_mapping) else None
-        for split in self.splits:
-            self._start_split(split)
-        self.activity = "stepping envs"
+        for split, delay in zip(self.splits, self._decorrelation_delays(), strict=True):
+            self._start_split(split, delay)
+        self.activity = "stepping envs" if not any(s.start_at for s in self.splits) else "decorrelating experience"
+
+    def _decorrelation_delays(self) -> list[float]:
+        """Seconds each split waits before its first request, uniform in [0, --decorrelate_experience_max_seconds]
+        (the workers' first rollouts then do not all finish at once). No delay in serial mode (it would only stall
+        the one thread) nor for a replacement worker (the others are already spread out)."""
+        max_s = self.cfg.decorrelate_experience_max_seconds
+        if max_s <= 0 or self.cfg.serial_mode or self.gen > 0:
+            return [0.0] * self.num_splits
+        return [float(x) for x in self.rng.uniform(0.0, max_s, self.num_splits)]
 
     def _make_group(self, s: int, base_seed: int | None) -> EnvGroup:
         """The envs of split s: env ids (global, also the seed offsets) are consecutive per split."""
@@ -153,7 +163,7 @@ class ActorWorker(Component):
         self.obs_arrays = {k: v.numpy() for k, v in self.buffers.obs.items()}
         self.final_obs_arrays = {k: v.numpy() for k, v in self.buffers.final_obs.items()}
 
-    def _start_split(self, split: Split) -> None:
+    def _start_split(self, split: Split, delay: float = 0.0) -> None:
         group = split.group
         group.reset()
         if self.cfg.decorrelate_envs_on_one_worker:
@@ -168,7 +178,10 @@ class ActorWorker(Component):
             self.obs_arrays[k][slot, 0] = v
         self.arrays["is_first"][slot, 0] = True
         self.arrays["rnn_states"][slot, 0] = 0.0
-        self._request(split, has_truncations=False)
+        if delay > 0:
+            split.start_at = time.monotonic() + delay  # on_idle sends the first request then
+        else:
+            self._request(split, has_truncations=False)
 
     def _draw_policies(self, split: Split, env: int, first: bool = False) -> None:
         """The policies of the agents of env `env` of the split for the episode it starts."""
@@ -345,6 +358,12 @@ class ActorWorker(Component):
 
     def on_idle(self) -> None:
         now = time.monotonic()
+        for split in self.splits:
+            if split.start_at and now >= split.start_at:
+                split.start_at = 0.0
+                self._request(split, has_truncations=False)
+                if not any(s.start_at for s in self.splits):
+                    self.activity = "stepping envs"
         limit = self.cfg.heartbeat_timeout_sec
         # Longer than the runner's detection of a hung policy worker (limit) plus its restart, so a policy-worker
         # hang costs one restart, not one per actor waiting on it.

@@ -16,6 +16,8 @@ from sample_factory.envs.spaces import ACTION_MASK_KEY
 from sample_factory.model.actor_critic import ActorCritic
 
 M, T = 12, 8  # trajectories, rollout
+# tests/algo/test_appo.py's record of the Gaussian scenario (parameter sum after training, without the ratio clamp)
+RECORDED_GAUSSIAN_PARAM_SUM = 0.9759019964840263
 VEC = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 MASKED = gym.spaces.Dict({"obs": VEC, ACTION_MASK_KEY: gym.spaces.Box(0, 1, (3,), np.int8)})
 SMALL = ["--env=CartPole-v1", "--num_workers=1", f"--rollout={T}", "--encoder_mlp_layers=16", "--seed=1"]
@@ -51,6 +53,8 @@ SCENARIOS: dict[str, tuple[list[str], gym.Space, gym.Space, int | None, int]] = 
             "--value_bootstrap=False",
             "--reward_scale=0.5",
             "--reward_clip=1",
+            # recorded before the ratio clamp existed; its random behaviour log-probs give ratios below 1/20
+            "--ppo_ratio_clamp=0",
         ],
         VEC,
         gym.spaces.Box(-1.0, 1.0, (2,), np.float32),

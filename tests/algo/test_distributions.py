@@ -1,3 +1,5 @@
+import math
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -7,6 +9,7 @@ from torch.distributions import Categorical, Normal, kl_divergence
 from sample_factory.algo.distributions import (
     CategoricalDist,
     DiagGaussianDist,
+    has_uniform_distribution,
     make_distribution,
     num_action_params,
 )
@@ -131,3 +134,77 @@ def test_num_action_params_and_make_distribution():
         num_action_params(gym.spaces.MultiBinary(3))
     with pytest.raises(ValueError):
         num_action_params(gym.spaces.Box(low=-1.0, high=1.0, shape=(2, 2)))
+
+
+# ---- --exploration_loss=symmetric_kl -------------------------------------------------------------------------
+def test_symmetric_kl_to_uniform_hand_computed():
+    p = [0.5, 0.25, 0.25]
+    u = 1.0 / 3.0
+    kl_u_p = sum(u * math.log(u / pi) for pi in p)  # KL(u || p)
+    kl_p_u = sum(pi * math.log(pi / u) for pi in p)  # KL(p || u)
+    dist = CategoricalDist(torch.tensor([p]).log())
+    assert dist.symmetric_kl_to_uniform().item() == pytest.approx(kl_u_p + kl_p_u, rel=1e-6)
+    # the same through torch's reference KL
+    ref, uni = Categorical(probs=torch.tensor(p)), Categorical(probs=torch.full((3,), u))
+    expected = kl_divergence(uni, ref) + kl_divergence(ref, uni)
+    assert dist.symmetric_kl_to_uniform().item() == pytest.approx(expected.item(), rel=1e-6)
+    # uniform: 0, whatever the logits' offset
+    assert CategoricalDist(torch.full((2, 4), 7.0)).symmetric_kl_to_uniform().abs().max().item() < 1e-6
+
+
+def test_symmetric_kl_grows_without_bound_unlike_entropy():
+    """As one action's probability goes to 0, the entropy stays bounded (H <= log A) but the symmetric KL grows
+    like -log(eps) / A: the penalty keeps every action possible."""
+    values = []
+    for eps in (1e-2, 1e-4, 1e-8):
+        d = CategoricalDist(torch.tensor([[1.0 - eps, eps]]).log())
+        values.append(d.symmetric_kl_to_uniform().item())
+        assert d.entropy().item() <= math.log(2) + 1e-6
+    assert values[0] < values[1] < values[2]
+    # -mean(log p) - H(p) with p = [1 - eps, eps]: -0.5 * (log(1 - eps) + log(eps)) - H, and H ~ 0, log(1 - eps) ~ 0
+    assert values[2] == pytest.approx(-0.5 * math.log(1e-8), rel=1e-3)
+
+
+def test_symmetric_kl_to_uniform_over_allowed_actions_only():
+    logits = torch.tensor([[0.0, math.log(3.0), 5.0], [1.0, 2.0, 3.0]])
+    mask = torch.tensor([[True, True, False], [False, False, False]])
+    out = CategoricalDist(logits, mask=mask).symmetric_kl_to_uniform()
+    # row 0: p = [0.25, 0.75] over the 2 allowed actions, u = [0.5, 0.5]; the masked action counts for nothing
+    p, u = [0.25, 0.75], 0.5
+    expected = sum(u * math.log(u / pi) for pi in p) + sum(pi * math.log(pi / u) for pi in p)
+    assert out[0].item() == pytest.approx(expected, rel=1e-5)
+    assert out[1].item() == 0.0  # no allowed action: nothing to compare
+    assert torch.isfinite(out).all()
+    logits.requires_grad_(True)
+    CategoricalDist(logits, mask=mask).symmetric_kl_to_uniform().sum().backward()
+    assert torch.isfinite(logits.grad).all() and logits.grad[0, 2] == 0.0
+
+
+def test_symmetric_kl_composite_sums_parts_and_gaussian_has_none():
+    space = gym.spaces.MultiDiscrete([2, 3])
+    params = torch.randn(4, 5)
+    d = make_distribution(space, params)
+    parts = (
+        CategoricalDist(params[:, :2]).symmetric_kl_to_uniform()
+        + CategoricalDist(params[:, 2:]).symmetric_kl_to_uniform()
+    )
+    torch.testing.assert_close(d.symmetric_kl_to_uniform(), parts)
+    with pytest.raises(ValueError, match="uniform"):
+        DiagGaussianDist(torch.zeros(2, 1), torch.zeros(1)).symmetric_kl_to_uniform()
+    mixed = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (1,), np.float32)))
+    with pytest.raises(ValueError, match="uniform"):
+        make_distribution(mixed, torch.zeros(2, 3), torch.zeros(1)).symmetric_kl_to_uniform()
+
+
+@pytest.mark.parametrize(
+    "space, expected",
+    [
+        (gym.spaces.Discrete(3), True),
+        (gym.spaces.MultiDiscrete([2, 3]), True),
+        (gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.MultiDiscrete([3]))), True),
+        (gym.spaces.Box(-1, 1, (2,), np.float32), False),
+        (gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (1,), np.float32))), False),
+    ],
+)
+def test_has_uniform_distribution(space, expected):
+    assert has_uniform_distribution(space) is expected

@@ -4,12 +4,17 @@ import numpy as np
 import pytest
 import torch
 
+from sample_factory.algo.distributions import CategoricalDist
 from sample_factory.algo.losses import (
+    clamp_ratio,
     clipped_value_loss,
     entropy_loss,
+    kl_penalty,
     masked_mean,
     normalize_advantages,
+    ppo_clip_bounds,
     ppo_policy_loss,
+    symmetric_kl_loss,
 )
 
 
@@ -131,3 +136,105 @@ def test_normalize_advantages_all_masked_is_finite():
     # mean and std over nothing are 0: the advantages are only scaled (the masked loss terms ignore them)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, adv / 1e-7)
+
+
+# ---- clip modes, ratio clamp, KL penalty, symmetric KL ---------------------------------------------------------
+def test_ppo_clip_bounds():
+    assert ppo_clip_bounds(0.1) == pytest.approx((0.9, 1.1))
+    assert ppo_clip_bounds(0.25, "unbiased") == pytest.approx((0.8, 1.25))  # 1 / 1.25 = 0.8
+    lo, hi = ppo_clip_bounds(0.2, "unbiased")
+    assert math.log(hi) == pytest.approx(-math.log(lo))  # symmetric in log-ratio
+    with pytest.raises(ValueError):
+        ppo_clip_bounds(0.2, "asymmetric")
+
+
+def test_ppo_policy_loss_unbiased_clip_hand_computed():
+    # c = 0.25: symmetric [0.75, 1.25], unbiased [0.8, 1.25]. Ratios 0.78, 1.0, 1.5 with advantages -1, 1, 2.
+    ratios = torch.tensor([0.78, 1.0, 1.5])
+    log_old = torch.tensor([-1.0, -0.3, -2.0])
+    adv = torch.tensor([-1.0, 1.0, 2.0])
+
+    log_new = (log_old + ratios.log()).requires_grad_(True)
+    loss, stats = ppo_policy_loss(log_new, log_old, adv, 0.25, clip_mode="unbiased")
+    #   r=0.78, A=-1: min(-0.78, clip(0.78)=0.8 * -1) = -0.8 (clipped, no grad)
+    #   r=1.0,  A=+1: 1.0
+    #   r=1.5,  A=+2: min(3.0, 1.25 * 2) = 2.5 (clipped, no grad)
+    assert loss.item() == pytest.approx(-(-0.8 + 1.0 + 2.5) / 3, abs=1e-6)
+    assert stats["clip_fraction"].item() == pytest.approx(2 / 3)
+    loss.backward()
+    torch.testing.assert_close(log_new.grad, torch.tensor([0.0, -1.0 / 3, 0.0]))
+
+    log_new = (log_old + ratios.log()).requires_grad_(True)
+    loss, stats = ppo_policy_loss(log_new, log_old, adv, 0.25)  # symmetric: 0.78 is inside [0.75, 1.25]
+    assert loss.item() == pytest.approx(-(-0.78 + 1.0 + 2.5) / 3, abs=1e-6)
+    assert stats["clip_fraction"].item() == pytest.approx(1 / 3)
+    loss.backward()
+    torch.testing.assert_close(log_new.grad, torch.tensor([-0.78 * -1.0 / 3, -1.0 / 3, 0.0]))
+
+
+def test_clamp_ratio():
+    r = torch.tensor([0.01, 0.5, 1.0, 19.0, 50.0])
+    torch.testing.assert_close(clamp_ratio(r, 20.0), torch.tensor([0.05, 0.5, 1.0, 19.0, 20.0]))
+    for off in (0.0, -1.0):
+        assert torch.equal(clamp_ratio(r, off), r)
+
+
+def test_ppo_ratio_clamp_bounds_a_stale_samples_pull():
+    """A stale sample with ratio 50 and a negative advantage: the pessimistic min picks the unclipped r * A, so
+    without the clamp its loss term (and gradient) grows with r; with --ppo_ratio_clamp=20 both are capped."""
+    log_old = torch.zeros(2)
+    adv = torch.tensor([-1.0, 1.0])
+    ratios = torch.tensor([50.0, 1.0])
+
+    log_new = ratios.log().requires_grad_(True)
+    loss, stats = ppo_policy_loss(log_new, log_old, adv, 0.1)
+    assert loss.item() == pytest.approx(-(-50.0 + 1.0) / 2, rel=1e-6)
+    loss.backward()
+    assert log_new.grad[0].item() == pytest.approx(50.0 / 2, rel=1e-6)  # d(-r*A/N)/dlog r = -r*A/N
+
+    log_new = ratios.log().requires_grad_(True)
+    loss, clamped_stats = ppo_policy_loss(log_new, log_old, adv, 0.1, ratio_clamp=20.0)
+    assert loss.item() == pytest.approx(-(-20.0 + 1.0) / 2, rel=1e-6)
+    loss.backward()
+    torch.testing.assert_close(log_new.grad, torch.tensor([0.0, -0.5]))
+    # the stats describe the raw ratios
+    assert clamped_stats["ratio_mean"].item() == pytest.approx(stats["ratio_mean"].item())
+    assert clamped_stats["clip_fraction"].item() == pytest.approx(0.5)
+
+
+def test_kl_penalty_value_and_gradient_are_unbiased():
+    """Averaged over actions drawn from the behaviour policy mu (here exactly: weighted by mu), the estimator's value
+    is KL(mu || pi) and its gradient is the analytic KL's gradient."""
+    mu = torch.tensor([0.6, 0.3, 0.1])
+    logits = torch.tensor([0.2, -0.4, 1.1], requires_grad=True)
+
+    pi_log = torch.log_softmax(logits, -1)
+    exact = CategoricalDist(mu.log().unsqueeze(0)).kl(CategoricalDist(logits.unsqueeze(0)))[0]
+    (grad_exact,) = torch.autograd.grad(exact, logits)
+
+    expectation = sum(mu[a] * kl_penalty(pi_log[a : a + 1], mu.log()[a : a + 1]) for a in range(3))
+    (grad_est,) = torch.autograd.grad(expectation, logits)
+    assert expectation.item() == pytest.approx(exact.item(), rel=1e-5)
+    torch.testing.assert_close(grad_est, grad_exact)
+    # by hand: sum_a mu(a) log(mu(a) / pi(a))
+    p = torch.softmax(logits.detach(), -1)
+    assert exact.item() == pytest.approx(float((mu * (mu / p).log()).sum()), rel=1e-5)
+
+
+def test_kl_penalty_is_zero_with_zero_gradient_on_policy_and_masked():
+    log_old = torch.tensor([-0.5, -1.5, -2.0])
+    log_new = log_old.clone().requires_grad_(True)
+    value = kl_penalty(log_new, log_old)
+    value.backward()
+    assert value.item() == 0.0 and torch.equal(log_new.grad, torch.zeros(3))  # no noise where pi == mu
+
+    # per sample (r - 1) - log r >= 0; masked-out samples count for nothing
+    log_new = torch.tensor([-0.5 + math.log(2.0), -1.5, 5.0])
+    value = kl_penalty(log_new, log_old, mask=torch.tensor([True, True, False]))
+    assert value.item() == pytest.approx((1.0 - math.log(2.0)) / 2, rel=1e-6)
+
+
+def test_symmetric_kl_loss():
+    skl = torch.tensor([0.5, 1.5, 100.0])
+    assert symmetric_kl_loss(skl, 0.1, mask=torch.tensor([True, True, False])).item() == pytest.approx(0.1)
+    assert symmetric_kl_loss(skl, 0.0).item() == 0.0

@@ -24,7 +24,7 @@ from sample_factory.experiment.callbacks import (
     hook_stats,
     overrides,
 )
-from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters, unit_name
+from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from tests.experiment.hooks import HOOK_DIR_VAR, RAISE_IN_VAR, RecordingCallbacks, read_hook_calls
 from tests.integration.conftest import TrainRun, tensorboard_tags
 
@@ -70,7 +70,7 @@ def test_call_hook_names_the_hook_and_overrides_sees_only_overridden_hooks():
 def test_episode_stats_reach_csv_tensorboard_and_final_summary(tmp_path):
     cfg = parse_cfg(["--env=CartPole-v1", "--stats_avg=4"])
     progress = ProgressTracker(cfg)
-    writers = SummaryWriters(tmp_path, 1, unit=unit_name(cfg))
+    writers = SummaryWriters(tmp_path, 1, cfg=cfg)
     progress.add_samples(0, 100, [(10.0, 10)], {})
     writers.progress_row(progress)  # before any statistic: no extra column yet
     progress.add_samples(0, 100, [(20.0, 20), (30.0, 30)], {"success": [1.0, 0.0], "dist": [4.0, 6.0]})
@@ -86,7 +86,7 @@ def test_episode_stats_reach_csv_tensorboard_and_final_summary(tmp_path):
     assert "policy 0 episode stats: dist 5, success 1" in progress.final_summary(1.0)
     assert "success 1" in progress.line()
     # a resumed run appends to the file with the columns it has
-    again = SummaryWriters(tmp_path, 1, unit=unit_name(cfg))
+    again = SummaryWriters(tmp_path, 1, cfg=cfg)
     again.progress_row(progress)
     again.close()
     assert len(list(csv.DictReader(open(tmp_path / "progress.csv")))) == 3

@@ -23,7 +23,7 @@ from sample_factory.pbt.population import (
 
 M = 1_000_000
 # Every learner option non-zero, so all of them are mutable (the CartPole preset switches two of them off).
-ALL_ON = ["--exploration_loss_coeff=0.01", "--ppo_clip_value=1.0"]
+ALL_ON = ["--exploration_loss_coeff=0.01", "--ppo_clip_value=1.0", "--kl_loss_coeff=0.1"]
 
 
 def make_cfg(*flags: str):
@@ -92,6 +92,7 @@ def test_options_switched_off_stay_off():
         p.step(1, s, {})
     for i in range(3):
         assert p.hyperparams(i)["exploration_loss_coeff"] == 0.0 and p.hyperparams(i)["ppo_clip_value"] == 0.0
+        assert p.hyperparams(i)["kl_loss_coeff"] == 0.0  # default 0: the KL penalty stays off
 
 
 def test_no_action_before_period():
