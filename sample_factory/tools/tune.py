@@ -1,0 +1,209 @@
+"""Throughput auto-tuner: `python -m sample_factory.tools.tune --env=ENV [--seconds=20] [--max_trials=8] [flags]`.
+
+Finds faster sampling settings for this machine and env, by measuring rather than guessing:
+
+1. the raw env ceiling: one process stepping the env with random actions (the cost of an env step here);
+2. a training run with the defaults (the env's preset plus your flags), whose final timing breakdown says what each
+   role was busy with: env stepping in the actor workers, inference in the policy workers, training in the
+   learner (busy fraction = seconds of work / seconds alive);
+3. a coordinate search from the defaults over the settings that change throughput but not the work per sample
+   (`--num_workers`, `--num_envs_per_worker`, `--worker_num_splits`, `--policy_workers_per_policy`,
+   `--learner_main_loop_num_cores`): moves are ordered by the bottleneck of step 2 (a busy policy worker first
+   gets bigger inference batches or a second worker, a busy learner a core of its own or a second thread, ...),
+   each is one short training run, and a move is kept when its FPS beats the best so far by `--min_gain`;
+4. a confirmation: the defaults and the pick alternate for `--confirm_rounds` runs each, and the medians are
+   compared (the machine may be noisy: only this final comparison is the result).
+
+Batch size, epochs, rollout and every learning setting stay as they are, so the pick learns the same per sample;
+`--mode=sampler` tunes `--sampler_only=True` runs instead (collection alone). FPS is the 10 s window at the end of
+each run, in the run's unit (env frames on Atari and VizDoom). Prints the fastest command line with its FPS next to
+the default's, and writes the trials as JSON with `--output`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sample_factory.config import parse_cfg
+from sample_factory.tools.benchmark_atari import raw_ceiling, run_train
+
+TUNED = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy")
+TUNED_ALL = (*TUNED, "learner_main_loop_num_cores")
+_TIMING = re.compile(r"^\s+(\w+) \(avg of \d+\): (.*)$")
+
+
+@dataclass
+class Trial:
+    settings: dict[str, int]
+    fps: float
+    why: str
+    busy: dict[str, float] = field(default_factory=dict)
+
+
+def busy_fractions(summary: list[str]) -> dict[str, float]:
+    """From the final summary's timing lines: {role: seconds of its main work / seconds alive}, for actor (env_step),
+    policy (inference) and learner (train)."""
+    work = {"actor": "env_step", "policy": "inference", "learner": "train"}
+    out = {}
+    for line in summary:
+        m = _TIMING.match(line)
+        if not m or m.group(1) not in work:
+            continue
+        parts = dict(re.findall(r"(\w+) ([\d.]+) s", m.group(2)))
+        life = float(parts.get("process_lifetime", 0.0))
+        if life > 0 and work[m.group(1)] in parts:
+            out[m.group(1)] = float(parts[work[m.group(1)]]) / life
+    return out
+
+
+def valid(s: dict[str, int], cores: int) -> bool:
+    return (
+        s["num_workers"] >= 1
+        and s["num_envs_per_worker"] >= s["worker_num_splits"] >= 1
+        and s["num_envs_per_worker"] % s["worker_num_splits"] == 0
+        and 1 <= s["policy_workers_per_policy"] <= max(1, cores // 2)
+        and 1 <= s["learner_main_loop_num_cores"] <= max(1, cores // 2)
+    )
+
+
+def moves(s: dict[str, int], busy: dict[str, float], cores: int) -> list[tuple[str, dict[str, int]]]:
+    """Candidate changes of `s`, the likeliest first given which role was busiest."""
+
+    def change(**kw) -> dict[str, int]:
+        return {**s, **kw}
+
+    envs, splits = s["num_envs_per_worker"], s["worker_num_splits"]
+    by_role = {
+        "policy": [
+            ("bigger inference batches: 2x envs per worker", change(num_envs_per_worker=envs * 2)),
+            ("a second policy worker", change(policy_workers_per_policy=s["policy_workers_per_policy"] + 1)),
+            ("one split (one inference batch per worker)", change(worker_num_splits=1)),
+        ],
+        "learner": [
+            ("a core left to the learner: one worker fewer", change(num_workers=s["num_workers"] - 1)),
+            ("a second learner thread", change(learner_main_loop_num_cores=s["learner_main_loop_num_cores"] + 1)),
+        ],
+        "actor": [
+            ("more workers than cores (envs that wait)", change(num_workers=s["num_workers"] + max(1, cores // 2))),
+            ("2x envs per worker", change(num_envs_per_worker=envs * 2)),
+            ("two splits (double buffering)", change(worker_num_splits=2, num_envs_per_worker=max(envs, 2))),
+        ],
+    }
+    generic = [("half the envs per worker (less policy lag)", change(num_envs_per_worker=max(splits, envs // 2)))]
+    order = sorted(by_role, key=lambda r: -busy.get(r, 0.0))
+    out, seen = [], {tuple(sorted(s.items()))}
+    for why, cand in [m for r in order for m in by_role[r]] + generic:
+        key = tuple(sorted(cand.items()))
+        if key not in seen and valid(cand, cores):
+            seen.add(key)
+            out.append((why, cand))
+    return out
+
+
+def flags_of(settings: dict[str, int]) -> list[str]:
+    return [f"--{k}={v}" for k, v in settings.items()]
+
+
+def measure(base: list[str], settings: dict[str, int], seconds: float) -> tuple[float, dict[str, float]]:
+    result, summary = run_train([*base, *flags_of(settings)], seconds)
+    if result["rc"] != 0:
+        raise RuntimeError(f"train.py exited with {result['rc']}: {' | '.join(result['stderr_tail'])}")
+    return float(result.get("fps10", 0.0)), busy_fractions(summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", required=True, help="The env to tune for (any train.py --env).")
+    p.add_argument("--seconds", type=float, default=20.0, help="Length of each measured training run.")
+    p.add_argument("--max_trials", type=int, default=8, help="Search runs after the default's.")
+    p.add_argument("--confirm_rounds", type=int, default=2, help="Final runs of the default and of the pick, each.")
+    p.add_argument("--min_gain", type=float, default=0.05, help="A move must beat the best FPS by this fraction.")
+    p.add_argument("--mode", choices=("train", "sampler"), default="train", help="Tune training or collection only.")
+    p.add_argument("--output", default=None, help="Also write the trials and the result as JSON here.")
+    args, extra = p.parse_known_args(argv)
+    cores = len(os.sched_getaffinity(0))
+    base = [f"--env={args.env}", *extra, *(["--sampler_only=True"] if args.mode == "sampler" else [])]
+    cfg = parse_cfg(base)  # the defaults: the env's preset, the user's flags, num_workers = cores
+    start = {k: int(getattr(cfg, k)) for k in TUNED_ALL}
+    # flags the user typed are theirs: never tuned
+    fixed = {k for k in TUNED_ALL if any(a.startswith(f"--{k}=") for a in extra)}
+
+    ceiling = raw_ceiling(args.env, 1, min(args.seconds, 5.0))
+    print(f"env step cost: {1e6 / ceiling:.0f} us ({ceiling:,.0f} steps/s in one process, random actions)")
+    fps, busy = measure(base, start, args.seconds)
+    trials = [Trial(start, fps, "defaults", busy)]
+    shares = ", ".join(f"{r} {b:.0%}" for r, b in sorted(busy.items()))
+    print(f"defaults {' '.join(flags_of(start))}: {fps:,.0f} FPS; busy: {shares}", flush=True)
+    best = trials[0]
+    tried = {tuple(sorted(start.items()))}
+    while len(trials) <= args.max_trials:
+        cands = [
+            (why, c)
+            for why, c in moves(best.settings, best.busy, cores)
+            if tuple(sorted(c.items())) not in tried and all(c[k] == start[k] for k in fixed)
+        ]
+        if not cands:
+            break
+        why, settings = cands[0]
+        tried.add(tuple(sorted(settings.items())))
+        try:
+            fps, busy = measure(base, settings, args.seconds)
+        except RuntimeError as e:
+            print(f"trial {len(trials)}: {why}: failed ({e})", flush=True)
+            trials.append(Trial(settings, 0.0, f"{why} (failed)"))
+            continue
+        trials.append(Trial(settings, fps, why, busy))
+        kept = fps > best.fps * (1 + args.min_gain)
+        print(f"trial {len(trials) - 1}: {why}: {fps:,.0f} FPS{' (kept)' if kept else ''}", flush=True)
+        if kept:
+            best = trials[-1]
+
+    pick = best.settings
+    confirm: dict[str, list[float]] = {"defaults": [], "pick": []}
+    if pick != start:
+        for _ in range(args.confirm_rounds):
+            confirm["defaults"].append(measure(base, start, args.seconds)[0])
+            confirm["pick"].append(measure(base, pick, args.seconds)[0])
+        d, k = statistics.median(confirm["defaults"]), statistics.median(confirm["pick"])
+        if k < d:  # the search's gain did not hold up: the defaults stay
+            print(f"confirmation: the pick ran at {k:,.0f} FPS vs the defaults' {d:,.0f}: keeping the defaults")
+            pick, k = start, d
+    else:
+        d = k = trials[0].fps
+    changed = {key: v for key, v in pick.items() if v != start[key]}
+    print(f"\n{args.env} on {cores} cores, {args.mode} runs of {args.seconds:.0f} s:")
+    print(f"  defaults: {d:,.0f} FPS   python train.py {' '.join(base)}")
+    print(f"  pick:     {k:,.0f} FPS   python train.py {' '.join([*base, *flags_of(changed)])}")
+    print(f"  ratio pick / defaults: {k / d:.2f}" if d > 0 else "  (no FPS measured)")
+    if args.output:
+        Path(args.output).write_text(
+            json.dumps(
+                {
+                    "env": args.env,
+                    "cores": cores,
+                    "mode": args.mode,
+                    "seconds": args.seconds,
+                    "env_steps_per_s_one_process": ceiling,
+                    "trials": [t.__dict__ for t in trials],
+                    "confirm": confirm,
+                    "defaults": start,
+                    "pick": pick,
+                    "defaults_fps": d,
+                    "pick_fps": k,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
