@@ -436,6 +436,17 @@ class Runner:
 
     def _final_report(self) -> None:
         elapsed = 0.0 if self.start_time is None else time.monotonic() - self.start_time
+        if self.start_time is not None and not self.cfg.evaluation_run:
+            # The newest checkpoint this run wrote, as on disk: a learner killed right after saving, or a lost
+            # report, would leave the summary naming an older one or None.
+            started = time.time() - elapsed
+            for p in range(self.cfg.num_policies):
+                try:
+                    ours = [c for c in list_checkpoints(checkpoint_dir(self.cfg, p)) if c.stat().st_mtime >= started]
+                except OSError:
+                    continue  # a file removed meanwhile (--keep_checkpoints): keep the reported one
+                if ours:
+                    self.progress.last_checkpoint[p] = str(ours[-1])
         log(self.progress.line())
         log(self.progress.final_summary(elapsed))
         log(f"experiment folder: {self.exp_dir}")

@@ -123,8 +123,12 @@ class APPOAlgorithm(Algorithm):
         sums: dict[str, float] = {}
         num_steps = 0
         for _ in range(self.cfg.num_epochs):
+            if self.should_stop():
+                break
             perm = torch.randperm(M, device=self.device)
             for mb in torch.tensor_split(perm, min(self.cfg.num_batches_per_epoch, M)):
+                if self.should_stop():  # the learner must save and exit: keep the steps taken, drop the rest
+                    break
                 if not p.valid[mb].any():
                     # Nothing to learn from (all past --max_policy_lag, inactive or another policy's): a step
                     # would still move the weights by Adam's momentum and advance the policy version.

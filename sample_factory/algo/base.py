@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import torch
@@ -72,6 +73,13 @@ class Algorithm(ABC):
         self.autocast_dtype = autocast_dtype(cfg.learner_precision, device)  # None: plain fp32
         self.skipped_updates = 0  # SGD steps skipped for a NaN/inf loss or gradient, in total (a reported stat)
         self.consecutive_skipped = 0  # ... in a row: the learner stops the run above --max_nonfinite_updates
+        self.stop_check: Callable[[], bool] | None = None  # set by the learner: has it been asked to stop?
+
+    def should_stop(self) -> bool:
+        """Whether the learner has been asked to stop. `train` asks between SGD steps and, if so, returns early:
+        the steps taken so far are kept (and counted in the version), the rest of the iteration is dropped, and
+        the learner saves its final checkpoint in time however long a whole iteration would take. Cheap."""
+        return self.stop_check is not None and self.stop_check()
 
     @classmethod
     def check_spaces(cls, cfg: Config, obs_space: object, action_space: object) -> None:
@@ -85,7 +93,8 @@ class Algorithm(ABC):
     ) -> tuple[dict[str, float], int]:
         """One iteration on `batch`; steps another policy acted on (policy_id differs) are not trained on.
         Returns (stats, new policy version): the version is what the learner publishes with the weights and what
-        samples acted with them carry, so the algorithm decides how versions advance."""
+        samples acted with them carry, so the algorithm decides how versions advance. Should return early once
+        `should_stop()` is true (checked between SGD steps)."""
 
     @abstractmethod
     def update_learning_rate(self, env_steps: int) -> None:

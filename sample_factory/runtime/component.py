@@ -100,10 +100,13 @@ class Component:
         """Release resources; learners save a final checkpoint here."""
 
 
-def _configure_process(component: Component) -> None:
+def _configure_process(component: Component, runner_pid: int) -> None:
     set_process_name(component.name)
     enable_stack_dumps()
-    die_with_parent()
+    if os.getppid() == runner_pid:
+        # Only where the runner is the parent (spawn): with forkserver the parent is the fork server, whose death
+        # (e.g. to the OOM killer) must not take the workers with it. The runner's pid is polled in `_serve`.
+        die_with_parent()
     # Ctrl+C reaches the whole process group: children wait for the runner's orderly STOP instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(component.num_threads)
@@ -113,7 +116,7 @@ def process_main(component: Component, heartbeat_interval: float, runner_pid: in
     """Entry point of a spawned component process."""
     terminated: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
-    _configure_process(component)
+    _configure_process(component, runner_pid)
     exit_code = 1
     try:
         with component.timing.add("process_lifetime"):

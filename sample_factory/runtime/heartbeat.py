@@ -29,7 +29,8 @@ def set_process_name(name: str) -> None:
 
 
 def die_with_parent() -> None:
-    """The kernel sends SIGTERM to this process when its parent dies, even when the parent was SIGKILLed."""
+    """The kernel sends SIGTERM to this process when its parent dies, even when the parent was SIGKILLed (also
+    when it is re-parented later: ask for it only where the parent is the process to follow)."""
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 

@@ -11,7 +11,8 @@ request; building one costs ~1 us against ~0.1 us), and receivers read them by f
 `gen` is the actor worker's generation (bumped when the runner restarts it) and `seq` the split's request
 number: receivers drop messages that are no longer current.
 - actor -> policy workers of policy p:   Request(REQUEST, actor_idx, split_idx, slot, t, has_truncations, gen, seq)
-- policy worker -> actor:                ActionsReady(ACTIONS_READY, splits=[(split_idx, seq), ...], gen, policy_id)
+- policy worker -> actor:                ActionsReady(ACTIONS_READY, splits=[(split_idx, seq), ...], gen, policy_id,
+                                         worker)  the answers are in that policy worker's answer area
 - actor -> learner of policy p:          Rollout(ROLLOUT, actor_idx, slot, gen)
 - learner -> actor:                      FreeSlots(FREE_SLOTS, slots=[slot, ...], gen)
 - runner -> learner:                     SaveBest(SAVE_BEST, metric_value)  the run's metric improved
@@ -72,10 +73,11 @@ class ActionsReady(NamedTuple):
     splits: list[tuple[int, int]]
     gen: int
     policy_id: int
+    worker: int  # the answering policy worker, over all policies (the first index of the answer_* tensors)
 
     @staticmethod
-    def wire(splits: list[tuple[int, int]], gen: int, policy_id: int) -> tuple:
-        return (ACTIONS_READY, splits, gen, policy_id)
+    def wire(splits: list[tuple[int, int]], gen: int, policy_id: int, worker: int) -> tuple:
+        return (ACTIONS_READY, splits, gen, policy_id, worker)
 
 
 class Rollout(NamedTuple):

@@ -27,6 +27,18 @@ read by policy workers to compute `final_values`:
 
     final_obs[key]  [num_splits_total, n, *shape]
 
+Per policy worker (W = num_policies x policy_workers_per_policy, worker p * policy_workers_per_policy + i) and
+split, where it writes its answers; the actor copies the answer it accepts into the slot (actor_worker.py,
+`_take_answer`), so a late or duplicate answer to a request (re-sent after a policy-worker restart) can never
+overwrite a step the actor has already taken:
+
+    answer_actions       [W, num_splits_total, n, *act_shape]
+    answer_log_probs     [W, num_splits_total, n]    f32
+    answer_values        [W, num_splits_total, n]    f32
+    answer_version       [W, num_splits_total]       i64   version of the weights of the answer
+    answer_rnn_states    [W, num_splits_total, n, H]       core state after the step (-> rnn_states[slot, t + 1])
+    answer_final_values  [W, num_splits_total, n]    f32   V(final observation) of episodes truncated at t - 1
+
 Liveness bookkeeping shared by every process (see docs/architecture.md, "Worker restarts"):
 
     generation      [num_workers]                 i64  bumped by the runner when it restarts actor worker w;
@@ -68,6 +80,7 @@ class BufferSpec:
     action_shape: tuple
     action_dtype: torch.dtype
     rnn_size: int  # 0 when the model has no recurrent core
+    policy_workers: int = 1  # in all policies: each has its own answer area
 
     @property
     def slots_per_worker(self) -> int:
@@ -115,6 +128,7 @@ def make_buffer_spec(
         action_shape=action_shape,
         action_dtype=action_dtype,
         rnn_size=rnn_size,
+        policy_workers=cfg.num_policies * cfg.policy_workers_per_policy,
     )
 
 
@@ -134,6 +148,14 @@ class TrajectoryBuffers:
         "dones",
         "truncated",
         "final_values",
+    )
+    ANSWER_KEYS = (
+        "answer_actions",
+        "answer_log_probs",
+        "answer_values",
+        "answer_version",
+        "answer_rnn_states",
+        "answer_final_values",
     )
 
     def __init__(self, spec: BufferSpec, share: bool = True):
@@ -161,6 +183,13 @@ class TrajectoryBuffers:
         self.final_values = torch.zeros((S, T, n), dtype=torch.float32)
         self.generation = torch.zeros(spec.num_workers, dtype=torch.int64)
         self.request_seq = torch.zeros((spec.num_workers, spec.splits_per_worker), dtype=torch.int64)
+        W = spec.policy_workers
+        self.answer_actions = torch.zeros((W, num_splits, n, *spec.action_shape), dtype=spec.action_dtype)
+        self.answer_log_probs = torch.zeros((W, num_splits, n), dtype=torch.float32)
+        self.answer_values = torch.zeros((W, num_splits, n), dtype=torch.float32)
+        self.answer_version = torch.zeros((W, num_splits), dtype=torch.int64)
+        self.answer_rnn_states = torch.zeros((W, num_splits, n, h), dtype=torch.float32)
+        self.answer_final_values = torch.zeros((W, num_splits, n), dtype=torch.float32)
         if share:
             for t in self.tensors().values():
                 t.share_memory_()
@@ -169,7 +198,7 @@ class TrajectoryBuffers:
         """Every tensor by a flat name ("obs.<key>" and "final_obs.<key>" for the observation dicts)."""
         out = {f"obs.{k}": v for k, v in self.obs.items()}
         out.update({f"final_obs.{k}": v for k, v in self.final_obs.items()})
-        out.update({k: getattr(self, k) for k in (*self.SLOT_KEYS, "generation", "request_seq")})
+        out.update({k: getattr(self, k) for k in (*self.SLOT_KEYS, "generation", "request_seq", *self.ANSWER_KEYS)})
         return out
 
     def slots_of_worker(self, worker_idx: int) -> list[int]:

@@ -10,15 +10,24 @@ Restarting actor worker w safely (its slots may still be referenced by queued me
   3. start a new worker with the same index: fresh envs, all of its slots free again.
 Restarting a policy worker: start a new one, then tell every actor to re-send requests that have been outstanding
 for a while (the dead worker may have taken them); request sequence numbers make duplicates harmless.
+A replacement is never started while the process it replaces still runs.
+
+Processes are watched by pid as well as through multiprocessing (`ChildProcess`): with forkserver, a component is
+the fork server's child and its multiprocessing handle learns its exit code from the fork server, so once the fork
+server itself died (e.g. to the OOM killer) every handle reads "exited, code 255" while the components run on. The
+next start of a process (a restart) starts a new fork server.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
+
+import psutil
 
 from sample_factory.config import Config
 from sample_factory.runtime.component import Component, ComponentKey, process_main
@@ -28,6 +37,54 @@ from sample_factory.runtime.shared_buffers import TrajectoryBuffers
 
 RESTARTABLE = ("actor", "policy")
 RESTART_GRACE_SEC = 0.5
+
+
+class ChildProcess:
+    """A started component process: alive while multiprocessing says so, or else while its pid (checked by start
+    time, so a reused pid does not count) runs and is not a zombie."""
+
+    def __init__(self, proc: Any):
+        self.proc = proc
+        self.orphaned = False  # multiprocessing lost track of it (its fork server died) while it ran
+        try:
+            self.ps: psutil.Process | None = psutil.Process(proc.pid)
+        except psutil.Error:
+            self.ps = None  # already gone
+
+    def is_alive(self) -> bool:
+        if self.proc.is_alive():
+            return True
+        try:
+            alive = self.ps is not None and self.ps.is_running() and self.ps.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            alive = False
+        self.orphaned |= alive
+        return alive
+
+    @property
+    def exit_description(self) -> str:
+        if self.orphaned:
+            return "exit code unknown: its fork server had died"
+        return f"exit code {self.proc.exitcode}"
+
+    def signal(self, sig: int) -> None:
+        if self.ps is not None:
+            try:
+                self.ps.send_signal(sig)  # psutil refuses a pid that was reused meanwhile
+            except psutil.Error:
+                pass
+
+    def terminate(self) -> None:
+        self.signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        self.proc.join(timeout)  # returns at once when multiprocessing lost track of it
+        while self.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 class Supervisor:
@@ -45,7 +102,8 @@ class Supervisor:
         self.on_restart = on_restart  # (role, index, reason, restarts): the user's on_worker_restarted hook
         self.buffers, self.channels, self.log = buffers, channels, log
         self.monitor = HeartbeatMonitor(cfg.heartbeat_timeout_sec)
-        self.processes: dict[ComponentKey, Any] = {}
+        self.processes: dict[ComponentKey, ChildProcess] = {}
+        self.fork_server_loss_logged = False
         self.components: dict[ComponentKey, Component] = {}
         self.finished: set[ComponentKey] = set()
         self.restarts: collections.Counter = collections.Counter()
@@ -61,7 +119,7 @@ class Supervisor:
             daemon=False,
         )
         proc.start()
-        self.processes[key] = proc
+        self.processes[key] = ChildProcess(proc)
         self.components[key] = component
         self.finished.discard(key)
         self.monitor.seen(key, "starting")
@@ -77,9 +135,14 @@ class Supervisor:
         for key, proc in list(self.processes.items()):
             if key in self.pending_restarts or key in self.finished or proc.is_alive():
                 continue
-            fatal = self._on_death(key, f"exit code {proc.exitcode}", stopping)
+            fatal = self._on_death(key, proc.exit_description, stopping)
             if fatal:
                 return fatal
+        if not self.fork_server_loss_logged and any(p.orphaned for p in self.processes.values()):
+            self.fork_server_loss_logged = True
+            self.log(
+                "the multiprocessing fork server died: the components run on, a new one starts with the next restart"
+            )
         for key, silent_for, activity in self.monitor.stale():
             why = f"silent for {silent_for:.0f} s"
             if key.role not in RESTARTABLE or stopping:
@@ -92,6 +155,9 @@ class Supervisor:
                 return fatal
         for key, when in list(self.pending_restarts.items()):
             if now >= when and not stopping:
+                if self.processes[key].is_alive():  # never beside the process it replaces (same slots, answers)
+                    self.processes[key].kill()
+                    continue
                 del self.pending_restarts[key]
                 self.start(self.make_component(key.role, key.index))
                 if key.role == "policy":
@@ -124,9 +190,22 @@ class Supervisor:
         self.pending_restarts[key] = time.monotonic() + RESTART_GRACE_SEC
         return None
 
+    def _finishing(self, key: ComponentKey) -> bool:
+        """A learner still running after the shutdown timeout is finishing an SGD step before it saves its final
+        checkpoint (it asks for STOP between steps): it gets the time the run allows a silent component, that is
+        until --heartbeat_timeout_sec after its last report, as one long step would have got during the run."""
+        seen = self.monitor.last_seen.get(key)
+        return (
+            key.role == "learner"
+            and key not in self.finished
+            and seen is not None
+            and time.monotonic() - seen.time < self.cfg.heartbeat_timeout_sec
+        )
+
     def stop_all(self, order: tuple[str, ...], drain: Callable[[float], None], timeout: float, hurry) -> None:
-        """STOP every component (by role order), wait up to `timeout` while draining reports, then terminate
-        and finally kill what is left. `hurry()` returning True (a second Ctrl+C) skips the wait."""
+        """STOP every component (by role order), wait up to `timeout` while draining reports (longer for a
+        learner that is finishing: `_finishing`), then terminate and finally kill what is left. `hurry()`
+        returning True (a second Ctrl+C) skips the wait."""
         deadline = time.monotonic() + timeout
         keys = sorted(self.processes, key=lambda k: order.index(k.role))
         for key in keys:
@@ -137,10 +216,17 @@ class Supervisor:
             except Exception:
                 pass  # a full inbox: the process is terminated below
         for key in keys:
-            proc = self.processes[key]
-            while proc.is_alive() and time.monotonic() < deadline and not hurry():
+            proc, extended = self.processes[key], False
+            while proc.is_alive() and not hurry():
+                if time.monotonic() >= deadline:
+                    if not self._finishing(key):
+                        break
+                    if not extended:
+                        extended = True
+                        activity = self.monitor.last_activity(key)
+                        self.log(f"{key.role} {key.index} is still busy ({activity}): waiting for its final checkpoint")
                 drain(0.05)
-            if proc.is_alive():
+            if proc.is_alive() and key not in self.finished:
                 self.log(f"{key.role} {key.index} did not stop in time, terminating it")
                 proc.terminate()
         for proc in self.processes.values():

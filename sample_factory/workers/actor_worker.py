@@ -2,8 +2,9 @@
 the policy workers compute actions for one split, this process steps another).
 
 One env step of split s, in this file:
-  ACTIONS_READY(s) arrives -> actions are read from buffers.actions[slot, t] -> EnvGroup.step (envs/env_group.py) ->
-  rewards/dones/truncated written at [slot, t], next observations at obs[key][slot, t + 1] ->
+  ACTIONS_READY(s) arrives -> the answer is copied from the policy worker's answer area into the slot at [slot, t]
+  (core state at t + 1; `_take_answer`) -> actions are read from buffers.actions[slot, t] -> EnvGroup.step
+  (envs/env_group.py) -> rewards/dones/truncated written at [slot, t], next observations at obs[key][slot, t + 1] ->
   REQUEST(slot, t + 1) to the policy workers.
 At t + 1 == T the request asks for the bootstrap position of the rollout; when it is served the slot goes to the
 learner (ROLLOUT) and the split continues in a fresh slot from this worker's pool, or waits for FREE_SLOTS.
@@ -69,6 +70,7 @@ class Split:
     request_time: float = 0.0  # when the outstanding request was sent; 0.0 while none is outstanding
     seq: int = 0  # number of the latest request (policy workers drop answered re-sends)
     last_request: tuple | None = None  # the latest request as sent (re-sent on RESEND)
+    has_truncations: bool = False  # the latest request also asked for V(final obs) of steps truncated at t - 1
     wait_since: float = 0.0  # when it started waiting for a slot
     answers_due: set[int] = field(default_factory=set)  # policies yet to answer the latest request
     start_at: float = 0.0  # --decorrelate_experience_max_seconds: when the first request goes out; 0: sent
@@ -84,6 +86,7 @@ class ActorWorker(Component):
         self.rollout = cfg.rollout  # T: env steps per slot
         self.num_splits = cfg.worker_num_splits
         self.num_policies = cfg.num_policies
+        self.recurrent = buffers.spec.rnn_size > 0
         # Everything below is set up by `init`, in the worker's own process.
         self.pool: SlotPool | None = None
         self.rng: np.random.Generator | None = None
@@ -224,6 +227,7 @@ class ActorWorker(Component):
                 due.update(np.unique(acted).tolist())
         msg = Request.wire(self.index, split.index, slot, t, has_truncations, self.gen, split.seq)
         split.last_request = msg
+        split.has_truncations = has_truncations
         split.answers_due = due
         for p in due:
             self.channels.policy[p].put(msg)
@@ -234,7 +238,9 @@ class ActorWorker(Component):
         if msg.kind == ACTIONS_READY:
             for s, seq in msg.splits:
                 split = self.splits[s]
-                if seq == split.seq and split.request_time:  # a re-sent request may be answered twice
+                # A re-sent request may be answered twice: the first answer of each policy is taken, once.
+                if seq == split.seq and split.request_time and msg.policy_id in split.answers_due:
+                    self._take_answer(split, msg.policy_id, msg.worker)
                     split.answers_due.discard(msg.policy_id)
                     if not split.answers_due:
                         self._advance(split)
@@ -262,6 +268,26 @@ class ActorWorker(Component):
                     split.request_time = now  # the replacement policy worker gets a full timeout
         else:
             raise RuntimeError(f"actor {self.index}: unexpected message {msg!r}")
+
+    def _take_answer(self, split: Split, policy: int, worker: int) -> None:
+        """Copy the answer of `policy` to the split's current request from the answer area of policy worker
+        `worker` into the slot: its columns' actions, log-probs, values and versions at [slot, t], core states at
+        [slot, t + 1], and V(final obs) at [slot, t - 1] where its agents' episodes were truncated. Only this
+        process writes these slot positions, and only here, so a late answer can never replace a step's data."""
+        a, slot, t = self.arrays, split.slot, split.t
+        row = self.index * self.num_splits + split.index
+        cols = slice(None) if self.num_policies == 1 else np.flatnonzero(a["policy_id"][slot, t] == policy)
+        a["actions"][slot, t, cols] = a["answer_actions"][worker, row, cols]
+        a["log_probs"][slot, t, cols] = a["answer_log_probs"][worker, row, cols]
+        a["values"][slot, t, cols] = a["answer_values"][worker, row, cols]
+        a["policy_version"][slot, t, cols] = a["answer_version"][worker, row]
+        if self.recurrent:
+            a["rnn_states"][slot, t + 1, cols] = a["answer_rnn_states"][worker, row, cols]
+        if split.has_truncations:
+            truncated = a["truncated"][slot, t - 1]  # [n]
+            if self.num_policies > 1:
+                truncated = truncated & (a["policy_id"][slot, t - 1] == policy)
+            a["final_values"][slot, t - 1, truncated] = a["answer_final_values"][worker, row, truncated]
 
     def _advance(self, split: Split) -> None:
         split.request_time = 0.0

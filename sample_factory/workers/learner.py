@@ -35,7 +35,16 @@ from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.pbt.population import apply_hyperparams
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import torch_device
-from sample_factory.runtime.messages import PBT_UPDATE, ROLLOUT, SAVE_BEST, SAVE_NOW, Channels, FreeSlots, Message
+from sample_factory.runtime.messages import (
+    PBT_UPDATE,
+    ROLLOUT,
+    SAVE_BEST,
+    SAVE_NOW,
+    STOP,
+    Channels,
+    FreeSlots,
+    Message,
+)
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
 
 
@@ -84,6 +93,8 @@ class Learner(Component):
         self.pending: list[PendingRollout] = []  # oldest first
         self.discarded_rollouts = 0
         self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
+        self.early: list[tuple] = []  # messages taken from the inbox during an iteration, handled after it
+        self.stop_arrived = False  # a STOP is among them
 
     def init(self) -> None:
         cfg = self.cfg
@@ -95,6 +106,7 @@ class Learner(Component):
         self.weights.load_into(self.model)  # the runner's initial weights: identical in every process
         self.model.to(self.device).train()
         self.algo = make_algorithm(cfg, self.model, self.device)
+        self.algo.stop_check = self._stop_requested
         # only what the algorithm reads is copied out of shared memory (plus policy ids to count a policy's samples)
         self.batch_keys = {*self.algo.required_buffers, *(("policy_id",) if cfg.num_policies > 1 else ())}
         self.version = 0
@@ -158,14 +170,17 @@ class Learner(Component):
         # Train on the rollouts pending now, not on those that arrive meanwhile (a learner that is always behind
         # must still come back for periodic saves and heartbeats), and look at the inbox between iterations so that
         # a STOP does not wait behind the backlog (seen: "learner 0 did not stop in time", no final checkpoint).
+        # Within an iteration the algorithm asks between SGD steps (`_stop_requested`), so that one long
+        # iteration does not outlast --shutdown_timeout_sec either.
         budget = len(self.pending)
         while not self.stopped and budget > 0 and (taken := self._take_iteration()):
             budget -= len(taken)
             self._iteration(taken)
-            if msgs := self.inbox.get_many(block=False):
+            msgs, self.early = self.early + self.inbox.get_many(block=False), []
+            if msgs:
                 self.on_messages(msgs)
-        if self.cfg.evaluation_run:
-            return  # an evaluation never writes into the experiment
+        if self.cfg.evaluation_run or self.stopped:
+            return  # an evaluation never writes into the experiment; a stopping learner saves in `finish`
         now = time.monotonic()
         if now - self.last_save > self.cfg.save_every_sec:
             self.save()
@@ -173,6 +188,14 @@ class Learner(Component):
             self.last_milestone = now
             path = save_milestone(self.ckpt_dir, self._state(), self.version, self.env_steps)
             call_hook(self.callbacks, "on_checkpoint", self.policy_id, str(path), "milestone")
+
+    def _stop_requested(self) -> bool:
+        """Asked by the algorithm between SGD steps: whether a STOP has arrived. What it takes from the inbox is
+        kept, in order, and handled after the iteration."""
+        if msgs := self.inbox.get_many(block=False):
+            self.early += msgs
+            self.stop_arrived = self.stop_arrived or any(m[0] == STOP for m in msgs)
+        return self.stop_arrived
 
     def _take_iteration(self) -> list[PendingRollout] | None:
         """The oldest pending slots that hold an iteration's worth of this policy's trajectories, if there are."""

@@ -1,6 +1,14 @@
 """Policy worker: drains every pending inference request of its policy, runs one batched forward pass, writes
-actions, log-probs, values and core states into the shared slot tensors, and tells each actor which of its
-splits are ready. New weights are picked up between batches when the learner has published a newer version."""
+actions, log-probs, values and core states into its own answer area (shared_buffers.py, `answer_*`), and tells
+each actor which of its splits are ready; the actor copies the answer into the slot. New weights are picked up
+between batches when the learner has published a newer version.
+
+Why not write into the slot directly: after a policy-worker restart the actors re-send outstanding requests, so
+one request may be answered twice, by two workers or by one worker in two batches. A policy worker checks that a
+request is current when it takes it, but the actor may accept another answer, step its envs and move on before
+this worker writes: a write into the slot would replace the data of a step already taken (and the core state the
+next request reads). Writing into an area only this worker writes, which the actor reads only for the one answer
+it accepts, leaves nothing to race on (see `_serve`)."""
 
 from __future__ import annotations
 
@@ -39,6 +47,9 @@ class PolicyWorker(Component):
         self.weights, self.obs_space, self.action_space = weights, obs_space, action_space
         self.num_splits = cfg.worker_num_splits
         self.multi_policy = cfg.num_policies > 1
+        self.answer_area = policy_id * cfg.policy_workers_per_policy + worker_idx  # first index of answer_*
+        # (actor_idx, split_idx) -> (gen, seq) of the latest request this worker answered: it answers each once
+        self.answered: dict[tuple[int, int], tuple[int, int]] = {}
         self.all_columns = torch.arange(buffers.spec.agents_per_split)
         self.requests_served = 0  # since the last "inference" report
         self.batches = 0  # since the last "inference" report
@@ -69,13 +80,19 @@ class PolicyWorker(Component):
     def on_messages(self, msgs: list[tuple]) -> None:
         # Plain ints (copied once per batch) compare faster than numpy scalars: this runs per request.
         gen, seq = self.generation.tolist(), self.request_seq.tolist()
+        answered = self.answered
         requests: list[Request] = []
         others = []
         for m in map(decode, msgs):
             if m.kind != REQUEST:
                 others.append(m)
             elif m.gen == gen[m.actor_idx] and m.seq == seq[m.actor_idx][m.split_idx]:
-                requests.append(m)  # neither from a replaced worker nor a re-send that was already answered
+                # neither from a replaced worker nor a re-send that was already answered; and never answered twice
+                # by this worker (a second answer would rewrite the answer area while the actor may copy from it)
+                key = (m.actor_idx, m.split_idx)
+                if answered.get(key) != (m.gen, m.seq):
+                    answered[key] = (m.gen, m.seq)
+                    requests.append(m)
         if others:
             stops = [m for m in others if m.kind == STOP]
             # The inbox is shared by this policy's workers: pass on STOPs meant for the others.
@@ -107,12 +124,17 @@ class PolicyWorker(Component):
 
     @torch.inference_mode()
     def _serve(self, requests: list[Request]) -> None:
-        b, dev = self.buffers, self.device
+        """Inputs are read from the slots, outputs written into this worker's answer area only (rows: the
+        requests' splits). The area of a split is rewritten only for a newer request of it, which the actor sends
+        after it has copied the previous answer, so the actor never reads an area while it is being written."""
+        b, dev, w = self.buffers, self.device, self.answer_area
         cols = [self._columns(r.slot, r.t) for r in requests]
         counts = torch.tensor([len(c) for c in cols])
-        # one row per (request, column): flat indices into the [S, T+1, n] slot tensors
+        rows = torch.tensor([r.actor_idx * self.num_splits + r.split_idx for r in requests])  # [R] split rows
+        # one row per (request, column): flat indices into the [S, T+1, n] slot tensors and the [W, R, n] answers
         si = torch.tensor([r.slot for r in requests]).repeat_interleave(counts)
         ti = torch.tensor([r.t for r in requests]).repeat_interleave(counts)
+        ri = rows.repeat_interleave(counts)
         ci = torch.cat(cols)
         N = ci.numel()
         if N:
@@ -124,12 +146,13 @@ class PolicyWorker(Component):
             actions, log_probs, values, h_new = self.algo.act(
                 self.cfg, self.model, obs, h, obs.get(ACTION_MASK_KEY), self.deterministic
             )  # values: real scale, as the buffers hold them
-            b.actions[si, ti, ci] = actions.to("cpu", b.actions.dtype).view(N, *b.actions.shape[3:])
-            b.log_probs[si, ti, ci] = log_probs.cpu()
-            b.values[si, ti, ci] = values.cpu()
-            b.policy_version[si, ti, ci] = self.version
+            act_shape = b.answer_actions.shape[3:]
+            b.answer_actions[w, ri, ci] = actions.to("cpu", b.answer_actions.dtype).view(N, *act_shape)
+            b.answer_log_probs[w, ri, ci] = log_probs.cpu()
+            b.answer_values[w, ri, ci] = values.cpu()
             if h_new is not None:
-                b.rnn_states[si, ti + 1, ci] = h_new.cpu()
+                b.answer_rnn_states[w, ri, ci] = h_new.cpu()
+        b.answer_version[w, rows] = self.version
         for r in requests:
             if r.has_truncations:
                 self._final_values(r)
@@ -138,13 +161,13 @@ class PolicyWorker(Component):
         for r in requests:
             ready[r.actor_idx, r.gen].append((r.split_idx, r.seq))
         for (actor_idx, gen), splits in ready.items():
-            self.channels.actor[actor_idx].put(ActionsReady.wire(splits, gen, self.policy_id))
+            self.channels.actor[actor_idx].put(ActionsReady.wire(splits, gen, self.policy_id, w))
         self.requests_served += len(requests)
         self.batches += 1
 
     def _final_values(self, request: Request) -> None:
         """V(final observation) of this policy's agents whose episode was truncated at step t - 1 (value
-        bootstrap). Other columns keep stale values; the learner only reads final_values where truncated."""
+        bootstrap), into the answer area; the actor copies exactly these columns into final_values[slot, t - 1]."""
         slot, t = request.slot, request.t
         b = self.buffers
         cols = self._columns(slot, t - 1, within=b.truncated[slot, t - 1])
@@ -153,7 +176,9 @@ class PolicyWorker(Component):
         split = request.actor_idx * self.num_splits + request.split_idx
         final_obs = {k: v[split, cols].to(self.device) for k, v in b.final_obs.items()}  # {key: [k, *shape]}
         h = b.rnn_states[slot, t, cols].to(self.device) if self.model.recurrent else None  # state before the reset
-        b.final_values[slot, t - 1, cols] = self.algo.values(self.cfg, self.model, final_obs, h).cpu()
+        b.answer_final_values[self.answer_area, split, cols] = self.algo.values(
+            self.cfg, self.model, final_obs, h
+        ).cpu()
 
     def on_idle(self) -> None:
         if self.batches >= 200:

@@ -11,6 +11,7 @@ larger than the up-to-2*rollout random decorrelation steps an actor takes at sta
 - NanObs-v0        NaN observations from the fault step on, always.
 - WrongShape-v0    observations of shape (5,) instead of (4,) from the fault step on, always.
 - NanReward-v0     NaN rewards from the fault step on, always.
+- EchoAction-v0    no fault: the observation also carries the action just taken (checks of the training data).
 
 "Once": the first env (in any process) that reaches the fault step creates the file named by
 `SF_FAULT_ONCE_FILE` with O_EXCL and faults; every env that finds the file already there behaves normally, so a
@@ -102,12 +103,33 @@ class NanReward(FaultyCartPole):
         return obs, float("nan")
 
 
+class EchoAction(CartPoleEnv):
+    """CartPole whose observation carries a fifth value: the action the env just took (-1 after a reset), so that a
+    training batch can be checked against what the envs did: obs[t + 1][4] == actions[t] within an episode."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        box = self.observation_space
+        self.observation_space = gym.spaces.Box(
+            np.append(box.low, -1.0).astype(np.float32), np.append(box.high, 1.0).astype(np.float32)
+        )
+
+    def reset(self, **kwargs):
+        obs, info = super().reset(**kwargs)
+        return np.append(obs, -1.0).astype(np.float32), info
+
+    def step(self, action):
+        obs, reward, term, trunc, info = super().step(action)
+        return np.append(obs, float(action)).astype(np.float32), reward, term, trunc, info
+
+
 IDS = {
     "RaiseAtStep-v0": RaiseAtStep,
     "AbortAtStep-v0": AbortAtStep,
     "NanObs-v0": NanObs,
     "WrongShape-v0": WrongShape,
     "NanReward-v0": NanReward,
+    "EchoAction-v0": EchoAction,
 }
 
 for _env_id, _cls in IDS.items():

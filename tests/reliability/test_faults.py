@@ -38,20 +38,6 @@ TRACEBACK = "Traceback (most recent call last)"
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------
-@pytest.fixture
-def start_run():
-    """start_run(args, train_dir, **kwargs) -> TrainRun; whatever is left of every run is killed at teardown."""
-    runs: list[TrainRun] = []
-
-    def start(args: list[str], train_dir: Path, **kwargs) -> TrainRun:
-        runs.append(TrainRun(args, train_dir, **kwargs))
-        return runs[-1]
-
-    yield start
-    for run in runs:
-        run.kill()
-
-
 def component(run: TrainRun, name: str, exclude: tuple[int, ...] = ()) -> psutil.Process | None:
     """The live descendant of the run called `name` (sf_actor_1, ...), skipping pids in `exclude`."""
     try:

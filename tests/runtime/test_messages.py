@@ -11,7 +11,7 @@ from sample_factory.runtime import messages as m
 # One sender call per kind, with every field given by name: the field order of `wire` must match the record's.
 SENT = [
     (m.Request, dict(actor_idx=1, split_idx=2, slot=3, t=4, has_truncations=True, gen=5, seq=6)),
-    (m.ActionsReady, dict(splits=[(0, 7), (1, 8)], gen=2, policy_id=3)),
+    (m.ActionsReady, dict(splits=[(0, 7), (1, 8)], gen=2, policy_id=3, worker=4)),
     (m.Rollout, dict(actor_idx=1, slot=9, gen=2)),
     (m.FreeSlots, dict(slots=[4, 5], gen=1)),
     (m.SaveBest, dict(metric_value=12.5)),

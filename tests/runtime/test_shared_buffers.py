@@ -72,6 +72,17 @@ def test_allocation_shapes_match_docstring(action_space, rnn_size):
         "generation": ((cfg.num_workers,), torch.int64),
         "request_seq": ((cfg.num_workers, cfg.worker_num_splits), torch.int64),
     }
+    W, R = cfg.num_policies * cfg.policy_workers_per_policy, cfg.num_workers * cfg.worker_num_splits
+    expected.update(
+        {
+            "answer_actions": ((W, R, n, *act_shape), act_dtype),
+            "answer_log_probs": ((W, R, n), torch.float32),
+            "answer_values": ((W, R, n), torch.float32),
+            "answer_version": ((W, R), torch.int64),
+            "answer_rnn_states": ((W, R, n, H), torch.float32),
+            "answer_final_values": ((W, R, n), torch.float32),
+        }
+    )
     tensors = b.tensors()
     assert set(tensors) == set(expected)
     for k, (shape, dtype) in expected.items():

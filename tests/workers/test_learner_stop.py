@@ -6,14 +6,20 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import pytest
+
+from sample_factory.config import parse_cfg
+from sample_factory.experiment.checkpoints import list_checkpoints
+from sample_factory.runner import Runner
 from sample_factory.runtime.messages import LocalChannel, Stop
-from sample_factory.workers.learner import Learner
+from sample_factory.workers.learner import Learner, PendingRollout
 
 
 def test_stop_is_seen_between_iterations_of_a_backlog():
     learner = object.__new__(Learner)  # only what on_idle touches; no buffers, model or process
     learner.stopped = False
     learner.inbox = LocalChannel()
+    learner.early = []
     learner.cfg = SimpleNamespace(evaluation_run=True)
     learner._drop_stale = lambda: None
     learner.pending = ["a rollout"] * 10
@@ -38,6 +44,7 @@ def test_a_growing_backlog_still_returns_for_periodic_work():
     learner = object.__new__(Learner)
     learner.stopped = False
     learner.inbox = LocalChannel()
+    learner.early = []
     learner.cfg = SimpleNamespace(evaluation_run=True)
     learner._drop_stale = lambda: None
     learner.pending = ["r"] * 3
@@ -51,3 +58,57 @@ def test_a_growing_backlog_still_returns_for_periodic_work():
     learner._iteration = trained.append
     learner.on_idle()
     assert len(trained) == 3
+
+
+@pytest.mark.timeout(120)
+def test_stop_during_a_long_iteration_is_seen_between_sgd_steps(tmp_path):
+    """An iteration of 16 slow SGD steps (4 epochs x 4 minibatches, 0.5 s each); STOP arrives during the second:
+    the learner keeps the two steps (version 2), drops the rest, and has written its final checkpoint well within
+    --shutdown_timeout_sec (the whole iteration would take 8 s)."""
+    argv = [
+        "--env=CartPole-v1",
+        "--serial_mode=True",
+        "--num_workers=1",
+        "--num_envs_per_worker=8",
+        "--rollout=8",
+        "--batch_size=16",
+        "--num_epochs=4",
+        "--num_batches_per_epoch=4",
+        "--use_rnn=False",
+        "--encoder_mlp_layers=16",
+        "--shutdown_timeout_sec=4",
+        f"--train_dir={tmp_path}",
+        "--experiment=x",
+    ]
+    runner = Runner(parse_cfg(argv))
+    runner.setup()
+    try:
+        learner = next(c for c in runner.components if isinstance(c, Learner))
+        learner.initialize()
+        algo, steps = learner.algo, []
+        minibatch_loss = algo.minibatch_loss
+
+        def slow_minibatch_loss(p, mb):
+            steps.append(mb)
+            if len(steps) == 2:
+                learner.inbox.put(Stop.wire())  # the runner asks to stop during the second SGD step
+            time.sleep(0.5)
+            return minibatch_loss(p, mb)
+
+        algo.minibatch_loss = slow_minibatch_loss
+        # An iteration's worth of finished slots; the buffers hold zeros, a valid (if dull) batch.
+        n = runner.buffers.spec.agents_per_split
+        learner.pending = [
+            PendingRollout(s, 0, 0, learner.all_columns) for s in range(learner.columns_per_iteration // n)
+        ]
+        t0 = time.monotonic()
+        learner.on_idle()
+        assert learner.stopped and len(steps) == 2 and learner.version == 2
+        learner.finish()
+        elapsed = time.monotonic() - t0
+        written = list_checkpoints(tmp_path / "x" / "checkpoint_p0")
+        assert [p.name for p in written] == [f"checkpoint_{2:09d}_{learner.env_steps}.pth"], written
+        assert elapsed < runner.cfg.shutdown_timeout_sec, f"{elapsed:.1f} s to stop and save"
+    finally:
+        runner.summaries.close()
+        runner.lock.release()

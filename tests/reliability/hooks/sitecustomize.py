@@ -1,0 +1,77 @@
+"""Test-only fault hooks (tests/reliability/test_process_faults.py): with this folder first on PYTHONPATH, Python
+imports this module at start-up in every process of a run (the runner, the fork server and through it every
+component). Each hook is off unless its environment variable is set:
+
+- SF_TEST_SLOW_SGD_STEP_SEC=s: every APPO SGD step takes s seconds longer (a big model on a slow machine).
+- SF_TEST_CHECK_ECHOED_ACTIONS=1: before training, the learner checks that every stored action is the one the env
+  took (envs of fault_envs.EchoAction-v0 write it into the next observation) and raises if not.
+- SF_TEST_HOLD_ANSWER_FILE=path: policy worker (0, 0) holds its 50th batch: it computes the answer, creates `path`,
+  waits until an actor has moved on from one of the batch's requests (answered by another policy worker), and only
+  then writes its now late answer, like a worker that was descheduled at the worst moment.
+"""
+
+import os
+
+if os.environ.get("SF_TEST_SLOW_SGD_STEP_SEC"):
+    import time
+
+    from sample_factory.algo.appo import APPOAlgorithm
+
+    _delay = float(os.environ["SF_TEST_SLOW_SGD_STEP_SEC"])
+    _minibatch_loss = APPOAlgorithm.minibatch_loss
+
+    def _slow_minibatch_loss(self, p, mb):
+        time.sleep(_delay)
+        return _minibatch_loss(self, p, mb)
+
+    APPOAlgorithm.minibatch_loss = _slow_minibatch_loss
+
+if os.environ.get("SF_TEST_CHECK_ECHOED_ACTIONS"):
+    from sample_factory.algo.appo import APPOAlgorithm
+
+    _train = APPOAlgorithm.train
+
+    def _checked_train(self, batch, policy_version, policy_id=None):
+        T = batch["dones"].shape[1]
+        took = batch["obs"]["obs"][:, 1:, -1]  # [M, T] the action the env took at t, echoed in obs t + 1
+        stored = batch["actions"][:, :T].float()  # [M, T]
+        wrong = ~batch["dones"] & (took != stored)  # after an episode end obs t + 1 starts the next one
+        if wrong.any():
+            raise RuntimeError(f"{int(wrong.sum())} stored actions are not the actions the envs took")
+        return _train(self, batch, policy_version, policy_id)
+
+    APPOAlgorithm.train = _checked_train
+
+if os.environ.get("SF_TEST_HOLD_ANSWER_FILE"):
+    import time
+
+    from sample_factory.workers.policy_worker import PolicyWorker
+
+    _serve = PolicyWorker._serve
+
+    class _HeldAnswer:
+        def __init__(self, worker, requests):
+            self.algo, self.worker, self.requests = worker.algo, worker, requests
+
+        def act(self, *args, **kwargs):
+            answer = self.algo.act(*args, **kwargs)
+            open(os.environ["SF_TEST_HOLD_ANSWER_FILE"], "w").close()
+            seq, deadline = self.worker.request_seq, time.monotonic() + 30
+            while all(seq[r.actor_idx, r.split_idx] == r.seq for r in self.requests) and time.monotonic() < deadline:
+                time.sleep(0.002)
+            return answer
+
+        def values(self, *args, **kwargs):
+            return self.algo.values(*args, **kwargs)
+
+    def _serve_holding_once(self, requests):
+        self.hook_batches = getattr(self, "hook_batches", 0) + 1
+        if self.index != (0, 0) or self.hook_batches != 50:
+            return _serve(self, requests)
+        algo, self.algo = self.algo, _HeldAnswer(self, requests)
+        try:
+            return _serve(self, requests)
+        finally:
+            self.algo = algo
+
+    PolicyWorker._serve = _serve_holding_once

@@ -1,0 +1,175 @@
+"""Fault injection, continued (tests/reliability/test_faults.py has the helpers): dead multiprocessing helpers (the
+fork server, the resource tracker), a policy worker's late answer to a re-sent request, slow learners at shutdown
+and a lost checkpoint report. Hooks inside the run's processes come from tests/reliability/hooks/sitecustomize.py,
+switched on by environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration.conftest import COMPONENT_NAMES, REPO_ROOT, TrainRun, progress_samples_trained
+from tests.reliability.test_faults import (
+    CARTPOLE,
+    FAULT_MODULE,
+    SMALL,
+    finish,
+    progress,
+    progress_time,
+    serial_argv,
+    wait_component,
+)
+
+
+# ---- helpers -------------------------------------------------------------------------------------------------
+def helper_process(run: TrainRun, module: str) -> psutil.Process:
+    """multiprocessing's fork server or resource tracker of the run (found by `module` in its command line)."""
+    found: list[psutil.Process] = []
+
+    def find() -> bool:
+        for c in psutil.Process(run.proc.pid).children():
+            try:
+                if any(module in arg for arg in c.cmdline()):
+                    found.append(c)
+                    return True
+            except psutil.Error:
+                continue
+        return False
+
+    assert run.wait_until(find, timeout=10), f"no {module} process\n{run.describe()}"
+    return found[-1]
+
+
+def summary_checkpoint(run: TrainRun) -> str:
+    """The checkpoint the final summary names for policy 0."""
+    m = re.search(r"^\s*policy 0: .*checkpoint (\S+)$", run.output, re.MULTILINE)
+    assert m, run.describe()
+    return m.group(1)
+
+
+def assert_clean_finish_with_checkpoint(run: TrainRun, killed_at: float, died: set[str] = frozenset()) -> None:
+    """Exit 0 with no leftovers, training went on after `killed_at`, only the components in `died` died, and
+    the final summary names the last checkpoint written."""
+    assert finish(run, 90) == 0, run.describe()
+    assert "ERROR" not in run.output, run.describe()
+    assert set(re.findall(r"(\w+ \S+) died \(", run.output)) == died, run.describe()
+    rows = progress(run)
+    assert rows[-1][0] >= killed_at + 4 and rows[-1][1] > max(s for t, s in rows if t <= killed_at), rows
+    named, written = summary_checkpoint(run), run.checkpoints()
+    assert written and named == str(written[-1]), f"summary names {named}, written: {written}\n{run.describe()}"
+
+
+@pytest.mark.timeout(150)
+def test_killed_fork_server_does_not_stop_the_run(tmp_path, start_run):
+    """The components are the fork server's children: its death must neither kill them (their parent-death signal
+    follows the runner) nor make the runner believe they died (its process handles read the fork server's pipe)."""
+    run = start_run([*CARTPOLE, "--train_for_seconds=16"], tmp_path / "td")
+    assert run.wait_until(lambda: progress_time(run) >= 3, timeout=60), run.describe()
+    for name in COMPONENT_NAMES:
+        wait_component(run, name, 10)
+    run.snapshot_tree()
+    helper_process(run, "multiprocessing.forkserver").kill()
+    assert_clean_finish_with_checkpoint(run, progress_time(run))
+
+
+@pytest.mark.timeout(150)
+def test_actor_restarted_after_the_fork_server_died(tmp_path, start_run):
+    """A worker that crashes after the fork server died is restarted through a new fork server."""
+    run = start_run([*CARTPOLE, "--train_for_seconds=20"], tmp_path / "td")
+    assert run.wait_until(lambda: progress_time(run) >= 3, timeout=60), run.describe()
+    actor = wait_component(run, "sf_actor_1", 10)
+    run.snapshot_tree()
+    fork_server = helper_process(run, "multiprocessing.forkserver")
+    fork_server.kill()
+    assert run.wait_until(lambda: not fork_server.is_running() or fork_server.status() == psutil.STATUS_ZOMBIE, 5)
+    killed_at = progress_time(run)
+    assert run.wait_until(lambda: progress_time(run) >= killed_at + 2, timeout=30), run.describe()
+    actor.kill()  # an orphan now (its parent was the fork server): found before, by pid
+    new_actor = wait_component(run, "sf_actor_1", 30, exclude=(actor.pid,))
+    assert new_actor.parent().pid != fork_server.pid, "restarted through the dead fork server?"
+    assert helper_process(run, "multiprocessing.forkserver").pid != fork_server.pid
+    assert_clean_finish_with_checkpoint(run, killed_at, died={"actor 1"})
+    assert re.search(r"actor 1 died \(.*restarting it \(1 of 3\)", run.output), run.describe()
+
+
+@pytest.mark.timeout(150)
+def test_killed_resource_tracker_leaves_nothing_behind(tmp_path, start_run):
+    """The resource tracker dies (e.g. to the OOM killer); a worker restart after that starts a new one; the run
+    ends cleanly and leaves no shared-memory object behind."""
+    run = start_run([*CARTPOLE, "--train_for_seconds=16"], tmp_path / "td")
+    assert run.wait_until(lambda: progress_time(run) >= 3, timeout=60), run.describe()
+    actor = wait_component(run, "sf_actor_1", 10)
+    run.snapshot_tree()
+    helper_process(run, "multiprocessing.resource_tracker").kill()
+    killed_at = progress_time(run)
+    assert run.wait_until(lambda: progress_time(run) >= killed_at + 2, timeout=30), run.describe()
+    actor.kill()
+    wait_component(run, "sf_actor_1", 30, exclude=(actor.pid,))
+    assert_clean_finish_with_checkpoint(run, killed_at, died={"actor 1"})  # also: no /dev/shm leftovers
+
+
+HOOKS = Path(__file__).resolve().parent / "hooks"  # sitecustomize.py: fault hooks switched on by variables
+
+
+def hook_env(**variables: str) -> dict[str, str]:
+    """Environment of a run with the given hooks of tests/reliability/hooks/sitecustomize.py switched on."""
+    pythonpath = os.pathsep.join([str(HOOKS), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+    return {"PYTHONPATH": pythonpath, **variables}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "epochs, batches, step_sec", [(4, 4, 1.0), (1, 1, 6.0)], ids=["16-steps-of-1s", "one-step-of-6s"]
+)
+def test_slow_learner_saves_its_final_checkpoint(tmp_path, start_run, epochs, batches, step_sec):
+    """The stop comes while the learner trains: an iteration of 16 s (it must stop between SGD steps), or one SGD
+    step of 6 s (the runner must wait for it beyond --shutdown_timeout_sec). Either way the final checkpoint is
+    written and named in the summary; no periodic one exists."""
+    extra_env = hook_env(SF_TEST_SLOW_SGD_STEP_SEC=str(step_sec))
+    args = [f"--num_epochs={epochs}", f"--num_batches_per_epoch={batches}"]
+    args += ["--shutdown_timeout_sec=1", "--save_every_sec=1000", "--train_for_seconds=12"]
+    run = start_run([*CARTPOLE, *args], tmp_path / "td", extra_env=extra_env)
+    assert finish(run, 120) == 0, run.describe()
+    out = run.output
+    assert "did not stop in time" not in out and "ERROR" not in out, run.describe()
+    written = run.checkpoints()
+    assert len(written) == 1 and summary_checkpoint(run) == str(written[0]), f"{written}\n{run.describe()}"
+    if step_sec > 1:
+        assert re.search(r"learner 0 is still busy \(.*\): waiting for its final checkpoint", out), run.describe()
+
+
+@pytest.mark.timeout(150)
+def test_late_answer_of_a_policy_worker_changes_no_step(tmp_path, start_run):
+    """Policy worker 0_0 holds a computed answer (hook); policy worker 0_1 is killed, the actors re-send their
+    outstanding requests to its replacement, which answers them, and the actors step on; only then does 0_0 write
+    its late answer. The learner checks every batch (hook): each stored action is the one the env took."""
+    held = tmp_path / "held"
+    extra_env = hook_env(SF_TEST_HOLD_ANSWER_FILE=str(held), SF_TEST_CHECK_ECHOED_ACTIONS="1")
+    args = [*SMALL, "--policy_workers_per_policy=2", "--train_for_seconds=20"]
+    run = start_run(args, tmp_path / "td", env_id=f"{FAULT_MODULE}:EchoAction-v0", extra_env=extra_env)
+    assert run.wait_until(held.exists, timeout=60), run.describe()
+    wait_component(run, "sf_policy_0_1", 5).kill()
+    assert finish(run, 90) == 0, run.describe()
+    assert "ERROR" not in run.output, run.describe()
+    assert re.search(r"policy \(0, 1\) died \(exit code -9.*restarting it", run.output), run.describe()
+    assert progress_samples_trained(run) > 0, run.describe()
+
+
+# ---- the checkpoint named in the summary (in-process, serial mode) -------------------------------------------
+@pytest.mark.timeout(120)
+def test_summary_names_the_checkpoint_on_disk_when_its_report_is_lost(tmp_path, monkeypatch, capsys):
+    """A learner killed right after saving, or a lost report: the summary still names the checkpoint written."""
+    from sample_factory.experiment.checkpoints import list_checkpoints
+    from sample_factory.runner import Runner
+    from sample_factory.train import main
+
+    monkeypatch.setattr(Runner, "_on_checkpoint", lambda self, report: None)  # every "checkpoint" report lost
+    assert main(serial_argv(tmp_path, "--train_for_env_steps=2048")) == 0
+    out = capsys.readouterr().out
+    written = list_checkpoints(tmp_path / "serial" / "checkpoint_p0")
+    assert written and f"checkpoint {written[-1]}\n" in out, out
