@@ -56,8 +56,13 @@ class Seen(NamedTuple):
 class HeartbeatMonitor:
     """Runner side: remembers when each (role, index) was last heard from and what it was doing."""
 
-    def __init__(self, timeout: float):
+    STARTING = "starting"  # the activity of a process whose init (envs, model) has not finished yet
+
+    def __init__(self, timeout: float, startup_timeout: float | None = None):
         self.timeout = timeout
+        # Init sends no heartbeats and may be slow on a loaded machine (torch import, env creation): a process still
+        # starting gets at least this long before it counts as hung.
+        self.startup_timeout = max(timeout, startup_timeout if startup_timeout is not None else 30.0)
         self.last_seen: dict[tuple, Seen] = {}
 
     def seen(self, who: tuple, activity: str = "") -> None:
@@ -72,7 +77,11 @@ class HeartbeatMonitor:
 
     def stale(self) -> list[tuple[tuple, float, str]]:
         now = time.monotonic()
-        return [(who, now - s.time, s.activity) for who, s in self.last_seen.items() if now - s.time > self.timeout]
+        return [
+            (who, now - s.time, s.activity)
+            for who, s in self.last_seen.items()
+            if now - s.time > (self.startup_timeout if s.activity == self.STARTING else self.timeout)
+        ]
 
 
 def process_alive(pid: int) -> bool:
