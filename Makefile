@@ -1,6 +1,6 @@
 # Developer / CI entry points. Works from a fresh clone with only python3 + pip available.
 #   make venv       create .venv and install the package (editable) with every extra (dev, onnx, plot, video,
-#                   box2d, atari, mujoco, vizdoom, envpool, pettingzoo, wandb), pinned by constraints.txt
+#                   box2d, atari, mujoco, vizdoom, envpool, pettingzoo, wandb, ray), pinned by constraints.txt
 #   make test       lint (ruff format --check, ruff check) + pytest
 #   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2");
 #                   installs the package without env extras; other envs: make train EXTRAS=atari
@@ -38,7 +38,7 @@ $(VENV_PY):
 # successful install, so an interrupted install is retried on the next run.
 $(STAMP): $(VENV_PY) setup.py constraints.txt
 	$(VENV_PY) -m pip install $(PIP_FLAGS) --upgrade pip -c constraints.txt
-	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot,video,box2d,atari,mujoco,vizdoom,envpool,pettingzoo,wandb]'
+	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot,video,box2d,atari,mujoco,vizdoom,envpool,pettingzoo,wandb,ray]'
 	touch $@
 
 lint: venv

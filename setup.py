@@ -15,6 +15,7 @@ INSTALL_REQUIRES = [
     "numpy",
     "psutil",
     "threadpoolctl",
+    "pyyaml",  # the launcher's YAML sweep files
 ]
 
 EXTRAS_REQUIRE = {
@@ -28,6 +29,7 @@ EXTRAS_REQUIRE = {
     "plot": ["matplotlib"],
     "onnx": ["onnx", "onnxruntime"],
     "wandb": ["wandb"],  # --with_wandb (Weights & Biases logging)
+    "ray": ["ray[default]"],  # the launcher's ray backend (python -m sample_factory.launcher --backend=ray)
     "dev": ["pytest", "pytest-timeout", "ruff"],
 }
 
@@ -37,6 +39,7 @@ setup(
     description="Asynchronous multi-process PPO/APPO reinforcement learning framework",
     python_requires=">=3.10",
     packages=find_packages(exclude=["tests", "tests.*"]),
+    package_data={"sample_factory.launcher": ["*.sh", "*.sbatch"]},  # the local Slurm script, the sbatch template
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
     entry_points={
@@ -45,6 +48,7 @@ setup(
             "sf-enjoy=sample_factory.evaluation.enjoy:main",
             "sf-export-onnx=sample_factory.evaluation.export_onnx:main",
             "sf-plot=sample_factory.tools.plot:main",
+            "sf-launch=sample_factory.launcher.__main__:main",
         ],
     },
     classifiers=[

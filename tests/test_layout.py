@@ -28,7 +28,12 @@ ALLOWED: dict[str, set[str]] = {
     "evaluation": {"config", "runtime", "algo", "model", "envs", "experiment", "workers", "runner"},
     "runner": {"config", "runtime", "algo", "model", "envs", "experiment", "pbt", "workers", "evaluation"},
     "train": {"config", "runner"},
-    "tools": {"config", "runtime", "algo", "model", "envs", "experiment", "pbt", "workers", "evaluation", "runner"},
+    # runs train.py as a subprocess command: it needs none of the training code, only the folder conventions
+    "launcher": {"config", "experiment"},
+    "tools": {
+        *("config", "runtime", "algo", "model", "envs", "experiment", "pbt", "workers", "evaluation", "runner"),
+        "launcher",
+    },
     "__init__": set(),
 }
 

@@ -1,0 +1,222 @@
+"""What to run: a sweep described in Python (a module with `RUN = RunDescription(...)`) or in YAML, expanded into
+one `train.py` command per experiment.
+
+A `RunDescription` holds named `Experiment`s; each is a base command plus variations: a `ParamGrid` (every
+combination of the listed values, the last parameter varying fastest) or a `ParamList` (the listed dicts as they
+are). Each variation becomes one experiment whose name joins the experiment's name and its parameter values, and
+whose command is the base command with `--name=value` flags appended, then `--experiment=<name>` and
+`--train_dir=<train_dir>`. YAML describes the same:
+
+    name: cartpole_sweep
+    experiments:
+      - name: lr
+        cmd: python train.py --env=CartPole-v1 --train_for_env_steps=20000
+        grid: {learning_rate: [0.001, 0.003], seed: [0, 1]}
+      - name: arch
+        cmd: python train.py --env=CartPole-v1
+        variants: [{encoder_mlp_layers: [64, 64]}, {encoder_mlp_layers: [256]}]
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import re
+import shlex
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Params = dict[str, Any]
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+-]+")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._+-]+")
+_PYTHON_NAMES = ("python", "python3")
+# Flags the launcher sets itself: a base command or a variation must not set them.
+_LAUNCHER_FLAGS = ("experiment", "train_dir")
+
+
+class SweepError(ValueError):
+    """A sweep description that cannot be run; the message says what is wrong."""
+
+
+class ParamGrid:
+    """Every combination of the values: ParamGrid([("learning_rate", [1e-3, 3e-3]), ("seed", [0, 1])]) gives 4
+    variations, in the order lr=1e-3/seed=0, lr=1e-3/seed=1, lr=3e-3/seed=0, lr=3e-3/seed=1."""
+
+    def __init__(self, params: Sequence[tuple[str, Sequence[Any]]] | Mapping[str, Sequence[Any]]):
+        items = list(params.items()) if isinstance(params, Mapping) else [tuple(p) for p in params]
+        for item in items:
+            if len(item) != 2 or isinstance(item[1], (str, bytes)) or not isinstance(item[1], Sequence):
+                raise SweepError(f"ParamGrid entry {item!r}: expected (name, [values...])")
+            if not item[1]:
+                raise SweepError(f"ParamGrid parameter {item[0]!r} has no values")
+        self.params: list[tuple[str, list[Any]]] = [(str(k), list(v)) for k, v in items]
+
+    def __iter__(self) -> Iterator[Params]:
+        names = [k for k, _ in self.params]
+        for values in itertools.product(*(v for _, v in self.params)):
+            yield dict(zip(names, values))
+
+
+class ParamList:
+    """The given variations as they are: ParamList([{"seed": 0}, {"seed": 1, "learning_rate": 1e-3}])."""
+
+    def __init__(self, variations: Sequence[Mapping[str, Any]]):
+        if isinstance(variations, Mapping) or not all(isinstance(v, Mapping) for v in variations):
+            raise SweepError("ParamList takes a list of {flag: value} dicts")
+        self.variations: list[Params] = [dict(v) for v in variations]
+
+    def __iter__(self) -> Iterator[Params]:
+        return iter([dict(v) for v in self.variations])
+
+
+@dataclass
+class Experiment:
+    """A base command and its variations (no variations: the base command alone, one experiment)."""
+
+    name: str
+    cmd: str
+    params: ParamGrid | ParamList | None = None
+
+
+@dataclass
+class RunDescription:
+    name: str
+    experiments: list[Experiment] = field(default_factory=list)
+
+
+@dataclass
+class ExperimentCommand:
+    """One experiment of the sweep, ready to run: `argv` is a full command (its python is the launcher's)."""
+
+    name: str
+    argv: list[str]
+    params: Params
+
+    @property
+    def shell(self) -> str:
+        return shlex.join(self.argv)
+
+
+def format_value(value: Any) -> str:
+    """A flag value as train.py parses it: lists as comma-separated (--encoder_mlp_layers=64,64)."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(format_value(v) for v in value)
+    return str(value)
+
+
+def variation_suffix(params: Params) -> str:
+    """`learning_rate0.001_seed0`: the part of an experiment's name that tells its parameter values."""
+    parts = [f"{k}{format_value(v)}" for k, v in params.items()]
+    return _UNSAFE_NAME_CHARS.sub("-", "_".join(parts))
+
+
+def _flag_names(argv: Sequence[str]) -> set[str]:
+    return {a[2:].split("=", 1)[0] for a in argv if a.startswith("--")}
+
+
+def expand(run: RunDescription, train_dir: str | Path, python: str = sys.executable) -> list[ExperimentCommand]:
+    """Every experiment of the run as a command. A leading `python`/`python3` of a base command becomes `python`
+    (the launcher's interpreter by default). Names must be unique: two experiments writing one folder would
+    overwrite each other."""
+    if not _SAFE_NAME.fullmatch(run.name):
+        raise SweepError(f"run name {run.name!r}: use letters, digits and . _ + - only")
+    if not run.experiments:
+        raise SweepError(f"run {run.name!r} has no experiments")
+    out: list[ExperimentCommand] = []
+    for exp in run.experiments:
+        if not _SAFE_NAME.fullmatch(exp.name):
+            raise SweepError(f"experiment name {exp.name!r}: use letters, digits and . _ + - only")
+        base = shlex.split(exp.cmd)
+        if not base:
+            raise SweepError(f"experiment {exp.name!r} has an empty command")
+        if base[0] in _PYTHON_NAMES:
+            base[0] = python
+        taken = _flag_names(base) & set(_LAUNCHER_FLAGS)
+        if taken:
+            raise SweepError(f"experiment {exp.name!r}: the launcher sets --{', --'.join(sorted(taken))} itself")
+        variations = list(exp.params) if exp.params is not None else [{}]
+        for params in variations:
+            bad = set(params) & set(_LAUNCHER_FLAGS)
+            if bad:
+                raise SweepError(f"experiment {exp.name!r}: the launcher sets --{', --'.join(sorted(bad))} itself")
+            suffix = variation_suffix(params)
+            name = f"{exp.name}_{suffix}" if suffix else exp.name
+            flags = [f"--{k}={format_value(v)}" for k, v in params.items()]
+            argv = [*base, *flags, f"--experiment={name}", f"--train_dir={train_dir}"]
+            out.append(ExperimentCommand(name, argv, dict(params)))
+    seen: dict[str, int] = {}
+    for c in out:
+        seen[c.name] = seen.get(c.name, 0) + 1
+    dup = sorted(n for n, k in seen.items() if k > 1)
+    if dup:
+        raise SweepError(f"experiment names repeat ({', '.join(dup)}): give the experiments distinct names")
+    return out
+
+
+# ---- loading -----------------------------------------------------------------------------------------------
+def _from_mapping(data: Any, source: str) -> RunDescription:
+    if not isinstance(data, Mapping) or "experiments" not in data:
+        raise SweepError(f"{source}: expected a mapping with 'name' and 'experiments'")
+    experiments = []
+    for i, e in enumerate(data["experiments"] or []):
+        if not isinstance(e, Mapping) or "cmd" not in e:
+            raise SweepError(f"{source}: experiment #{i} needs at least 'cmd' (and 'name')")
+        unknown = set(e) - {"name", "cmd", "grid", "variants"}
+        if unknown:
+            raise SweepError(f"{source}: experiment #{i} has unknown keys {sorted(unknown)}")
+        if "grid" in e and "variants" in e:
+            raise SweepError(f"{source}: experiment #{i} has both 'grid' and 'variants': choose one")
+        params: ParamGrid | ParamList | None = None
+        if e.get("grid") is not None:
+            if not isinstance(e["grid"], Mapping):
+                raise SweepError(f"{source}: experiment #{i}: 'grid' maps flag names to lists of values")
+            params = ParamGrid(e["grid"])
+        elif e.get("variants") is not None:
+            params = ParamList(e["variants"])
+        experiments.append(Experiment(str(e.get("name", f"exp{i}")), str(e["cmd"]), params))
+    return RunDescription(str(data.get("name") or Path(source).stem), experiments)
+
+
+def load_yaml(path: str | Path) -> RunDescription:
+    try:
+        import yaml
+    except ImportError:
+        raise SweepError("YAML sweeps need PyYAML: pip install pyyaml") from None
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as e:
+        raise SweepError(f"{path}: not valid YAML: {e}") from None
+    return _from_mapping(data, str(path))
+
+
+def load_module(spec: str) -> RunDescription:
+    """`spec` is a .py file or an importable module name; it must define RUN (a RunDescription)."""
+    if spec.endswith(".py"):
+        path = Path(spec)
+        if not path.exists():
+            raise SweepError(f"no such sweep file: {spec}")
+        module_spec = importlib.util.spec_from_file_location(f"_sf_sweep_{path.stem}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(spec)
+        except ModuleNotFoundError as e:
+            raise SweepError(f"cannot import the sweep module {spec!r}: {e}") from None
+    run = getattr(module, "RUN", None)
+    if not isinstance(run, RunDescription):
+        raise SweepError(f"{spec} must define RUN = RunDescription(...)")
+    return run
+
+
+def load_run(spec: str) -> RunDescription:
+    """--run=: a YAML file (.yaml/.yml), a Python file (.py) or a module name (a.b.sweep)."""
+    if spec.endswith((".yaml", ".yml")):
+        if not Path(spec).exists():
+            raise SweepError(f"no such sweep file: {spec}")
+        return load_yaml(spec)
+    return load_module(spec)

@@ -1,0 +1,129 @@
+"""The ray backend on a real two-node Ray cluster on loopback (Ray's own cluster utilities: a head node and a
+second node, 2 CPUs each), with real train.py runs: every experiment reserves its CPUs, both nodes run
+experiments, the summary is right, a rerun skips finished experiments, and a failing experiment is reported
+failed once (no retries).
+
+Everything stays on 127.0.0.1: the nodes are started with that address, and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+keeps Ray's driver from swapping a loopback address for the machine's outward one (what Ray does on Windows and
+macOS, where clusters are single-machine); the launcher connects with --ray_address like on a real cluster."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+
+import psutil
+import pytest
+
+from tests.launcher.conftest import TINY, load_summary, max_overlap, write_sweep
+
+CPUS_PER_NODE = 2
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """(the head's address, the environment a driver of this cluster needs)."""
+    pytest.importorskip("ray", reason="Ray is not installed: pip install -e .[ray]")
+    tmp = tempfile.mkdtemp(prefix="sfray")  # short: Ray's unix socket paths live under it
+    os.makedirs(os.path.join(tmp, "ray"))
+    # RAY_TMPDIR: every file of this cluster (sessions, the current-cluster address file) under tmp, not /tmp/ray
+    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": tmp}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # before ray reads its constants; the cluster's processes inherit it
+    import ray._private.ray_constants as ray_constants
+    from ray.cluster_utils import Cluster
+
+    ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before the variable was set
+    common = {"num_cpus": CPUS_PER_NODE, "node_ip_address": "127.0.0.1", "temp_dir": os.path.join(tmp, "ray")}
+    cluster = None
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={**common, "include_dashboard": False})
+        cluster.add_node(**common)
+        cluster.wait_for_nodes()
+        yield cluster.address, env
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _args(sweep, td, address: str) -> list[str]:
+    return [f"--run={sweep}", f"--train_dir={td}", "--backend=ray", f"--ray_address={address}", "--max_parallel=0"]
+
+
+@pytest.mark.timeout(300)
+def test_ray_sweep_on_two_nodes_and_resume(tmp_path, launcher, ray_cluster):
+    address, env = ray_cluster
+    assert address.startswith("127.0.0.1:")
+    sweep = write_sweep(tmp_path / "s.yaml", "ray4", [{"name": "cp", "cmd": TINY, "grid": {"seed": [0, 1, 2, 3]}}])
+    td = tmp_path / "td"
+    run = launcher(_args(sweep, td, address), env=env)
+    assert run.wait(timeout=240) == 0, run.output
+    rows = load_summary(td, "ray4")
+    assert len(rows) == 4
+    for name, row in rows.items():
+        assert row["status"] == "finished" and row["exit_code"] == 0, run.output
+        assert row["final_reward"] is not None and row["final_reward"] > 0
+        assert row["stop_reason"] == "reached 10000 env steps"
+        assert (td / name / "checkpoint_p0").is_dir() and (td / name / "launcher_done.json").exists()
+        assert open(row["log_path"]).read().count("# launcher ") == 1
+    nodes = {row["node"] for row in rows.values()}
+    assert len(nodes) == 2, nodes  # both nodes ran experiments
+    # Each run reserves --num_workers + 1 = 2 CPUs: one run per 2-CPU node at a time, 2 in the cluster,
+    # although all 4 were submitted at once (--max_parallel=0).
+    assert max_overlap(rows.values()) == 2
+    for node in nodes:
+        assert max_overlap([r for r in rows.values() if r["node"] == node]) == 1
+
+    rerun = launcher(_args(sweep, td, address), env=env)
+    assert rerun.wait(timeout=60) == 0, rerun.output
+    assert [r["status"] for r in load_summary(td, "ray4").values()] == ["skipped"] * 4
+
+
+@pytest.mark.timeout(240)
+def test_ray_failed_experiment_reported_once(tmp_path, launcher, ray_cluster):
+    address, env = ray_cluster
+    sweep = write_sweep(tmp_path / "s.yaml", "rayfail", [{"name": "bad", "cmd": TINY + " --no_such_flag=1"}])
+    td = tmp_path / "td"
+    run = launcher(_args(sweep, td, address), env=env)
+    assert run.wait(timeout=180) == 1, run.output
+    row = load_summary(td, "rayfail")["bad"]
+    assert row["status"] == "failed" and row["exit_code"] == 2, run.output
+    log = open(row["log_path"]).read()
+    assert log.count("# launcher ") == 1, log  # started once: Ray did not retry it
+    assert "no_such_flag" in log
+    assert run.output.count("bad: failed") == 1
+
+
+@pytest.mark.timeout(180)
+def test_ray_killed_launcher_still_stops_its_runs(tmp_path, launcher, ray_cluster):
+    """Ray ends a dead driver's actors and SIGKILLs their children: the run's guard takes that, and the run gets
+    SIGTERM (saves, stops its components) instead of dying with its components left training."""
+    address, env = ray_cluster
+    long_run = "python train.py --env=CartPole-v1 --num_workers=1 --train_for_seconds=600 --report_interval_sec=1"
+    sweep = write_sweep(tmp_path / "s.yaml", "raykill", [{"name": "long", "cmd": long_run}])
+    td = tmp_path / "td"
+    run = launcher(_args(sweep, td, address), env=env)
+    progress = td / "long" / "progress.csv"
+    assert run.wait_for(lambda: progress.exists() and len(progress.read_text().splitlines()) > 2, 90), run.output
+    # the run's processes (not the launcher's children: Ray's): train.py, found by its folder, and its tree
+    trains = [p for p in psutil.process_iter(["cmdline"]) if any(str(td) in a for a in p.info["cmdline"] or [])]
+    tree = [t for p in trains for t in [p, *p.children(recursive=True)]]
+    assert len(tree) >= 5, tree  # guard, train.py and its components
+    run.proc.kill()
+    log_path = td / "sweep_raykill" / "logs" / "long.log"
+    deadline = time.monotonic() + 60
+    while "stopping: SIGTERM received" not in log_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    log = log_path.read_text()
+    assert "stopping: SIGTERM received" in log and "Traceback" not in log, log[-3000:]
+    _, alive = psutil.wait_procs(tree, timeout=max(deadline - time.monotonic(), 1))
+    assert not alive, alive
+    assert list((td / "long" / "checkpoint_p0").glob("*.pth"))

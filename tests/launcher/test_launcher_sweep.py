@@ -1,0 +1,214 @@
+"""The sweep description (ParamGrid / ParamList / Experiment, Python and YAML), the commands it expands to, and the
+pieces every backend shares: resume markers, CPU and GPU sizing, final reward from progress.csv."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sample_factory.launcher import Experiment, ParamGrid, ParamList, RunDescription
+from sample_factory.launcher.jobs import (
+    FINISHED,
+    GpuSlots,
+    Job,
+    LauncherError,
+    Result,
+    cpus_for,
+    finished_before,
+    gpu_fraction,
+    write_marker,
+)
+from sample_factory.launcher.summary import final_reward, format_table, stop_reason
+from sample_factory.launcher.sweep import SweepError, expand, load_run
+
+BASE = "python train.py --env=CartPole-v1 --num_workers=1"
+
+
+def test_param_grid_is_every_combination_last_fastest():
+    grid = ParamGrid([("learning_rate", [1e-3, 3e-3]), ("seed", [0, 1, 2])])
+    got = list(grid)
+    assert len(got) == 6
+    assert got[:3] == [{"learning_rate": 1e-3, "seed": s} for s in (0, 1, 2)]
+    assert got[3] == {"learning_rate": 3e-3, "seed": 0}
+    assert list(ParamGrid({"a": [1], "b": ["x", "y"]})) == [{"a": 1, "b": "x"}, {"a": 1, "b": "y"}]
+    with pytest.raises(SweepError):
+        ParamGrid([("seed", [])])
+    with pytest.raises(SweepError):
+        ParamGrid([("env", "CartPole-v1")])  # a string is not a list of values
+
+
+def test_expand_names_flags_and_interpreter():
+    run = RunDescription(
+        "s",
+        [
+            Experiment("lr", BASE, ParamGrid([("learning_rate", [0.001, 0.003]), ("seed", [0, 1])])),
+            Experiment("arch", BASE, ParamList([{"encoder_mlp_layers": [64, 64]}, {"encoder_mlp_layers": [32]}])),
+            Experiment("plain", "python -m sample_factory.train --env=CartPole-v1"),
+        ],
+    )
+    cmds = expand(run, "/td", python="/venv/bin/python")
+    names = [c.name for c in cmds]
+    assert names == [
+        "lr_learning_rate0.001_seed0",
+        "lr_learning_rate0.001_seed1",
+        "lr_learning_rate0.003_seed0",
+        "lr_learning_rate0.003_seed1",
+        "arch_encoder_mlp_layers64-64",
+        "arch_encoder_mlp_layers32",
+        "plain",
+    ]
+    assert cmds[1].argv == [
+        "/venv/bin/python",
+        "train.py",
+        "--env=CartPole-v1",
+        "--num_workers=1",
+        "--learning_rate=0.001",
+        "--seed=1",
+        "--experiment=lr_learning_rate0.001_seed1",
+        "--train_dir=/td",
+    ]
+    assert "--encoder_mlp_layers=64,64" in cmds[4].argv  # lists as train.py parses them
+    assert cmds[6].argv[:3] == ["/venv/bin/python", "-m", "sample_factory.train"]
+
+
+def test_expand_refuses_what_would_collide():
+    with pytest.raises(SweepError, match="repeat"):
+        expand(RunDescription("s", [Experiment("a", BASE), Experiment("a", BASE)]), "/td")
+    with pytest.raises(SweepError, match="sets --experiment"):
+        expand(RunDescription("s", [Experiment("a", BASE + " --experiment=x")]), "/td")
+    with pytest.raises(SweepError, match="sets --train_dir"):
+        expand(RunDescription("s", [Experiment("a", BASE, ParamList([{"train_dir": "/x"}]))]), "/td")
+    with pytest.raises(SweepError, match="letters"):
+        expand(RunDescription("s", [Experiment("a b", BASE)]), "/td")
+    with pytest.raises(SweepError, match="no experiments"):
+        expand(RunDescription("s", []), "/td")
+
+
+def test_yaml_and_python_describe_the_same_sweep(tmp_path):
+    module = tmp_path / "my_sweep.py"
+    module.write_text(
+        "from sample_factory.launcher import Experiment, ParamGrid, ParamList, RunDescription\n"
+        f"BASE = {BASE!r}\n"
+        "RUN = RunDescription('cp', [\n"
+        "    Experiment('lr', BASE, ParamGrid([('learning_rate', [0.001, 0.003]), ('seed', [0, 1])])),\n"
+        "    Experiment('arch', BASE, ParamList([{'encoder_mlp_layers': [64, 64]}])),\n"
+        "])\n"
+    )
+    yaml_file = tmp_path / "cp.yaml"
+    yaml_file.write_text(
+        "name: cp\n"
+        "experiments:\n"
+        "  - name: lr\n"
+        f"    cmd: {BASE}\n"
+        "    grid:\n"
+        "      learning_rate: [0.001, 0.003]\n"
+        "      seed: [0, 1]\n"
+        "  - name: arch\n"
+        f"    cmd: {BASE}\n"
+        "    variants:\n"
+        "      - {encoder_mlp_layers: [64, 64]}\n"
+    )
+    from_py, from_yaml = load_run(str(module)), load_run(str(yaml_file))
+    assert from_py.name == from_yaml.name == "cp"
+    a, b = expand(from_py, "/td"), expand(from_yaml, "/td")
+    assert [c.argv for c in a] == [c.argv for c in b]
+    assert len(a) == 5 and a[0].argv[0] == sys.executable
+
+
+def test_load_run_errors(tmp_path):
+    with pytest.raises(SweepError, match="no such"):
+        load_run(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "norun.py"
+    bad.write_text("X = 1\n")
+    with pytest.raises(SweepError, match="RUN"):
+        load_run(str(bad))
+    y = tmp_path / "bad.yaml"
+    y.write_text(
+        "name: x\nexperiments:\n  - name: a\n    cmd: python train.py\n    grid: {seed: [0]}\n    variants: []\n"
+    )
+    with pytest.raises(SweepError, match="both"):
+        load_run(str(y))
+    with pytest.raises(SweepError, match="cannot import"):
+        load_run("no_such_package.sweep")
+
+
+def test_gpu_slots_round_robin_and_capacity():
+    slots = GpuSlots(num_gpus=2, experiments_per_gpu=2)
+    assert [slots.acquire() for _ in range(4)] == ["0", "1", "0", "1"]
+    assert slots.acquire() is None  # all 4 slots taken: the next experiment waits
+    slots.release("1")
+    assert slots.acquire() == "1"
+    none = GpuSlots(num_gpus=0, experiments_per_gpu=1)
+    assert [none.acquire() for _ in range(5)] == [""] * 5  # no GPUs: no assignment, no limit
+    assert gpu_fraction(0, 3) == 0.0 and gpu_fraction(2, 4) == 0.25 and gpu_fraction(1, 1) == 1.0
+    with pytest.raises(LauncherError):
+        GpuSlots(1, 0)
+
+
+def test_cpus_per_experiment():
+    assert cpus_for(["py", "train.py", "--num_workers=3"]) == 4
+    assert cpus_for(["py", "train.py", "--num_workers", "2"]) == 3
+    assert cpus_for(["py", "train.py", "--num_workers=3"], override=1) == 1
+    import os
+
+    assert cpus_for(["py", "train.py"]) == os.cpu_count()  # a run without --num_workers uses every core
+
+
+def _job(tmp_path: Path, argv: list[str]) -> Job:
+    return Job("e", argv, str(tmp_path), tmp_path / "td" / "e", tmp_path / "logs" / "e.log", 2)
+
+
+def test_marker_skips_only_the_same_successful_command(tmp_path):
+    job = _job(tmp_path, ["/a/python", "train.py", "--seed=0"])
+    assert finished_before(job) is None
+    write_marker(job, Result("e", FINISHED, exit_code=0, start=1.0, end=2.0), "processes")
+    assert finished_before(job) is not None
+    # another interpreter path (another machine's venv) is the same command
+    assert finished_before(_job(tmp_path, ["/b/python", "train.py", "--seed=0"])) is not None
+    # a changed command runs again (train.py then resumes the folder)
+    assert finished_before(_job(tmp_path, ["/a/python", "train.py", "--seed=0", "--train_for_env_steps=9"])) is None
+    marker = json.loads((job.exp_dir / "launcher_done.json").read_text())
+    assert marker["exit_code"] == 0 and marker["backend"] == "processes"
+
+
+def test_final_reward_and_stop_reason(tmp_path):
+    exp = tmp_path / "e"
+    exp.mkdir()
+    assert final_reward(exp) is None
+    (exp / "progress.csv").write_text("time_s,env_steps,fps_10s,reward_p0\n1,100,50,nan\n2,200,50,12.5\n3,30")
+    assert final_reward(exp) == 12.5  # the torn last row is skipped
+    (exp / "progress.csv").write_text("time_s,env_steps,fps_10s,reward_p0\n1,100,50,nan\n")
+    assert final_reward(exp) is None  # no episode finished yet
+    log = tmp_path / "e.log"
+    log.write_text("[10:00:00] stopping: SIGINT received\n[10:00:05] stopping: reached 100 env steps\n")
+    assert stop_reason(log) == "reached 100 env steps"
+    row = {
+        "name": "e",
+        "status": "finished",
+        "job_id": "123",
+        "exit_code": 0,
+        "wall_s": 3.25,
+        "final_reward": 12.5,
+        "log_path": "/l",
+    }
+    table = format_table([row, {**row, "name": "f", "status": "failed", "exit_code": 2, "final_reward": None}])
+    assert "12.50" in table and "3.2" in table and "1 failed, 1 finished" in table
+
+
+def test_example_sweeps_agree_and_parse(tmp_path):
+    """examples/sweeps: the Python and YAML versions are the same sweep, and every command parses as train.py's."""
+    from sample_factory.config import parse_cfg
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "sweeps"
+    py, yml = (
+        expand(load_run(str(examples / "cartpole_lr.py")), tmp_path),
+        expand(load_run(str(examples / "cartpole_lr.yaml")), tmp_path),
+    )
+    assert [c.argv for c in py] == [c.argv for c in yml] and len(py) == 5
+    for c in py:
+        cfg = parse_cfg(c.argv[2:])  # after the interpreter and train.py
+        assert cfg.experiment == c.name and cfg.train_dir == str(tmp_path)
+    assert cfg.encoder_mlp_layers == [256, 256]
