@@ -70,7 +70,7 @@ def parse_cfg(argv: Sequence[str] | None = None) -> Config:
         parser.error(unknown_msg)
     cfg = parser.parse_args(argv, namespace=Config())
     typed = typed_flags(argv)
-    cfg.preset = preset_name_for_env(cfg.env)
+    cfg.preset = preset_name_for_env(cfg.env, cfg.algo)
     if cfg.preset:
         for k, v in PRESETS[cfg.preset].items():
             if k not in typed:
@@ -139,6 +139,31 @@ def finalize_cfg(cfg: Config) -> Config:
                 f"--async_rl=False needs batch_size*num_batches_per_epoch ({it}) to be a multiple of "
                 f"num_workers*num_envs_per_worker*rollout ({round_samples}) so every batch is on-policy"
             )
+    _check_replay(cfg)
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg
+
+
+def _check_replay(cfg: Config) -> None:
+    """--exp_replayer default per algorithm, and what DQN does not support."""
+    if cfg.exp_replayer is None:
+        cfg.exp_replayer = "prioritized" if cfg.algo == "DQN" else "one_time"
+    if cfg.algo != "DQN":
+        if cfg.exp_replayer != "one_time":
+            raise ConfigError(
+                f"--exp_replayer={cfg.exp_replayer} needs --algo=DQN (APPO trains on every sample once: one_time)"
+            )
+        return
+    cfg.eval_deterministic = True  # evaluation is greedy (argmax Q): a softmax over Q-values is no policy
+    if cfg.use_rnn:
+        raise ConfigError("--algo=DQN needs a feed-forward model: --use_rnn=False (recurrent replay is not built)")
+    if cfg.normalize_returns:
+        raise ConfigError("--algo=DQN does not normalize returns: --normalize_returns=False")
+    for k in ("n_step", "target_network_update_freq", "replay_buffer_capacity"):
+        if getattr(cfg, k) < 1:
+            raise ConfigError(f"--{k} must be >= 1, got {getattr(cfg, k)}")
+    if cfg.training_intensity <= 0:
+        raise ConfigError(f"--training_intensity must be > 0, got {cfg.training_intensity}")
+    if not 0.0 <= cfg.apex_epsilon <= 1.0:
+        raise ConfigError(f"--apex_epsilon must be in [0, 1], got {cfg.apex_epsilon}")

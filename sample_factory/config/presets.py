@@ -117,6 +117,32 @@ PRESETS["doom_frame"] = {
     "reward_scale": 0.01,
 }
 
+# --algo=DQN on an env without a family preset: DQN replays single transitions, so no recurrent core.
+PRESETS["dqn"] = {"use_rnn": False}
+
+# DQN on the classic-control envs: many envs (Ape-X's spread of epsilons over 128 agents), small replayed
+# minibatches and a target network refreshed often, as tuned single-process DQNs do on CartPole (rl-zoo: 64 per
+# batch, 128 SGD steps per 256 env steps, target every 10 steps). Measured on 2 cores: see docs/algorithms.md.
+PRESETS["classic_control_dqn"] = {
+    "num_envs_per_worker": 64,
+    "worker_num_splits": 2,
+    "rollout": 32,
+    "batch_size": 128,
+    "num_batches_per_epoch": 8,
+    "use_rnn": False,
+    "encoder_mlp_layers": [256, 256],
+    "nonlinearity": "relu",
+    "learning_rate": 1e-3,
+    "gamma": 0.99,
+    "max_grad_norm": 10.0,
+    "adam_eps": 1e-5,
+    "replay_buffer_capacity": 100_000,
+    "learning_starts": 5_000,
+    "training_intensity": 4.0,
+    "n_step": 3,
+    "target_network_update_freq": 2_000,
+}
+
 # preset -> the envs it applies to, as the config reference lists them
 PRESET_ENVS = {
     "classic_control": ", ".join(CLASSIC_CONTROL_ENVS),
@@ -124,10 +150,23 @@ PRESET_ENVS = {
     "atari": "atari_*, ALE/*",
     "sparse_classic_control": ", ".join(SPARSE_CLASSIC_CONTROL_ENVS),
     "doom_frame": ", ".join(DOOM_FRAME_ENVS),
+    "dqn": "--algo=DQN on envs without a family preset",
+    "classic_control_dqn": ", ".join(CLASSIC_CONTROL_ENVS) + " with --algo=DQN",
 }
 
 
-def preset_name_for_env(env: str | None) -> str | None:
+def preset_name_for_env(env: str | None, algo: str = "APPO") -> str | None:
+    """The preset of the env's family; with --algo=DQN its DQN variant where there is one, else the family's
+    (when it is feed-forward) or the generic "dqn" preset."""
+    base = _family_preset(env)
+    if algo != "DQN":
+        return base
+    if base is not None and f"{base}_dqn" in PRESETS:
+        return f"{base}_dqn"
+    return base if base is not None and PRESETS[base].get("use_rnn") is False else "dqn"
+
+
+def _family_preset(env: str | None) -> str | None:
     if env in CLASSIC_CONTROL_ENVS:
         return "classic_control"
     if env in SPARSE_CLASSIC_CONTROL_ENVS:

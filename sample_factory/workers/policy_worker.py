@@ -40,6 +40,7 @@ class PolicyWorker(Component):
         self.num_splits = cfg.worker_num_splits
         self.multi_policy = cfg.num_policies > 1
         self.all_columns = torch.arange(buffers.spec.agents_per_split)
+        self.num_agents = buffers.spec.num_workers * buffers.spec.splits_per_worker * buffers.spec.agents_per_split
         self.requests_served = 0  # since the last "inference" report
         self.batches = 0  # since the last "inference" report
         # Set up by `init`, in the worker's own process.
@@ -121,8 +122,12 @@ class PolicyWorker(Component):
             if self.model.recurrent:
                 keep = (~b.is_first[si, ti, ci]).unsqueeze(-1)  # [N, 1]
                 h = (b.rnn_states[si, ti, ci] * keep).to(dev)
+            # each row's agent: global column (actor, split, column) as a fraction of all agents (Ape-X epsilons)
+            split_of = torch.tensor([r.actor_idx * self.num_splits + r.split_idx for r in requests])
+            agent = split_of.repeat_interleave(counts) * b.spec.agents_per_split + ci
+            rank = agent.float() / max(self.num_agents - 1, 1)  # [N]
             actions, log_probs, values, h_new = self.algo.act(
-                self.cfg, self.model, obs, h, obs.get(ACTION_MASK_KEY), self.deterministic
+                self.cfg, self.model, obs, h, obs.get(ACTION_MASK_KEY), self.deterministic, agent_rank=rank
             )  # values: real scale, as the buffers hold them
             b.actions[si, ti, ci] = actions.to("cpu", b.actions.dtype).view(N, *b.actions.shape[3:])
             b.log_probs[si, ti, ci] = log_probs.cpu()
