@@ -67,6 +67,17 @@ def initial_priorities(targets_returns: Tensor, discounts: Tensor, offsets: Tens
     return (targets_returns + discounts * boot - q_taken).abs()
 
 
+def frame_stacked_keys(cfg: Config, obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, int]:
+    """Observation keys the replay stores as single frames: Atari's uint8 [--env_framestack, H, W] stacks."""
+    if not (cfg.env.startswith("atari_") or cfg.env.startswith("ALE/")) or cfg.env_framestack < 2:
+        return {}
+    return {
+        k: shape[0]
+        for k, (shape, dtype) in obs_shapes.items()
+        if dtype == torch.uint8 and len(shape) == 3 and shape[0] == cfg.env_framestack
+    }
+
+
 class DQNAlgorithm(Algorithm):
     """Stats of an iteration (means over its SGD steps): loss, q_mean, q_target, td_error_abs, grad_norm,
     importance_weight. Per iteration: sgd_steps, replay_size, replay_ratio (replayed / sampled transitions since
@@ -74,6 +85,7 @@ class DQNAlgorithm(Algorithm):
 
     required_buffers = (
         "obs",
+        "is_first",
         "active",
         "actions",
         "log_probs",
@@ -178,6 +190,11 @@ class DQNAlgorithm(Algorithm):
             g["lr"] = learning_rate_at(self.cfg, env_steps)
         self.env_progress = env_steps / max(self.cfg.train_for_env_steps, 1)
 
+    def update_cfg(self, cfg: Config) -> None:
+        super().update_cfg(cfg)
+        if self.replay is not None:  # PBT may perturb alpha: new priorities use it from now on
+            self.replay.alpha = cfg.prioritized_replay_alpha
+
     def on_weights_replaced(self) -> None:
         self.optimizer.state.clear()
         self.target.load_state_dict(self.model.state_dict())
@@ -201,6 +218,7 @@ class DQNAlgorithm(Algorithm):
             alpha=cfg.prioritized_replay_alpha,
             eps=cfg.prioritized_replay_eps,
             seed=None if cfg.seed is None else cfg.seed * 7919 + 13,
+            stacked=frame_stacked_keys(cfg, obs_shapes),
         )
         pending = getattr(self, "_pending_replay_state", None)
         if pending is not None:
@@ -230,7 +248,7 @@ class DQNAlgorithm(Algorithm):
             self.target.load_state_dict(
                 {k: v for k, v in self.model.state_dict().items() if "obs_normalizers" in k}, strict=False
             )
-        idx = self.replay.add(batch["obs"], batch["actions"][:, :T], targets, valid, prio)
+        idx = self.replay.add(batch["obs"], batch["actions"][:, :T], targets, valid, prio, batch["is_first"])
         return idx[valid.reshape(-1)], int(valid.sum())
 
     def train(
@@ -293,20 +311,23 @@ class DQNAlgorithm(Algorithm):
         of the sampled transitions are set to their new |TD error|. None when the step was skipped (NaN/inf)."""
         cfg, dev = self.cfg, self.device
         B = len(s.indices)
-        obs = {k: torch.cat([s.obs[k], s.next_obs[k]]).to(dev, non_blocking=True) for k in s.obs}  # [2B, ...]
+        obs = {k: v.to(dev, non_blocking=True) for k, v in s.obs.items()}  # {key: [B, *shape]}
+        next_obs = {k: v.to(dev, non_blocking=True) for k, v in s.next_obs.items()}
         actions = s.actions.to(dev).view(B, -1)[:, :1]  # [B, 1] (Discrete)
         returns, discounts = s.returns.to(dev), s.discounts.to(dev)
         weights = s.weights.to(dev)
-        mask = obs.get(ACTION_MASK_KEY)
-        with forward_autocast(self):  # online net on s and s' in one pass (double Q needs both)
+        next_mask = next_obs.get(ACTION_MASK_KEY)
+        with forward_autocast(self):
             params, values, _ = self.model.forward_step(obs, None)
-        q_all = q_values(params.float(), values.float(), cfg.dueling)  # [2B, A]
-        q = q_all[:B].gather(-1, actions).squeeze(-1)  # [B]
-        with torch.no_grad():
-            next_mask = None if mask is None else mask[B:]
-            tp, tv, _ = self.target.forward_step({k: v[B:] for k, v in obs.items()}, None)
+        q = q_values(params.float(), values.float(), cfg.dueling).gather(-1, actions).squeeze(-1)  # [B]
+        # s' goes through the networks without a graph: half the backward work of one pass over [s, s']
+        with torch.no_grad(), forward_autocast(self):
+            tp, tv, _ = self.target.forward_step(next_obs, None)
+            next_online = None
+            if cfg.double_q:
+                op, ov, _ = self.model.forward_step(next_obs, None)
+                next_online = masked_q(q_values(op.float(), ov.float(), cfg.dueling), next_mask)
             next_target = masked_q(q_values(tp.float(), tv.float(), cfg.dueling), next_mask)
-            next_online = masked_q(q_all[B:].detach(), next_mask) if cfg.double_q else None
             target = double_q_target(returns, discounts, next_target, next_online)  # [B]
         td = q - target
         loss = (weights * F.huber_loss(q, target, reduction="none", delta=cfg.huber_delta)).mean()

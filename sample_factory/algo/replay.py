@@ -9,6 +9,12 @@ state), instead of an (obs, next_obs) pair per transition. A transition is addre
 block * T + t. n-step windows end at the block's end (position T bootstraps them), as RLlib's do at the end of
 a sample fragment; each transition records its own bootstrap offset m <= n and discount.
 
+Frame stacks (`stacked` keys, e.g. Atari's [4, 84, 84]) are stored as frames, once: per block the k - 1 older frames
+of obs[0]'s stack and the newest frame of every position ([blocks, T + k, 84, 84]), plus where the latest episode
+start lies; a stack is rebuilt from them on sampling, repeating an episode's first frame before its start (what
+gymnasium's FrameStackObservation does at a reset). Every added rollout is checked against the rebuild, so a stack
+that does not follow that rule is an error, never silently wrong data.
+
 Terminated vs truncated inside a window: a termination at step t + k ends the return there (no bootstrap); a
 truncation adds gamma^(k+1) * V(final observation), the value the policy worker computed for the final
 observation when the episode was cut (`final_values`), and also stops bootstrapping from obs[t + m] (that is
@@ -158,13 +164,26 @@ class ReplayBuffer:
         alpha: float = 0.6,
         eps: float = 1e-6,
         seed: int | None = None,
+        stacked: dict[str, int] | None = None,
     ):
         self.T = rollout
+        self.stacked = dict(stacked or {})  # obs key -> frames per stack (the first dim of its shape)
         self.num_blocks = max(1, math.ceil(capacity / rollout))
         self.capacity = self.num_blocks * rollout
         self.prioritized, self.alpha, self.eps = prioritized, alpha, eps
         nb, T = self.num_blocks, rollout
-        self.obs = {k: torch.zeros((nb, T + 1, *shape), dtype=dt) for k, (shape, dt) in obs_shapes.items()}
+        self.obs = {
+            k: torch.zeros((nb, T + 1, *shape), dtype=dt)
+            for k, (shape, dt) in obs_shapes.items()
+            if k not in self.stacked
+        }
+        self.frames = {
+            k: torch.zeros((nb, T + self.stacked[k], *shape[1:]), dtype=dt)
+            for k, (shape, dt) in obs_shapes.items()
+            if k in self.stacked
+        }
+        # latest episode start at or before each position of a block, -1 if the episode began before the block
+        self.starts = torch.full((nb, T + 1), -1, dtype=torch.int16)
         self.actions = torch.zeros((nb, T, *action_shape), dtype=action_dtype)
         self.returns = torch.zeros((nb, T), dtype=torch.float32)
         self.discounts = torch.zeros((nb, T), dtype=torch.float32)
@@ -182,7 +201,8 @@ class ReplayBuffer:
         return int(self.valid[: self.filled_blocks].sum())
 
     def nbytes(self) -> int:
-        tensors = [*self.obs.values(), self.actions, self.returns, self.discounts, self.offsets, self.valid]
+        tensors = [*self.obs.values(), *self.frames.values(), self.starts]
+        tensors += [self.actions, self.returns, self.discounts, self.offsets, self.valid]
         return sum(t.numel() * t.element_size() for t in tensors) + self.tree.tree.nbytes
 
     def add(
@@ -192,14 +212,18 @@ class ReplayBuffer:
         targets: NStepTargets,
         valid: Tensor,
         priorities: Tensor | None = None,
+        is_first: Tensor | None = None,
     ) -> Tensor:
         """Store M rollouts: obs {key: [M, T+1, *shape]}, actions [M, T, *act_shape], n-step targets [M, T],
-        valid [M, T] bool (steps that may be sampled), priorities [M, T] initial |TD| (None: the max so far).
-        Returns the flat indices [M*T] written."""
+        valid [M, T] bool (steps that may be sampled), priorities [M, T] initial |TD| (None: the max so far),
+        is_first [M, T+1] (episode starts; needed with stacked keys). Returns the flat indices [M*T] written."""
         M = actions.shape[0]
         blocks = (self.next_block + torch.arange(M)) % self.num_blocks  # [M] (M > num_blocks keeps the newest)
         for k, v in obs.items():
-            self.obs[k][blocks] = v
+            if k not in self.stacked:
+                self.obs[k][blocks] = v
+        if self.stacked:
+            self._add_frames(blocks, obs, is_first)
         self.actions[blocks] = actions
         self.returns[blocks] = targets.returns
         self.discounts[blocks] = targets.discounts
@@ -216,6 +240,39 @@ class ReplayBuffer:
             p = np.full(len(idx), self.max_priority if self.prioritized else 1.0)
         self.tree.set(idx.numpy(), np.where(valid.reshape(-1).numpy(), p, 0.0))
         return idx
+
+    def _add_frames(self, blocks: Tensor, obs: dict[str, Tensor], is_first: Tensor | None) -> None:
+        if is_first is None:
+            raise ValueError("a replay buffer with frame-stacked keys needs is_first")
+        T = self.T
+        pos = torch.arange(T + 1)
+        starts = torch.where(is_first, pos, -1).cummax(dim=1).values  # [M, T+1]
+        self.starts[blocks] = starts.to(torch.int16)
+        for k, k_frames in self.stacked.items():
+            v = obs[k]  # [M, T+1, k, *frame]
+            self.frames[k][blocks, : k_frames - 1] = v[:, 0, : k_frames - 1]
+            self.frames[k][blocks, k_frames - 1 :] = v[:, :, -1]
+            b = blocks.repeat_interleave(T + 1)
+            rebuilt = self._stack(k, b, pos.repeat(len(blocks)))  # [M*(T+1), k, *frame]
+            if not torch.equal(rebuilt, v.reshape(-1, *v.shape[2:])):
+                raise ValueError(
+                    f"observation {k!r} is not a frame stack that repeats the first frame at an episode start: "
+                    "it cannot be stored as single frames"
+                )
+
+    def _stack(self, key: str, b: Tensor, t: Tensor) -> Tensor:
+        """Rebuild the stacks of `key` at blocks b [B], positions t [B] -> [B, k, *frame]."""
+        k = self.stacked[key]
+        idx = t.unsqueeze(1) + torch.arange(k)  # [B, k] frame t + i is stack slot i (oldest first)
+        s = self.starts[b, t].long()  # [B]
+        first = torch.where(s >= 0, s + k - 1, 0).unsqueeze(1)  # the episode's first frame, where it began here
+        idx = torch.maximum(idx, first)
+        return self.frames[key][b.unsqueeze(1), idx]
+
+    def _obs_at(self, b: Tensor, t: Tensor) -> dict[str, Tensor]:
+        out = {k: v[b, t] for k, v in self.obs.items()}
+        out.update({k: self._stack(k, b, t) for k in self.frames})
+        return out
 
     def _priority(self, td_abs: np.ndarray) -> np.ndarray:
         return (np.abs(td_abs) + self.eps) ** self.alpha
@@ -247,11 +304,11 @@ class ReplayBuffer:
         nt = t + self.offsets[b, t].long()
         return ReplaySample(
             indices=indices,
-            obs={k: v[b, t] for k, v in self.obs.items()},
+            obs=self._obs_at(b, t),
             actions=self.actions[b, t],
             returns=self.returns[b, t],
             discounts=self.discounts[b, t],
-            next_obs={k: v[b, nt] for k, v in self.obs.items()},
+            next_obs=self._obs_at(b, nt),
             weights=torch.ones(len(indices)) if weights is None else weights,
         )
 
@@ -259,6 +316,8 @@ class ReplayBuffer:
         """Everything to continue replaying after a resume (--save_replay_buffer)."""
         return {
             "obs": self.obs,
+            "frames": self.frames,
+            "starts": self.starts,
             "actions": self.actions,
             "returns": self.returns,
             "discounts": self.discounts,
@@ -279,6 +338,9 @@ class ReplayBuffer:
             )
         for k in self.obs:
             self.obs[k].copy_(state["obs"][k])
+        for k in self.frames:
+            self.frames[k].copy_(state["frames"][k])
+        self.starts.copy_(state["starts"])
         for k in ("actions", "returns", "discounts", "offsets", "valid"):
             getattr(self, k).copy_(state[k])
         self.tree.tree[:] = state["tree"].cpu().numpy()

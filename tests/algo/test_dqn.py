@@ -33,6 +33,7 @@ def fake_batch(M=4, T=32, seed=0) -> dict:
     g = torch.Generator().manual_seed(seed)
     return {
         "obs": {"obs": torch.randn(M, T + 1, 4, generator=g)},
+        "is_first": torch.zeros(M, T + 1, dtype=torch.bool),
         "active": torch.ones(M, T, dtype=torch.bool),
         "actions": torch.randint(0, 3, (M, T + 1), generator=g),
         "log_probs": torch.randn(M, T + 1, generator=g),

@@ -190,3 +190,44 @@ def test_state_dict_round_trip():
     torch.testing.assert_close(other.take(torch.arange(12)).next_obs["obs"], buf.take(torch.arange(12)).next_obs["obs"])
     with pytest.raises(ValueError, match="capacity or --rollout changed"):
         small_buffer(capacity=32).load_state_dict(buf.state_dict())
+
+
+def frame_stack_rollouts(M, T, k, ends, seed=0):
+    """Stacks as gymnasium's FrameStackObservation builds them (the reset frame repeated k times), across episode
+    ends at the given (row, step) positions; the stream starts mid-episode so obs[0]'s stack holds older frames."""
+    g = torch.Generator().manual_seed(seed)
+    frames = torch.randint(0, 255, (M, T + 1 + k, 3, 3), generator=g, dtype=torch.uint8)
+    obs = torch.zeros(M, T + 1, k, 3, 3, dtype=torch.uint8)
+    is_first = torch.zeros(M, T + 1, dtype=torch.bool)
+    for i in range(M):
+        stack = [frames[i, j] for j in range(k)]  # the history before the rollout
+        for t in range(T + 1):
+            if t > 0:
+                if (i, t - 1) in ends:  # step t - 1 ended the episode: obs[t] is a reset observation
+                    is_first[i, t] = True
+                    stack = [frames[i, t + k - 1]] * k
+                else:
+                    stack = stack[1:] + [frames[i, t + k - 1]]
+            obs[i, t] = torch.stack(stack)
+    return obs, is_first
+
+
+def test_frame_stacks_are_stored_once_and_rebuilt_exactly():
+    M, T, k = 3, 8, 4
+    ends = {(0, 2), (1, 0), (1, 6), (2, T - 1)}
+    obs, is_first = frame_stack_rollouts(M, T, k, ends)
+    shapes = {"obs": ((k, 3, 3), torch.uint8)}
+    buf = ReplayBuffer(M * T, T, shapes, (), torch.int64, prioritized=False, stacked={"obs": k})
+    z = torch.zeros(M, T, dtype=torch.bool)
+    targets = nstep_targets(torch.ones(M, T), z, z, torch.zeros(M, T), 0.9, 3)
+    idx = buf.add({"obs": obs}, torch.zeros(M, T, dtype=torch.int64), targets, ~z, None, is_first)
+    assert buf.frames["obs"].shape == (M, T + k, 3, 3) and not buf.obs  # one frame per step (+ k - 1 per block)
+    s = buf.take(idx)
+    torch.testing.assert_close(s.obs["obs"], obs[:, :T].reshape(-1, k, 3, 3))
+    nt = torch.arange(T).repeat(M) + targets.offsets.reshape(-1)
+    torch.testing.assert_close(s.next_obs["obs"], obs[torch.arange(M).repeat_interleave(T), nt])
+    # zero padding at a reset (FrameStackObservation(padding_type="zero")) cannot be rebuilt: refused
+    bad = obs.clone()
+    bad[1, 1, :-1] = 0
+    with pytest.raises(ValueError, match="not a frame stack"):
+        buf.add({"obs": bad}, torch.zeros(M, T, dtype=torch.int64), targets, ~z, None, is_first)
