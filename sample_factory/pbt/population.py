@@ -10,8 +10,9 @@ past `--pbt_start_mutation`), it gets one decision:
 - MUTATION otherwise: each hyperparameter is perturbed with probability `--pbt_mutation_rate`.
 
 Hyperparameters live in one flat `dict[str, float]`: the cfg names of the learner options
-(`MUTABLE_HYPERPARAMS`, or `DQN_MUTABLE_HYPERPARAMS` with --algo=DQN, plus `gamma` with `--pbt_optimize_gamma`) and, for envs that expose reward-shaping
-coefficients, `reward_shaping/<name>`. `apply_hyperparams` writes such a dict onto a learner's cfg copy.
+(`MUTABLE_HYPERPARAMS`, or `DQN_MUTABLE_HYPERPARAMS` with --algo=DQN, plus `gamma` with `--pbt_optimize_gamma`)
+and, for envs that expose reward-shaping coefficients, `reward_shaping/<name>`. `apply_hyperparams` writes such
+a dict onto a learner's cfg copy.
 A perturbation multiplies or divides by a factor drawn from [--pbt_perturb_min, --pbt_perturb_max] (gamma: its
 horizon term 1 - gamma is perturbed), then the value is clipped into its bounds, so values never leave them.
 A value that starts at 0 (or <= 0 for options where that means "disabled", like --ppo_clip_value) never changes:

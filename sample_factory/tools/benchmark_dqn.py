@@ -6,9 +6,10 @@ the ratio of times to solve as JSON.
     python -m sample_factory.tools.benchmark_dqn [--venv=/tmp/sb3_venv] [--limit_s=600] [--num_workers=2]
 
 SB3 runs in a throwaway venv that this script creates (stable-baselines3 + gymnasium + torch==2.13.0, pinned by
-constraints.txt; with --venv=PATH it is kept there and reused by the next run). The training return is what each library reports while it
-trains: SB3's last 100 Monitor episodes (at its final epsilon 0.04 after 16% of the budget), ours the
-least-exploring third of the agents (epsilon <= 0.006, RLlib's Ape-X convention; docs/algorithms.md).
+constraints.txt; with --venv=PATH it is kept there and reused by the next run). The training return is what each
+library reports while it trains: SB3's last 100 Monitor episodes (at its final epsilon 0.04 after 16% of the
+budget), ours the least-exploring third of the agents (epsilon <= 0.006, RLlib's Ape-X convention;
+docs/algorithms.md).
 """
 
 from __future__ import annotations
