@@ -347,3 +347,62 @@ class ReplayBuffer:
         self.max_priority = float(state["max_priority"])
         self.next_block, self.filled_blocks = int(state["next_block"]), int(state["filled_blocks"])
         self.added = int(state["added"])
+
+
+class TrajectoryReplay:
+    """IMPALA-style replay for APPO (RLlib's replay_proportion / replay_buffer_num_slots): a ring of whole
+    trajectories [T+1] as the learner's batches hold them (every key of the batch, "obs" a dict), preallocated from
+    the first batch's shapes; uniform sampling. V-trace corrects the replayed trajectories' off-policyness."""
+
+    def __init__(self, num_slots: int, seed: int | None = None):
+        self.num_slots = num_slots
+        self.store: dict | None = None  # like a batch, with num_slots rows
+        self.next = 0
+        self.filled = 0
+        self.gen = torch.Generator()
+        if seed is not None:
+            self.gen.manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.filled
+
+    def add(self, batch: dict) -> None:
+        """batch: {key: [M, ...]} ("obs": {key: [M, ...]}); the newest num_slots trajectories are kept."""
+        M = next(v for v in batch.values() if isinstance(v, Tensor)).shape[0]
+        if self.store is None:
+            self.store = _map(batch, lambda v: torch.zeros((self.num_slots, *v.shape[1:]), dtype=v.dtype))
+        rows = (self.next + torch.arange(M)) % self.num_slots
+
+        def write(dst: Tensor, src: Tensor) -> None:
+            dst[rows] = src
+
+        _zip(self.store, batch, write)
+        self.next = int(rows[-1] + 1) % self.num_slots
+        self.filled = min(self.num_slots, self.filled + M)
+
+    def sample(self, k: int) -> dict:
+        """k trajectories drawn uniformly (with replacement) from the stored ones, as a batch {key: [k, ...]}."""
+        idx = torch.randint(0, self.filled, (k,), generator=self.gen)
+        return _map(self.store, lambda v: v[idx])
+
+
+def replayed_count(proportion: float, fresh: int, gen: torch.Generator | None = None) -> int:
+    """How many replayed trajectories go with `fresh` new ones: proportion * fresh, the fraction drawn at random so
+    that the mean is exact (RLlib's replay_proportion: replayed / new)."""
+    x = proportion * fresh
+    whole = math.floor(x)
+    return whole + int(torch.rand((), generator=gen) < (x - whole))
+
+
+def _map(d: dict, fn) -> dict:
+    return {k: _map(v, fn) if isinstance(v, dict) else fn(v) for k, v in d.items()}
+
+
+def _zip(dst: dict, src: dict, fn) -> None:
+    for k, v in dst.items():
+        _zip(v, src[k], fn) if isinstance(v, dict) else fn(v, src[k])
+
+
+def concat_batches(a: dict, b: dict) -> dict:
+    """Two batches {key: [M, ...]} ("obs" nested) joined along the trajectory dimension."""
+    return {k: concat_batches(v, b[k]) if isinstance(v, dict) else torch.cat([v, b[k]]) for k, v in a.items()}

@@ -71,6 +71,8 @@ class OptionFields:
 
     # Replay and DQN
     exp_replayer: str | None  # default None; one of one_time, uniform, prioritized
+    replay_proportion: float  # default 0.0
+    replay_buffer_num_slots: int  # default 0
     replay_buffer_capacity: int  # default 100000
     learning_starts: int  # default 1000
     training_intensity: float  # default 8.0

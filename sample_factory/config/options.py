@@ -294,9 +294,17 @@ OPTIONS: dict[str, list[Option]] = {
             None,
             "How training batches reuse experience (ALF's exp_replayer): one_time (every sample trained on once, "
             "as it arrives), uniform or prioritized (a replay buffer; proportional prioritization). Default: "
-            "one_time for APPO, prioritized for DQN. APPO supports one_time only.",
+            "one_time for APPO (uniform with --replay_proportion), prioritized for DQN.",
             choices=("one_time", "uniform", "prioritized"),
         ),
+        Option(
+            "replay_proportion",
+            float,
+            0.0,
+            "APPO (IMPALA replay, RLlib's option): replayed / fresh trajectories in every training batch, drawn "
+            "uniformly from the last --replay_buffer_num_slots trajectories; needs V-trace. 0: no replay.",
+        ),
+        Option("replay_buffer_num_slots", int, 0, "APPO replay: trajectories kept for --replay_proportion."),
         Option(
             "replay_buffer_capacity",
             int,

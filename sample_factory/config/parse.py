@@ -146,15 +146,30 @@ def finalize_cfg(cfg: Config) -> Config:
 
 
 def _check_replay(cfg: Config) -> None:
-    """--exp_replayer default per algorithm, and what DQN does not support."""
+    """--exp_replayer default per algorithm, IMPALA replay for APPO, and what DQN does not support."""
     if cfg.exp_replayer is None:
-        cfg.exp_replayer = "prioritized" if cfg.algo == "DQN" else "one_time"
+        if cfg.algo == "DQN":
+            cfg.exp_replayer = "prioritized"
+        else:
+            cfg.exp_replayer = "uniform" if cfg.replay_proportion > 0 else "one_time"
     if cfg.algo != "DQN":
-        if cfg.exp_replayer != "one_time":
+        if cfg.exp_replayer == "prioritized":
+            raise ConfigError("APPO replays uniformly (IMPALA): use --exp_replayer=uniform with --replay_proportion")
+        if (cfg.exp_replayer == "uniform") != (cfg.replay_proportion > 0):
             raise ConfigError(
-                f"--exp_replayer={cfg.exp_replayer} needs --algo=DQN (APPO trains on every sample once: one_time)"
+                f"--exp_replayer={cfg.exp_replayer} with --replay_proportion={cfg.replay_proportion}: APPO replay "
+                "needs both --exp_replayer=uniform and --replay_proportion > 0"
             )
+        if cfg.replay_proportion > 0:
+            if not cfg.with_vtrace:
+                raise ConfigError(
+                    "--replay_proportion needs V-trace (--with_vtrace=True): GAE cannot correct replayed data"
+                )
+            if cfg.replay_buffer_num_slots < 1:
+                raise ConfigError("--replay_proportion needs --replay_buffer_num_slots >= 1 (trajectories kept)")
         return
+    if cfg.replay_proportion > 0:
+        raise ConfigError("--replay_proportion is APPO's (IMPALA) replay; DQN replays with --training_intensity")
     cfg.eval_deterministic = True  # evaluation is greedy (argmax Q): a softmax over Q-values is no policy
     if cfg.use_rnn:
         raise ConfigError("--algo=DQN needs a feed-forward model: --use_rnn=False (recurrent replay is not built)")

@@ -163,7 +163,7 @@ def test_appo_refuses_a_replayer_and_dqn_defaults():
     cfg = parse_cfg(["--env=CartPole-v1"])
     assert cfg.exp_replayer == "one_time"
     cfg.exp_replayer = "prioritized"
-    with pytest.raises(ConfigError, match="needs --algo=DQN"):
+    with pytest.raises(ConfigError, match="APPO replays uniformly"):
         finalize_cfg(cfg)
     cfg = parse_cfg(["--env=CartPole-v1", "--algo=DQN"])
     assert cfg.preset == "classic_control_dqn" and cfg.exp_replayer == "prioritized" and cfg.eval_deterministic

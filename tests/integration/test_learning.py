@@ -102,3 +102,15 @@ def test_learning_dqn(tmp_path, train_run):
         timeout=280,
         target=DQN_TARGET,
     )
+
+
+@pytest.mark.timeout(800)
+def test_learning_appo_with_replay(tmp_path, train_run):
+    """IMPALA-style replay: each batch of 128 fresh trajectories gets 64 replayed ones from the last 512."""
+    learn(
+        train_run,
+        tmp_path,
+        ["--replay_proportion=0.5", "--replay_buffer_num_slots=512", f"--stop_at_reward={TARGET_REWARD}"],
+        BUDGET,
+        timeout=380,
+    )
