@@ -87,19 +87,20 @@ def test_learning_lstm(tmp_path, train_run):
 
 
 # Ape-X DQN with the classic_control_dqn preset; the reported return is the least-exploring third of the agents'
-# (epsilon <= 0.006), as RLlib reports Ape-X. Target 475 over the last 100 episodes; the run stops there.
+# (epsilon <= 0.006), as RLlib reports Ape-X. Target 475 over the last 100 episodes; the run stops there. The preset's
+# tuning run reached it at 347k env steps (128 s, 2 shared cores); its lr decays over the budget.
 DQN_TARGET = 475.0
-DQN_BUDGET = 400_000
+DQN_BUDGET = 500_000
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(700)
 def test_learning_dqn(tmp_path, train_run):
     learn(
         train_run,
         tmp_path,
         ["--algo=DQN", f"--stop_at_reward={DQN_TARGET}"],
         DQN_BUDGET,
-        timeout=280,
+        timeout=320,
         target=DQN_TARGET,
     )
 
