@@ -204,8 +204,8 @@ class DQNAlgorithm(Algorithm):
     def _make_replay(self, batch: dict[str, Any]) -> ReplayBuffer:
         cfg = self.cfg
         obs_shapes = {k: (tuple(v.shape[2:]), v.dtype) for k, v in batch["obs"].items()}
-        if cfg.exp_replayer == "one_time":  # no retention: room for one iteration's rollouts
-            capacity = cfg.batch_size * cfg.num_batches_per_epoch * cfg.num_policies
+        if cfg.exp_replayer == "one_time":  # no retention: room for one iteration's rollouts (whole slots' worth)
+            capacity = 2 * cfg.batch_size * cfg.num_batches_per_epoch * cfg.num_policies
         else:
             capacity = cfg.replay_buffer_capacity
         replay = ReplayBuffer(

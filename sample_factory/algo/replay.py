@@ -218,7 +218,9 @@ class ReplayBuffer:
         valid [M, T] bool (steps that may be sampled), priorities [M, T] initial |TD| (None: the max so far),
         is_first [M, T+1] (episode starts; needed with stacked keys). Returns the flat indices [M*T] written."""
         M = actions.shape[0]
-        blocks = (self.next_block + torch.arange(M)) % self.num_blocks  # [M] (M > num_blocks keeps the newest)
+        if M > self.num_blocks:
+            raise ValueError(f"{M} rollouts do not fit a replay buffer of {self.num_blocks} blocks of {self.T} steps")
+        blocks = (self.next_block + torch.arange(M)) % self.num_blocks  # [M]
         for k, v in obs.items():
             if k not in self.stacked:
                 self.obs[k][blocks] = v

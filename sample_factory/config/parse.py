@@ -178,6 +178,11 @@ def _check_replay(cfg: Config) -> None:
     for k in ("n_step", "target_network_update_freq", "replay_buffer_capacity"):
         if getattr(cfg, k) < 1:
             raise ConfigError(f"--{k} must be >= 1, got {getattr(cfg, k)}")
+    if cfg.replay_buffer_capacity < 2 * cfg.batch_size * cfg.num_batches_per_epoch:
+        raise ConfigError(
+            f"--replay_buffer_capacity={cfg.replay_buffer_capacity} must hold at least two iterations "
+            f"(2 * batch_size * num_batches_per_epoch = {2 * cfg.batch_size * cfg.num_batches_per_epoch})"
+        )
     if cfg.training_intensity <= 0:
         raise ConfigError(f"--training_intensity must be > 0, got {cfg.training_intensity}")
     if not 0.0 <= cfg.apex_epsilon <= 1.0:

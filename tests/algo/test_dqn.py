@@ -124,7 +124,7 @@ def test_one_time_replay_trains_on_each_fresh_sample_once():
     algo = make_algo("--batch_size=32", "--exp_replayer=one_time")
     stats, _ = algo.train(fake_batch(M=4), 0, 0)
     assert stats["sgd_steps"] == 4 and stats["replay_ratio"] == pytest.approx(1.0)
-    assert algo.replay.capacity == 32 * algo.cfg.num_batches_per_epoch  # room for one iteration only
+    assert algo.replay.capacity == 2 * 32 * algo.cfg.num_batches_per_epoch  # room for an iteration (or two) only
 
 
 @pytest.mark.parametrize("save_buffer", [False, True])
@@ -148,6 +148,7 @@ def test_checkpoint_state_with_and_without_the_replay_buffer(save_buffer):
         (["--use_rnn=True"], "needs a feed-forward model"),
         (["--normalize_returns=True"], "does not normalize returns"),
         (["--training_intensity=0"], "--training_intensity must be > 0"),
+        (["--replay_buffer_capacity=1000"], "must hold at least two iterations"),
     ],
 )
 def test_dqn_config_errors(flags, message):
