@@ -21,6 +21,7 @@ from sample_factory.algo.losses import (
     ppo_policy_loss,
     symmetric_kl_loss,
 )
+from sample_factory.algo.replay import TrajectoryReplay, concat_batches, replayed_count
 from sample_factory.algo.returns import calculate_gae, calculate_vtrace
 from sample_factory.config import Config, ConfigError
 from sample_factory.envs.spaces import ACTION_MASK_KEY
@@ -91,6 +92,10 @@ class APPOAlgorithm(Algorithm):
             betas=(cfg.adam_beta1, cfg.adam_beta2),
             eps=cfg.adam_eps,
         )
+        # IMPALA-style replay (--replay_proportion with --exp_replayer=uniform): whole trajectories, V-trace corrected
+        self.replay = None
+        if cfg.exp_replayer == "uniform":
+            self.replay = TrajectoryReplay(cfg.replay_buffer_num_slots, None if cfg.seed is None else cfg.seed + 17)
 
     @classmethod
     def check_spaces(cls, cfg: Config, obs_space: object, action_space: object) -> None:
@@ -117,8 +122,12 @@ class APPOAlgorithm(Algorithm):
         self, batch: dict[str, Any], policy_version: int, policy_id: int | None = None
     ) -> tuple[dict[str, float], int]:
         """batch: trajectories [M, T(+1), ...] as produced by TrajectoryBuffers.gather. With `policy_id`, steps
-        another policy acted on (multi-agent envs shared by several policies) are masked out."""
-        p = self.prepare(batch, policy_version, policy_id)
+        another policy acted on (multi-agent envs shared by several policies) are masked out. With replay, the
+        batch is extended with replayed trajectories (rows past `fresh`) before training."""
+        fresh = None
+        if self.replay is not None:
+            batch, fresh = self.mix_replay(batch)
+        p = self.prepare(batch, policy_version, policy_id, fresh)
         M = p.is_first.shape[0]
         sums: dict[str, float] = {}
         num_steps = 0
@@ -141,12 +150,24 @@ class APPOAlgorithm(Algorithm):
                 for k, v in {**mb_stats, "grad_norm": grad_norm}.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
         stats = {k: v / max(num_steps, 1) for k, v in sums.items()}
-        stats.update(self.batch_stats(p, num_steps))
+        stats.update(self.batch_stats(p, num_steps, fresh))
         return stats, policy_version + num_steps
 
-    def prepare(self, batch: dict[str, Any], policy_version: int, policy_id: int | None) -> PreparedBatch:
+    def mix_replay(self, batch: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """The fresh trajectories [M] plus replay_proportion * M replayed ones drawn uniformly from the buffer (which
+        then takes the fresh ones). Returns (the mixed batch, M)."""
+        M = batch["is_first"].shape[0]
+        k = replayed_count(self.cfg.replay_proportion, M, self.replay.gen) if len(self.replay) else 0
+        replayed = self.replay.sample(k) if k else None
+        self.replay.add({key: batch[key] for key in batch})
+        return (batch if replayed is None else concat_batches(batch, replayed)), M
+
+    def prepare(
+        self, batch: dict[str, Any], policy_version: int, policy_id: int | None, fresh: int | None = None
+    ) -> PreparedBatch:
         """Move the batch to the device and compute what does not change within the iteration: shaped rewards,
-        lag and masks, the observation-normalizer update, GAE (with --with_vtrace=False)."""
+        lag and masks, the observation-normalizer update (fresh rows only: rows from `fresh` on are replayed),
+        GAE (with --with_vtrace=False)."""
         cfg, dev, T = self.cfg, self.device, self.cfg.rollout
         b = {k: v.to(dev, non_blocking=True) for k, v in batch.items() if k != "obs"}
         obs = {k: v.to(dev, non_blocking=True) for k, v in batch["obs"].items()}  # {key: [M, T+1, *shape]}
@@ -159,7 +180,8 @@ class APPOAlgorithm(Algorithm):
         if policy_id is not None and "policy_id" in b:
             own = own & (b["policy_id"][:, :T] == policy_id)
         if getattr(self.model, "obs_normalizers", None) is not None:  # before any value is recomputed
-            self.model.update_normalizers({k: v[:, :T][own] for k, v in obs.items()})  # this policy's active steps
+            seen = own if fresh is None else own[:fresh]  # replayed observations were counted when they were fresh
+            self.model.update_normalizers({k: v[: seen.shape[0], :T][seen] for k, v in obs.items()})
         gae_adv = gae_ret = None
         if not cfg.with_vtrace:
             adv, ret = calculate_gae(rewards.T, dones.T, old_values.T, cfg.gamma, cfg.gae_lambda)
@@ -253,10 +275,24 @@ class APPOAlgorithm(Algorithm):
         }
         return loss, stats
 
-    def batch_stats(self, p: PreparedBatch, sgd_steps: int) -> dict[str, float]:
-        """Per-iteration counts: SGD steps, skipped updates, learning rate, policy lag of this policy's steps."""
+    def batch_stats(self, p: PreparedBatch, sgd_steps: int, fresh: int | None = None) -> dict[str, float]:
+        """Per-iteration counts: SGD steps, skipped updates, learning rate, policy lag of this policy's steps (fresh
+        ones; replayed rows from `fresh` on get their own lag and count)."""
+        if fresh is not None:
+            replay_own, replay_lag = p.own[fresh:], p.lag[fresh:]
+            p = p._replace(own=p.own[:fresh], lag=p.lag[:fresh], active=p.active[:fresh])
         lag = p.lag[p.own].float() if p.own.any() else p.lag.float()
+        extra = {}
+        if fresh is not None:
+            rl = replay_lag[replay_own].float() if replay_own.any() else torch.zeros(1)
+            extra = {
+                "replayed_samples": int(replay_own.sum()),
+                "replay_policy_lag_min": float(rl.min()),
+                "replay_policy_lag_avg": float(rl.mean()),
+                "replay_policy_lag_max": float(rl.max()),
+            }
         return {
+            **extra,
             "sgd_steps": sgd_steps,
             "skipped_updates": self.skipped_updates,
             "lr": self.optimizer.param_groups[0]["lr"],

@@ -25,8 +25,8 @@ class ActResult(NamedTuple):
     """One inference step for N agents."""
 
     actions: Tensor  # [N, *act_shape] what the env gets (and training reads back)
-    log_probs: Tensor  # [N] behaviour log-probability of the action
-    values: Tensor  # [N] value estimate, real (denormalized) scale
+    log_probs: Tensor  # [N] behaviour log-probability of the action (DQN: Q of the action taken)
+    values: Tensor  # [N] value estimate, real (denormalized) scale (DQN: max_a Q)
     new_rnn_states: Tensor | None  # [N, H] core state after this step; None without a recurrent core
 
 
@@ -147,9 +147,12 @@ class Algorithm(ABC):
         rnn_states: Tensor | None,
         action_mask: Tensor | None,
         deterministic: bool,
+        agent_rank: Tensor | None = None,
     ) -> ActResult:
         """obs {key: [N, *shape]}, rnn_states [N, H] (already reset where an episode starts), action_mask [N, A]
-        (nonzero = allowed) -> the actions to take, with what training needs about them."""
+        (nonzero = allowed) -> the actions to take, with what training needs about them. agent_rank [N]: each
+        row's agent (env column) as a fraction i / (num agents - 1) in [0, 1], for per-agent exploration (Ape-X's
+        epsilons); the actor-critic sampling here ignores it."""
         params, values, new_rnn_states = model.forward_step(obs, rnn_states)
         dist = model.distribution(params, action_mask)
         actions = dist.mode() if deterministic else dist.sample()

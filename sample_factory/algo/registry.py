@@ -6,9 +6,10 @@ import torch
 
 from sample_factory.algo.appo import APPOAlgorithm
 from sample_factory.algo.base import Algorithm
+from sample_factory.algo.dqn import DQNAlgorithm
 from sample_factory.config import Config
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"APPO": APPOAlgorithm}
+ALGORITHMS: dict[str, type[Algorithm]] = {"APPO": APPOAlgorithm, "DQN": DQNAlgorithm}
 
 
 def algorithm_class(cfg: Config) -> type[Algorithm]:

@@ -41,7 +41,7 @@ class OptionFields:
     env_seed_offset: int  # default 0
 
     # Learner
-    algo: str  # default 'APPO'; one of APPO
+    algo: str  # default 'APPO'; one of APPO, DQN
     batch_size: int  # default 1024
     num_batches_per_epoch: int  # default 1
     num_epochs: int  # default 1
@@ -73,6 +73,25 @@ class OptionFields:
     max_nonfinite_updates: int  # default 20
     learner_main_loop_num_cores: int  # default 1
     learner_precision: str  # default 'fp32'; one of fp32, bf16, auto
+
+    # Replay and DQN
+    exp_replayer: str | None  # default None; one of one_time, uniform, prioritized
+    replay_proportion: float  # default 0.0
+    replay_buffer_num_slots: int  # default 0
+    replay_buffer_capacity: int  # default 100000
+    learning_starts: int  # default 1000
+    training_intensity: float  # default 8.0
+    n_step: int  # default 3
+    target_network_update_freq: int  # default 500
+    double_q: bool  # default True
+    dueling: bool  # default True
+    huber_delta: float  # default 1.0
+    prioritized_replay_alpha: float  # default 0.6
+    prioritized_replay_beta: float  # default 0.4
+    prioritized_replay_eps: float  # default 1e-06
+    apex_epsilon: float  # default 0.4
+    apex_epsilon_alpha: float  # default 7.0
+    save_replay_buffer: bool  # default False
 
     # Model
     encoder_mlp_layers: list[int]  # default [512, 512]

@@ -71,7 +71,7 @@ def parse_cfg(argv: Sequence[str] | None = None) -> Config:
         parser.error(unknown_msg)
     cfg = parser.parse_args(argv, namespace=Config())
     typed = typed_flags(argv)
-    cfg.preset = preset_name_for_env(cfg.env)
+    cfg.preset = preset_name_for_env(cfg.env, cfg.algo)
     if cfg.preset:
         for k, v in PRESETS[cfg.preset].items():
             if k not in typed:
@@ -232,6 +232,51 @@ def finalize_cfg(cfg: Config) -> Config:
         raise ConfigError(
             "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
         )
+    _check_replay(cfg)
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg
+
+
+def _check_replay(cfg: Config) -> None:
+    """--exp_replayer default per algorithm, IMPALA replay for APPO, and what DQN does not support."""
+    if cfg.exp_replayer is None:
+        if cfg.algo == "DQN":
+            cfg.exp_replayer = "prioritized"
+        else:
+            cfg.exp_replayer = "uniform" if cfg.replay_proportion > 0 else "one_time"
+    if cfg.algo != "DQN":
+        if cfg.exp_replayer == "prioritized":
+            raise ConfigError("APPO replays uniformly (IMPALA): use --exp_replayer=uniform with --replay_proportion")
+        if (cfg.exp_replayer == "uniform") != (cfg.replay_proportion > 0):
+            raise ConfigError(
+                f"--exp_replayer={cfg.exp_replayer} with --replay_proportion={cfg.replay_proportion}: APPO replay "
+                "needs both --exp_replayer=uniform and --replay_proportion > 0"
+            )
+        if cfg.replay_proportion > 0:
+            if not cfg.with_vtrace:
+                raise ConfigError(
+                    "--replay_proportion needs V-trace (--with_vtrace=True): GAE cannot correct replayed data"
+                )
+            if cfg.replay_buffer_num_slots < 1:
+                raise ConfigError("--replay_proportion needs --replay_buffer_num_slots >= 1 (trajectories kept)")
+        return
+    if cfg.replay_proportion > 0:
+        raise ConfigError("--replay_proportion is APPO's (IMPALA) replay; DQN replays with --training_intensity")
+    cfg.eval_deterministic = True  # evaluation is greedy (argmax Q): a softmax over Q-values is no policy
+    if cfg.use_rnn:
+        raise ConfigError("--algo=DQN needs a feed-forward model: --use_rnn=False (recurrent replay is not built)")
+    if cfg.normalize_returns:
+        raise ConfigError("--algo=DQN does not normalize returns: --normalize_returns=False")
+    for k in ("n_step", "target_network_update_freq", "replay_buffer_capacity"):
+        if getattr(cfg, k) < 1:
+            raise ConfigError(f"--{k} must be >= 1, got {getattr(cfg, k)}")
+    if cfg.replay_buffer_capacity < 2 * cfg.batch_size * cfg.num_batches_per_epoch:
+        raise ConfigError(
+            f"--replay_buffer_capacity={cfg.replay_buffer_capacity} must hold at least two iterations "
+            f"(2 * batch_size * num_batches_per_epoch = {2 * cfg.batch_size * cfg.num_batches_per_epoch})"
+        )
+    if cfg.training_intensity <= 0:
+        raise ConfigError(f"--training_intensity must be > 0, got {cfg.training_intensity}")
+    if not 0.0 <= cfg.apex_epsilon <= 1.0:
+        raise ConfigError(f"--apex_epsilon must be in [0, 1], got {cfg.apex_epsilon}")

@@ -96,6 +96,8 @@ class Policy:
             {k: f.shape for k, f in self.fields.items()} if is_dict_space(obs_space) else self.fields[OBS_KEY].shape
         )
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        # A Q-network's policy head holds Q-values (or advantages): its only policy is the greedy one.
+        self.greedy = getattr(cfg, "algo", "APPO") == "DQN"
         self.action_bounds = cfg.action_bounds
         self.convert_action = action_converter(action_space, self.action_bounds)
 
@@ -188,7 +190,7 @@ class Policy:
         batch = next(iter(o.values())).shape[0]
         params, _, new_state = self.model.forward_step(o, self._state_tensor(state, batch))
         dist = self.model.distribution(params, o.get(ACTION_MASK_KEY))
-        actions = dist.mode() if deterministic else dist.sample()  # [B] or [B, D]
+        actions = dist.mode() if deterministic or self.greedy else dist.sample()  # [B] or [B, D]
         return actions.cpu().numpy(), self._state_out(new_state, state)
 
     def act(self, obs: Any, state: State = None, deterministic: bool = False) -> tuple[int | np.ndarray, State]:

@@ -10,8 +10,9 @@ past `--pbt_start_mutation`), it gets one decision:
 - MUTATION otherwise: each hyperparameter is perturbed with probability `--pbt_mutation_rate`.
 
 Hyperparameters live in one flat `dict[str, float]`: the cfg names of the learner options
-(`MUTABLE_HYPERPARAMS`, plus `gamma` with `--pbt_optimize_gamma`) and, for envs that expose reward-shaping
-coefficients, `reward_shaping/<name>`. `apply_hyperparams` writes such a dict onto a learner's cfg copy.
+(`MUTABLE_HYPERPARAMS`, or `DQN_MUTABLE_HYPERPARAMS` with --algo=DQN, plus `gamma` with `--pbt_optimize_gamma`)
+and, for envs that expose reward-shaping coefficients, `reward_shaping/<name>`. `apply_hyperparams` writes such
+a dict onto a learner's cfg copy.
 A perturbation multiplies or divides by a factor drawn from [--pbt_perturb_min, --pbt_perturb_max] (gamma: its
 horizon term 1 - gamma is perturbed), then the value is clipped into its bounds, so values never leave them.
 A value that starts at 0 (or <= 0 for options where that means "disabled", like --ppo_clip_value) never changes:
@@ -54,6 +55,21 @@ MUTABLE_HYPERPARAMS: dict[str, tuple[float, float]] = {
     "max_grad_norm": (0.05, 50.0),
     "kl_loss_coeff": (1e-4, 10.0),
 }
+# --algo=DQN perturbs its own set (the PPO coefficients mean nothing to it).
+DQN_MUTABLE_HYPERPARAMS: dict[str, tuple[float, float]] = {
+    "learning_rate": (1e-6, 1e-2),
+    "max_grad_norm": (0.05, 50.0),
+    "training_intensity": (0.5, 64.0),
+    "target_network_update_freq": (50.0, 1e6),
+    "huber_delta": (0.1, 10.0),
+    "prioritized_replay_alpha": (0.1, 1.0),
+}
+_ALL_BOUNDS = {**MUTABLE_HYPERPARAMS, **DQN_MUTABLE_HYPERPARAMS}
+
+
+def mutable_hyperparams(cfg: Config) -> dict[str, tuple[float, float]]:
+    """The learner options PBT perturbs for this run's --algo, with their bounds."""
+    return DQN_MUTABLE_HYPERPARAMS if cfg.algo == "DQN" else MUTABLE_HYPERPARAMS
 
 
 def validate_pbt_cfg(cfg: Config) -> None:
@@ -84,7 +100,7 @@ def objective_from_stats(cfg: Config, mean_episode_reward: float, policy_stats: 
 
 def cfg_hyperparams(cfg: Config, reward_shaping: Mapping[str, float] | None = None) -> dict[str, float]:
     """The hyperparameters PBT manages, with their cfg values (what policy 0 starts from)."""
-    hp = {name: float(getattr(cfg, name)) for name in MUTABLE_HYPERPARAMS}
+    hp = {name: float(getattr(cfg, name)) for name in mutable_hyperparams(cfg)}
     if cfg.pbt_optimize_gamma:
         hp["gamma"] = float(cfg.gamma)
     for name, value in (reward_shaping or {}).items():
@@ -102,7 +118,7 @@ def apply_hyperparams(cfg: Config, hyperparams: Mapping[str, float]) -> None:
     for key, value in hyperparams.items():
         if key.startswith(REWARD_SHAPING_PREFIX):
             shaping[key[len(REWARD_SHAPING_PREFIX) :]] = float(value)
-        elif key in MUTABLE_HYPERPARAMS or key == "gamma":
+        elif key in _ALL_BOUNDS or key == "gamma":
             setattr(cfg, key, float(value))
         else:
             raise KeyError(f"not a PBT hyperparameter: {key!r}")
@@ -246,7 +262,7 @@ class PopulationBasedTraining:
                 return value, value
             a, b = value / REWARD_SHAPING_RANGE, value * REWARD_SHAPING_RANGE
             return min(a, b), max(a, b)
-        lo, hi = GAMMA_BOUNDS if name == "gamma" else MUTABLE_HYPERPARAMS[name]
+        lo, hi = GAMMA_BOUNDS if name == "gamma" else _ALL_BOUNDS[name]
         if name != "gamma" and value <= 0.0:
             return value, value  # 0 / negative means "off" for these options: keep it off
         return min(lo, value), max(hi, value)

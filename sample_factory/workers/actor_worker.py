@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
+from sample_factory.algo.dqn import REPORTED_RANK
 from sample_factory.config import Config
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env
@@ -102,6 +103,9 @@ class ActorWorker(Component):
         self.episode_stats: list[dict[str, list[float]]] = [{} for _ in range(self.num_policies)]
         self.callbacks = None  # the user's hooks (--callbacks), built in init
         self.episode_hook = False  # on_episode_end is overridden
+        # DQN: per split, [n] bool: the column is among the least-exploring third of all agents (see
+        # _exploring_episodes); None: every episode is reported
+        self.reported_columns: list[np.ndarray] | None = None
         # numpy views of the shared tensors (bind_views): {name: array}, {obs key: array}, {obs key: array}
         self.arrays: dict[str, np.ndarray] | None = None
         self.obs_arrays: dict[str, np.ndarray] | None = None
@@ -129,6 +133,8 @@ class ActorWorker(Component):
         # passing to the next policy at each episode start.
         mix = self.num_policies > 1 and num_agents > 1 and cfg.pbt_mix_policies_in_one_env
         self.mapping = get_policy_mapping(cfg.policy_mapping) if (mix or cfg.policy_mapping) else None
+        if cfg.algo == "DQN" and not cfg.evaluation_run:
+            self.reported_columns = [self._least_exploring(s.index, s.group.n) for s in self.splits]
         for split, delay in zip(self.splits, self._decorrelation_delays(), strict=True):
             self._start_split(split, delay)
         self.activity = "stepping envs" if not any(s.start_at for s in self.splits) else "decorrelating experience"
@@ -141,6 +147,13 @@ class ActorWorker(Component):
         if max_s <= 0 or self.cfg.serial_mode or self.gen > 0:
             return [0.0] * self.num_splits
         return [float(x) for x in self.rng.uniform(0.0, max_s, self.num_splits)]
+
+    def _least_exploring(self, split_idx: int, n: int) -> np.ndarray:
+        """[n] bool: columns of the split whose global agent index i (as the policy workers number agents)
+        has rank i / (N - 1) >= 2/3, i.e. the smallest Ape-X epsilons; every column when there is one agent."""
+        total = self.cfg.num_workers * self.num_splits * n
+        agents = (self.index * self.num_splits + split_idx) * n + np.arange(n)
+        return agents / max(total - 1, 1) >= REPORTED_RANK if total > 1 else np.ones(n, dtype=bool)
 
     def _make_group(self, s: int, base_seed: int | None) -> EnvGroup:
         """The envs of split s: env ids (global, also the seed offsets) are consecutive per split."""
@@ -315,6 +328,8 @@ class ActorWorker(Component):
         pol = split.col_policy  # the policies that acted in this step
         if finished:
             self._episode_stats(split, finished)
+        if self.reported_columns is not None and finished:
+            finished = self._exploring_episodes(split, finished)
         if self.num_policies == 1:
             self.env_steps[0] += group.n
             self.episodes[0].extend(finished)
@@ -322,11 +337,27 @@ class ActorWorker(Component):
             for p, count in enumerate(np.bincount(pol, minlength=self.num_policies)):
                 self.env_steps[p] += int(count)
             for episode, col in zip(finished, group.finished_columns, strict=True):
-                self.episodes[pol[col]].append(episode)
+                if episode is not None:
+                    self.episodes[pol[col]].append(episode)
             for i in np.flatnonzero(group.env_reset):
                 self._draw_policies(split, int(i))
         split.t = t + 1
         self._request(split, has_truncations)
+
+    def _exploring_episodes(self, split: Split, finished: list[tuple[float, int]]) -> list:
+        """DQN (Ape-X): only the least-exploring third of the agents report the training return (as RLlib does);
+        the others' returns go to the episode statistics as exploring_return. With several policies, excluded
+        episodes stay in the list as None (it is matched with the finished columns)."""
+        kept: list = []
+        for episode, col in zip(finished, split.group.finished_columns, strict=True):
+            if self.reported_columns[split.index][col]:
+                kept.append(episode)
+            else:
+                p = int(split.col_policy[col])
+                self.episode_stats[p].setdefault("exploring_return", []).append(episode[0])
+                if self.num_policies > 1:
+                    kept.append(None)
+        return kept
 
     def _episode_stats(self, split: Split, finished: list[tuple[float, int]]) -> None:
         """Numbers from the final infos of the episodes that just ended (and the user's on_episode_end)."""

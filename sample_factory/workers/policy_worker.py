@@ -51,6 +51,7 @@ class PolicyWorker(Component):
         # (actor_idx, split_idx) -> (gen, seq) of the latest request this worker answered: it answers each once
         self.answered: dict[tuple[int, int], tuple[int, int]] = {}
         self.all_columns = torch.arange(buffers.spec.agents_per_split)
+        self.num_agents = buffers.spec.num_workers * buffers.spec.splits_per_worker * buffers.spec.agents_per_split
         self.requests_served = 0  # since the last "inference" report
         self.batches = 0  # since the last "inference" report
         # Set up by `init`, in the worker's own process.
@@ -143,8 +144,12 @@ class PolicyWorker(Component):
             if self.model.recurrent:
                 keep = (~b.is_first[si, ti, ci]).unsqueeze(-1)  # [N, 1]
                 h = (b.rnn_states[si, ti, ci] * keep).to(dev)
+            # each row's agent: global column (actor, split, column) as a fraction of all agents (Ape-X epsilons)
+            split_of = torch.tensor([r.actor_idx * self.num_splits + r.split_idx for r in requests])
+            agent = split_of.repeat_interleave(counts) * b.spec.agents_per_split + ci
+            rank = agent.float() / max(self.num_agents - 1, 1)  # [N]
             actions, log_probs, values, h_new = self.algo.act(
-                self.cfg, self.model, obs, h, obs.get(ACTION_MASK_KEY), self.deterministic
+                self.cfg, self.model, obs, h, obs.get(ACTION_MASK_KEY), self.deterministic, agent_rank=rank
             )  # values: real scale, as the buffers hold them
             act_shape = b.answer_actions.shape[3:]
             b.answer_actions[w, ri, ci] = actions.to("cpu", b.answer_actions.dtype).view(N, *act_shape)

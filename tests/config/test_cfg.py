@@ -36,7 +36,14 @@ def test_defaults_parse():
     assert cfg.preset is None
     assert cfg.num_workers == 2
     # Values that finalize_cfg does not derive keep the declared default.
-    derived = {"env", "num_workers", "recurrence", "num_minibatches_to_accumulate", "train_for_env_steps"}
+    derived = {
+        "env",
+        "num_workers",
+        "recurrence",
+        "num_minibatches_to_accumulate",
+        "train_for_env_steps",
+        "exp_replayer",
+    }
     for name, default in defaults.items():
         if name not in derived:
             assert getattr(cfg, name) == default, name

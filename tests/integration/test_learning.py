@@ -34,7 +34,7 @@ LSTM_BUDGET = 500_000
 ATTEMPTS = 2
 
 
-def learn(train_run, tmp_path, args: list[str], budget: int, timeout: float) -> None:
+def learn(train_run, tmp_path, args: list[str], budget: int, timeout: float, target: float = TARGET_REWARD) -> None:
     """Train with `args` for at most `budget` env steps; the best mean reward within the budget must reach the
     target (in one of ATTEMPTS runs). Checks exit code, training progress and leftovers of every run."""
     for attempt in range(1, ATTEMPTS + 1):
@@ -49,16 +49,14 @@ def learn(train_run, tmp_path, args: list[str], budget: int, timeout: float) -> 
         curve = [(int(r["env_steps"]), float(r["reward_p0"])) for r in run.progress_rows()]
         within = [(s, r) for s, r in curve if s <= budget and not math.isnan(r)]
         best = max((r for _, r in within), default=float("nan"))
-        if best >= TARGET_REWARD:
-            reached = min(s for s, r in within if r >= TARGET_REWARD)
+        if best >= target:
+            reached = min(s for s, r in within if r >= target)
             elapsed = time.monotonic() - run.started
-            print(
-                f"mean reward {TARGET_REWARD:.0f} reached at {reached} env steps ({elapsed:.0f} s, attempt {attempt})"
-            )
+            print(f"mean reward {target:.0f} reached at {reached} env steps ({elapsed:.0f} s, attempt {attempt})")
             return
         shown = ", ".join(f"{s}:{r:.0f}" for s, r in curve)
-        print(f"attempt {attempt}: best mean reward {best:.1f} < {TARGET_REWARD} within {budget} steps; curve {shown}")
-    raise AssertionError(f"no run reached mean reward {TARGET_REWARD} within {budget} env steps in {ATTEMPTS} attempts")
+        print(f"attempt {attempt}: best mean reward {best:.1f} < {target} within {budget} steps; curve {shown}")
+    raise AssertionError(f"no run reached mean reward {target} within {budget} env steps in {ATTEMPTS} attempts")
 
 
 @pytest.mark.timeout(800)
@@ -85,4 +83,35 @@ def test_learning_lstm(tmp_path, train_run):
         [*RNN_FLAGS, "--rnn_type=lstm", f"--stop_at_reward={TARGET_REWARD}"],
         LSTM_BUDGET,
         timeout=280,
+    )
+
+
+# Ape-X DQN with the classic_control_dqn preset; the reported return is the least-exploring third of the agents'
+# (epsilon <= 0.006), as RLlib reports Ape-X. Target 475 over the last 100 episodes; the run stops there. The preset's
+# tuning run reached it at 347k env steps (128 s, 2 shared cores); its lr decays over the budget.
+DQN_TARGET = 475.0
+DQN_BUDGET = 500_000
+
+
+@pytest.mark.timeout(700)
+def test_learning_dqn(tmp_path, train_run):
+    learn(
+        train_run,
+        tmp_path,
+        ["--algo=DQN", f"--stop_at_reward={DQN_TARGET}"],
+        DQN_BUDGET,
+        timeout=320,
+        target=DQN_TARGET,
+    )
+
+
+@pytest.mark.timeout(800)
+def test_learning_appo_with_replay(tmp_path, train_run):
+    """IMPALA-style replay: each batch of 128 fresh trajectories gets 64 replayed ones from the last 512."""
+    learn(
+        train_run,
+        tmp_path,
+        ["--replay_proportion=0.5", "--replay_buffer_num_slots=512", f"--stop_at_reward={TARGET_REWARD}"],
+        BUDGET,
+        timeout=380,
     )

@@ -11,6 +11,7 @@ import pytest
 from sample_factory.config import ConfigError, parse_cfg
 from sample_factory.pbt import population as pbt
 from sample_factory.pbt.population import (
+    DQN_MUTABLE_HYPERPARAMS,
     MUTABLE_HYPERPARAMS,
     PolicyPbtState,
     PopulationBasedTraining,
@@ -269,6 +270,16 @@ def test_apply_hyperparams():
     with pytest.raises(KeyError):
         apply_hyperparams(learner_cfg, {"batch_size": 3.0})
     assert set(MUTABLE_HYPERPARAMS) <= set(vars(cfg))  # the names are real cfg options
+
+
+def test_dqn_perturbs_its_own_hyperparameters():
+    cfg = parse_cfg(["--env=CartPole-v1", "--algo=DQN"])
+    hp = cfg_hyperparams(cfg)
+    assert set(hp) == set(DQN_MUTABLE_HYPERPARAMS) <= set(vars(cfg))
+    assert "ppo_clip_ratio" not in hp and hp["training_intensity"] == cfg.training_intensity
+    learner_cfg = copy.copy(cfg)
+    apply_hyperparams(learner_cfg, {**hp, "training_intensity": 16.0, "target_network_update_freq": 900.0})
+    assert learner_cfg.training_intensity == 16.0 and learner_cfg.target_network_update_freq == 900.0
 
 
 def test_json_round_trip_and_atomic_save(tmp_path, monkeypatch):

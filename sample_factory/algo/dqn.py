@@ -1,0 +1,346 @@
+"""Ape-X DQN: epsilon-greedy actors with a fixed epsilon per agent, a replay buffer fed by the learner from every
+finished rollout (prioritized by default), n-step double-Q targets from a target network, Huber loss weighted by
+importance weights. No process code: the learner hands `train` the fresh rollouts, which go into the replay buffer
+(algo/replay.py); `train` then takes as many replayed minibatches as --training_intensity asks for.
+
+The Q-network is the actor-critic model (model/actor_critic.py) read differently: the policy head's outputs are
+Q(s, a) per action, or with --dueling=True the advantages A(s, a), combined with the value head's V(s) into
+Q = V + A - mean(A). The argmax of the policy head is the greedy action either way, so greedy evaluation through
+the model's distribution (enjoy.py, policy_api, ONNX export with --eval_deterministic) is argmax Q.
+
+What policy workers write into the slot buffers for DQN (so the learner needs no extra forward pass for initial
+priorities, Ape-X's actor-side prioritization): `values` = max_a Q(s, a), `log_probs` = Q(s, a) of the action
+taken, `final_values` = max_a Q(final observation) for truncated episodes.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, learning_rate_at
+from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
+from sample_factory.config import Config
+from sample_factory.envs.spaces import ACTION_MASK_KEY
+
+# Episodes of agents at or above this exploration rank (the least-exploring third) are the reported training return.
+REPORTED_RANK = 2.0 / 3.0
+
+
+def apex_epsilon(rank: Tensor, eps: float, alpha: float) -> Tensor:
+    """Ape-X's per-actor exploration: rank i/(N-1) in [0, 1] [N] -> epsilon eps^(1 + alpha * rank) [N]."""
+    return eps ** (1.0 + alpha * rank)
+
+
+def q_values(params: Tensor, values: Tensor, dueling: bool) -> Tensor:
+    """Model outputs -> Q [B, A]: params [B, A] are Q itself, or with dueling the advantages added to V [B]."""
+    if not dueling:
+        return params
+    return values.unsqueeze(-1) + params - params.mean(dim=-1, keepdim=True)
+
+
+def masked_q(q: Tensor, action_mask: Tensor | None) -> Tensor:
+    """Q [B, A] with disallowed actions at -inf (argmax and max never pick them)."""
+    return q if action_mask is None else q.masked_fill(action_mask == 0, float("-inf"))
+
+
+def double_q_target(returns: Tensor, discounts: Tensor, next_q_target: Tensor, next_q_online: Tensor | None) -> Tensor:
+    """n-step target [B]: returns + discount * Q_target(s', a*), with a* = argmax Q_online(s') (double Q) or,
+    without next_q_online, argmax Q_target(s'). next_q_* [B, A] already masked; discount 0 means no bootstrap."""
+    select = next_q_online if next_q_online is not None else next_q_target
+    a = select.argmax(dim=-1, keepdim=True)  # [B, 1]
+    boot = next_q_target.gather(-1, a).squeeze(-1)
+    boot = torch.where(discounts > 0, boot, torch.zeros_like(boot))  # never 0 * -inf
+    return returns + discounts * boot
+
+
+def initial_priorities(targets_returns: Tensor, discounts: Tensor, offsets: Tensor, q_taken: Tensor, q_max: Tensor):
+    """Actor-side priorities of a rollout [M, T]: |n-step target - Q(s, a)| from the behaviour Q-values the policy
+    worker stored: q_taken [M, T] = Q(s_t, a_t), q_max [M, T+1] = max_a Q(s_t, a) (bootstrapped at t + m)."""
+    T = q_taken.shape[1]
+    boot = q_max.gather(1, torch.arange(T).unsqueeze(0) + offsets)  # [M, T]
+    return (targets_returns + discounts * boot - q_taken).abs()
+
+
+def frame_stacked_keys(cfg: Config, obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, int]:
+    """Observation keys the replay stores as single frames: Atari's uint8 [--env_framestack, H, W] stacks."""
+    if not (cfg.env.startswith("atari_") or cfg.env.startswith("ALE/")) or cfg.env_framestack < 2:
+        return {}
+    return {
+        k: shape[0]
+        for k, (shape, dtype) in obs_shapes.items()
+        if dtype == torch.uint8 and len(shape) == 3 and shape[0] == cfg.env_framestack
+    }
+
+
+class DQNAlgorithm(Algorithm):
+    """Stats of an iteration (means over its SGD steps): loss, q_mean, q_target, td_error_abs, grad_norm,
+    importance_weight. Per iteration: sgd_steps, replay_size, replay_ratio (replayed / sampled transitions since
+    learning started), beta, epsilon_min/max, target_updates, lr, skipped_updates, samples."""
+
+    required_buffers = (
+        "obs",
+        "is_first",
+        "active",
+        "actions",
+        "log_probs",
+        "values",
+        "policy_id",
+        "rewards",
+        "dones",
+        "truncated",
+        "final_values",
+    )
+
+    def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
+        super().__init__(cfg, model, device)
+        if model.recurrent:
+            raise ValueError("--algo=DQN needs a feed-forward model (--use_rnn=False)")
+        self.optimizer = torch.optim.Adam(
+            model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps
+        )
+        self.target = copy.deepcopy(model).to(device)
+        self.target.requires_grad_(False)
+        self.replay: ReplayBuffer | None = None  # built from the first batch (its shapes)
+        self.sampled = 0  # valid transitions received
+        self.replayed = 0  # transitions trained on (sampled from the buffer), since learning started
+        self.sampled_since_start = 0  # ... received since learning started (the replay ratio's denominator)
+        self.owed_steps = 0.0  # fractional SGD steps --training_intensity owes
+        self.last_target_update = 0  # self.sampled at the last target-network update
+        self.target_updates = 0
+        self.env_progress = 0.0  # fraction of --train_for_env_steps (beta annealing)
+
+    # ---- acting (policy workers) -------------------------------------------------------------------------------
+
+    @classmethod
+    def act(
+        cls,
+        cfg: Config,
+        model: torch.nn.Module,
+        obs: dict[str, Tensor],
+        rnn_states: Tensor | None,
+        action_mask: Tensor | None,
+        deterministic: bool,
+        agent_rank: Tensor | None = None,
+    ) -> ActResult:
+        """Greedy (deterministic) or epsilon-greedy with Ape-X's epsilon per agent (agent_rank [N] in [0, 1];
+        without it every agent explores with --apex_epsilon)."""
+        params, values, _ = model.forward_step(obs, None)
+        q = masked_q(q_values(params.float(), values.float(), cfg.dueling), action_mask)  # [N, A]
+        greedy = q.argmax(dim=-1)  # [N]
+        actions = greedy
+        if not deterministic:
+            N, A = q.shape
+            rank = torch.zeros(N) if agent_rank is None else agent_rank
+            eps = apex_epsilon(rank.to(q.device), cfg.apex_epsilon, cfg.apex_epsilon_alpha)  # [N]
+            if action_mask is None:
+                random = torch.randint(0, A, (N,), device=q.device)
+            else:  # uniformly among the allowed actions
+                random = torch.multinomial((action_mask != 0).float(), 1).squeeze(-1)
+            actions = torch.where(torch.rand(N, device=q.device) < eps, random, greedy)
+        q_taken = q.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        return ActResult(actions, q_taken, q.max(dim=-1).values, None)
+
+    @classmethod
+    def values(cls, cfg: Config, model: torch.nn.Module, obs: dict[str, Tensor], rnn_states: Tensor | None) -> Tensor:
+        """max_a Q(s, a) [N]: the bootstrap value of a truncated episode's final observation."""
+        params, values, _ = model.forward_step(obs, None)
+        return masked_q(q_values(params.float(), values.float(), cfg.dueling), obs.get(ACTION_MASK_KEY)).max(-1).values
+
+    # ---- state -------------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "target": self.target.state_dict(),
+            "counters": {
+                k: getattr(self, k)
+                for k in (
+                    "sampled",
+                    "replayed",
+                    "sampled_since_start",
+                    "owed_steps",
+                    "last_target_update",
+                    "target_updates",
+                )
+            },
+        }
+        if self.cfg.save_replay_buffer and self.replay is not None:
+            state["replay"] = self.replay.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.target.load_state_dict(state["target"])
+        for k, v in state.get("counters", {}).items():
+            setattr(self, k, v)
+        # Without a saved buffer the replay refills from scratch and waits for --learning_starts again.
+        self._pending_replay_state = state.get("replay")
+        if self._pending_replay_state is None:
+            self.sampled_since_start = self.replayed = 0
+            self.owed_steps = 0.0
+
+    def update_learning_rate(self, env_steps: int) -> None:
+        for g in self.optimizer.param_groups:
+            g["lr"] = learning_rate_at(self.cfg, env_steps)
+        self.env_progress = env_steps / max(self.cfg.train_for_env_steps, 1)
+
+    def update_cfg(self, cfg: Config) -> None:
+        super().update_cfg(cfg)
+        if self.replay is not None:  # PBT may perturb alpha: new priorities use it from now on
+            self.replay.alpha = cfg.prioritized_replay_alpha
+
+    def on_weights_replaced(self) -> None:
+        self.optimizer.state.clear()
+        self.target.load_state_dict(self.model.state_dict())
+
+    # ---- training ----------------------------------------------------------------------------------------------
+
+    def _make_replay(self, batch: dict[str, Any]) -> ReplayBuffer:
+        cfg = self.cfg
+        obs_shapes = {k: (tuple(v.shape[2:]), v.dtype) for k, v in batch["obs"].items()}
+        if cfg.exp_replayer == "one_time":  # no retention: room for one iteration's rollouts (whole slots' worth)
+            capacity = 2 * cfg.batch_size * cfg.num_batches_per_epoch * cfg.num_policies
+        else:
+            capacity = cfg.replay_buffer_capacity
+        replay = ReplayBuffer(
+            capacity,
+            cfg.rollout,
+            obs_shapes,
+            tuple(batch["actions"].shape[2:]),
+            batch["actions"].dtype,
+            prioritized=cfg.exp_replayer == "prioritized",
+            alpha=cfg.prioritized_replay_alpha,
+            eps=cfg.prioritized_replay_eps,
+            seed=None if cfg.seed is None else cfg.seed * 7919 + 13,
+            stacked=frame_stacked_keys(cfg, obs_shapes),
+        )
+        pending = getattr(self, "_pending_replay_state", None)
+        if pending is not None:
+            replay.load_state_dict(pending)
+            self._pending_replay_state = None
+        return replay
+
+    def add_rollouts(self, batch: dict[str, Any], policy_id: int | None) -> tuple[Tensor, int]:
+        """Compute n-step targets and actor-side priorities of the fresh rollouts and store them. Returns the flat
+        replay indices of the stored transitions [M*T] and how many are valid (this policy's active steps)."""
+        cfg, T = self.cfg, self.cfg.rollout
+        if self.replay is None:
+            self.replay = self._make_replay(batch)
+        valid = batch["active"][:, :T]  # [M, T]
+        if policy_id is not None and "policy_id" in batch:
+            valid = valid & (batch["policy_id"][:, :T] == policy_id)
+        rewards = (batch["rewards"] * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)  # [M, T]
+        truncated = batch["truncated"] & cfg.value_bootstrap  # without value bootstrap a truncation is an end
+        terminated = batch["dones"] & ~truncated
+        targets = nstep_targets(rewards, terminated, truncated, batch["final_values"], cfg.gamma, cfg.n_step)
+        prio = initial_priorities(
+            targets.returns, targets.discounts, targets.offsets, batch["log_probs"][:, :T], batch["values"]
+        )
+        if getattr(self.model, "obs_normalizers", None) is not None:
+            obs_dev = {k: v[:, :T][valid].to(self.device) for k, v in batch["obs"].items()}
+            self.model.update_normalizers(obs_dev)
+            self.target.load_state_dict(
+                {k: v for k, v in self.model.state_dict().items() if "obs_normalizers" in k}, strict=False
+            )
+        idx = self.replay.add(batch["obs"], batch["actions"][:, :T], targets, valid, prio, batch["is_first"])
+        return idx[valid.reshape(-1)], int(valid.sum())
+
+    def train(
+        self, batch: dict[str, Any], policy_version: int, policy_id: int | None = None
+    ) -> tuple[dict[str, float], int]:
+        cfg = self.cfg
+        fresh, new = self.add_rollouts(batch, policy_id)
+        sampled_before = self.sampled
+        self.sampled += new
+        if cfg.exp_replayer == "one_time":  # each fresh transition once, in shuffled minibatches
+            self.sampled_since_start += new
+            perm = fresh[torch.randperm(len(fresh))]
+            minibatches = [(perm[i : i + cfg.batch_size], None) for i in range(0, len(perm), cfg.batch_size)]
+            num_steps = len(minibatches)
+        else:
+            learning = len(self.replay) >= cfg.learning_starts
+            if learning:
+                self.sampled_since_start += new
+                self.owed_steps += cfg.training_intensity * new / cfg.batch_size
+            num_steps = int(self.owed_steps)
+            self.owed_steps -= num_steps
+            minibatches = None
+        sums: dict[str, float] = {}
+        applied = 0
+        beta = annealed_beta(cfg.prioritized_replay_beta, self.env_progress)
+        for i in range(num_steps):
+            if minibatches is not None:
+                sample = self.replay.take(*minibatches[i])
+            else:
+                sample = self.replay.sample(cfg.batch_size, beta)
+            self.replayed += len(sample.indices)
+            stats = self.sgd_step(sample)
+            if stats is not None:
+                applied += 1
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + v
+            # target updates every --target_network_update_freq sampled transitions, spread over the iteration
+            seen = sampled_before + new * (i + 1) // num_steps
+            if seen - self.last_target_update >= cfg.target_network_update_freq:
+                self.target.load_state_dict(self.model.state_dict())
+                self.last_target_update, self.target_updates = seen, self.target_updates + 1
+        out = {k: v / max(applied, 1) for k, v in sums.items()}
+        eps = apex_epsilon(torch.tensor([0.0, 1.0]), cfg.apex_epsilon, cfg.apex_epsilon_alpha)
+        out.update(
+            sgd_steps=applied,
+            skipped_updates=self.skipped_updates,
+            lr=self.optimizer.param_groups[0]["lr"],
+            replay_size=len(self.replay),
+            replay_ratio=self.replayed / max(self.sampled_since_start, 1),
+            beta=beta,
+            epsilon_max=float(eps[0]),
+            epsilon_min=float(eps[1]),
+            target_updates=self.target_updates,
+            samples=new,
+        )
+        return out, policy_version + applied
+
+    def sgd_step(self, s) -> dict[str, float] | None:
+        """One minibatch (a ReplaySample): weighted Huber loss on the n-step double-Q TD error; the priorities
+        of the sampled transitions are set to their new |TD error|. None when the step was skipped (NaN/inf)."""
+        cfg, dev = self.cfg, self.device
+        B = len(s.indices)
+        obs = {k: v.to(dev, non_blocking=True) for k, v in s.obs.items()}  # {key: [B, *shape]}
+        next_obs = {k: v.to(dev, non_blocking=True) for k, v in s.next_obs.items()}
+        actions = s.actions.to(dev).view(B, -1)[:, :1]  # [B, 1] (Discrete)
+        returns, discounts = s.returns.to(dev), s.discounts.to(dev)
+        weights = s.weights.to(dev)
+        next_mask = next_obs.get(ACTION_MASK_KEY)
+        with forward_autocast(self):
+            params, values, _ = self.model.forward_step(obs, None)
+        q = q_values(params.float(), values.float(), cfg.dueling).gather(-1, actions).squeeze(-1)  # [B]
+        # s' goes through the networks without a graph: half the backward work of one pass over [s, s']
+        with torch.no_grad(), forward_autocast(self):
+            tp, tv, _ = self.target.forward_step(next_obs, None)
+            next_online = None
+            if cfg.double_q:
+                op, ov, _ = self.model.forward_step(next_obs, None)
+                next_online = masked_q(q_values(op.float(), ov.float(), cfg.dueling), next_mask)
+            next_target = masked_q(q_values(tp.float(), tv.float(), cfg.dueling), next_mask)
+            target = double_q_target(returns, discounts, next_target, next_online)  # [B]
+        td = q - target
+        loss = (weights * F.huber_loss(q, target, reduction="none", delta=cfg.huber_delta)).mean()
+        grad_norm = self.guarded_step(loss, self.optimizer)
+        if grad_norm is None:
+            return None
+        td_abs = td.detach().abs()
+        self.replay.update_priorities(s.indices, td_abs.cpu())
+        return {
+            "loss": float(loss.detach()),
+            "q_mean": float(q.detach().mean()),
+            "q_target": float(target.mean()),
+            "td_error_abs": float(td_abs.mean()),
+            "importance_weight": float(weights.mean()),
+            "grad_norm": float(grad_norm) if math.isfinite(float(grad_norm)) else 0.0,
+        }

@@ -1,0 +1,410 @@
+"""Experience replay: a fixed-capacity buffer of transitions in preallocated tensors, uniform or prioritized
+sampling (a sum-tree), importance weights and n-step targets. Pure data structures and math, no process code: the
+learner's algorithm (algo/dqn.py) owns one buffer and writes every finished rollout into it.
+
+Layout. Transitions arrive as rollouts: trajectories [M, T+1] of one env column each (T = --rollout, position T
+is the bootstrap observation). The buffer stores them as *blocks* of T transitions in ring order, and every
+observation once ([blocks, T+1, *shape]: obs[t] is the state of transition t, obs[t + m] its n-step bootstrap
+state), instead of an (obs, next_obs) pair per transition. A transition is addressed by a flat index
+block * T + t. n-step windows end at the block's end (position T bootstraps them), as RLlib's do at the end of
+a sample fragment; each transition records its own bootstrap offset m <= n and discount.
+
+Frame stacks (`stacked` keys, e.g. Atari's [4, 84, 84]) are stored as frames, once: per block the k - 1 older frames
+of obs[0]'s stack and the newest frame of every position ([blocks, T + k, 84, 84]), plus where the latest episode
+start lies; a stack is rebuilt from them on sampling, repeating an episode's first frame before its start (what
+gymnasium's FrameStackObservation does at a reset). Every added rollout is checked against the rebuild, so a stack
+that does not follow that rule is an error, never silently wrong data.
+
+Terminated vs truncated inside a window: a termination at step t + k ends the return there (no bootstrap); a
+truncation adds gamma^(k+1) * V(final observation), the value the policy worker computed for the final
+observation when the episode was cut (`final_values`), and also stops bootstrapping from obs[t + m] (that is
+already the next episode's first observation).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+class NStepTargets(NamedTuple):
+    """Per transition of a rollout [M, T]: what the n-step Q target needs besides the bootstrap Q-value."""
+
+    returns: Tensor  # [M, T] discounted reward sum over the window (plus gamma^(k+1) V(final obs) on truncation)
+    discounts: Tensor  # [M, T] gamma^m where the target bootstraps from obs[t + m]; 0 when the episode ended
+    offsets: Tensor  # [M, T] int64 m in 1..n: the bootstrap observation is obs[t + m]
+
+
+def nstep_targets(
+    rewards: Tensor, terminated: Tensor, truncated: Tensor, final_values: Tensor, gamma: float, n: int
+) -> NStepTargets:
+    """rewards, terminated, truncated, final_values: [M, T] (terminated excludes truncation) -> n-step targets.
+    The window of transition t covers steps t .. t + m - 1 with m = min(n, T - t), cut at the first episode end."""
+    M, T = rewards.shape
+    returns = torch.zeros(M, T, dtype=torch.float32)
+    discounts = torch.zeros(M, T, dtype=torch.float32)
+    offsets = torch.zeros(M, T, dtype=torch.int64)
+    # Backwards over k = 0..n-1 is awkward with the ends; forwards over the window is vectorized over t instead.
+    alive = torch.ones(M, T, dtype=torch.bool)  # the window of t has not ended yet (episode end or block end)
+    scale = torch.ones(M, T, dtype=torch.float32)  # gamma^k
+    t_idx = torch.arange(T)
+    rewards, final_values = rewards.float(), final_values.float()
+    for k in range(n):
+        pos = t_idx + k  # [T] the step at window offset k
+        inside = pos < T  # [T]
+        p = pos.clamp(max=T - 1)
+        step = alive & inside  # [M, T] this step belongs to the window
+        r = rewards[:, p]
+        term, trunc = terminated[:, p] & step, truncated[:, p] & step
+        returns += torch.where(step, scale * r, 0.0)
+        returns += torch.where(trunc, scale * gamma * final_values[:, p], 0.0)
+        offsets = torch.where(step, k + 1, offsets)
+        scale = scale * gamma
+        # the window keeps bootstrapping unless the episode ended in it
+        ended = term | trunc
+        discounts = torch.where(step & ~ended, scale, torch.where(step, 0.0, discounts))
+        alive = alive & inside & ~ended
+    return NStepTargets(returns, discounts, offsets)
+
+
+def importance_weights(probs: Tensor, size: int, beta: float) -> Tensor:
+    """probs [B]: sampling probabilities P(i) of a batch from `size` stored transitions -> weights [B]
+    (size * P(i))^-beta, divided by the batch's largest so they only ever scale the loss down."""
+    w = (size * probs.double()).pow(-beta)
+    return (w / w.max()).float()
+
+
+def annealed_beta(beta0: float, progress: float) -> float:
+    """beta from beta0 at the start to 1 at the end of training (progress in [0, 1]), linearly."""
+    return beta0 + (1.0 - beta0) * min(max(progress, 0.0), 1.0)
+
+
+class SumTree:
+    """Priorities of `capacity` items in a complete binary tree of partial sums (float64), so that sampling an item
+    with probability priority / total and updating priorities both cost O(log capacity), vectorized over a batch."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.leaves = 1 << max(0, math.ceil(math.log2(max(capacity, 1))))
+        self.tree = np.zeros(2 * self.leaves, dtype=np.float64)  # node i has children 2i, 2i+1; leaves at [L, 2L)
+
+    @property
+    def total(self) -> float:
+        return float(self.tree[1])
+
+    def get(self, idx: np.ndarray) -> np.ndarray:
+        return self.tree[self.leaves + np.asarray(idx)]
+
+    def set(self, idx: np.ndarray, priorities: np.ndarray) -> None:
+        nodes = self.leaves + np.asarray(idx, dtype=np.int64)
+        if nodes.size == 0:
+            return
+        self.tree[nodes] = priorities
+        nodes = np.unique(nodes // 2)
+        while nodes[0] >= 1:
+            self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
+            if nodes[0] == 1:
+                break
+            nodes = np.unique(nodes // 2)
+
+    def find(self, values: np.ndarray) -> np.ndarray:
+        """values [B] in [0, total) -> [B] leaf indices i with prefix_sum(i) <= value < prefix_sum(i + 1)."""
+        nodes = np.ones(len(values), dtype=np.int64)
+        v = np.asarray(values, dtype=np.float64).copy()
+        while nodes[0] < self.leaves:
+            left = 2 * nodes
+            left_sum = self.tree[left]
+            go_right = v >= left_sum
+            v = np.where(go_right, v - left_sum, v)
+            nodes = np.where(go_right, left + 1, left)
+        return nodes - self.leaves
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+        """[B] indices drawn with probability priority / total, stratified: one draw per equal slice of the total."""
+        total = self.total
+        edges = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
+        idx = self.find(np.minimum(edges, np.nextafter(total, 0)))
+        # Float rounding can land on a zero-priority leaf at a boundary: move it to a real item.
+        bad = self.get(idx) <= 0
+        if bad.any():
+            nz = np.flatnonzero(self.tree[self.leaves : self.leaves + self.capacity] > 0)
+            idx[bad] = nz[rng.integers(0, len(nz), int(bad.sum()))]
+        return idx
+
+
+class ReplaySample(NamedTuple):
+    """A sampled batch of B transitions (CPU tensors)."""
+
+    indices: Tensor  # [B] int64 flat indices (for update_priorities)
+    obs: dict[str, Tensor]  # {key: [B, *shape]}
+    actions: Tensor  # [B, *act_shape]
+    returns: Tensor  # [B] n-step returns
+    discounts: Tensor  # [B] gamma^m, 0 where the episode ended inside the window
+    next_obs: dict[str, Tensor]  # {key: [B, *shape]} obs[t + m]
+    weights: Tensor  # [B] importance weights (1 for uniform sampling)
+
+
+class ReplayBuffer:
+    """Fixed capacity in transitions (rounded up to whole blocks of T), preallocated once, overwritten in ring
+    order. `prioritized`: proportional prioritization p = (|td| + eps)^alpha; otherwise uniform over the valid
+    stored transitions (the same tree with priority 1, so masked steps are never drawn either way)."""
+
+    def __init__(
+        self,
+        capacity: int,
+        rollout: int,
+        obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
+        action_shape: tuple[int, ...],
+        action_dtype: torch.dtype,
+        prioritized: bool,
+        alpha: float = 0.6,
+        eps: float = 1e-6,
+        seed: int | None = None,
+        stacked: dict[str, int] | None = None,
+    ):
+        self.T = rollout
+        self.stacked = dict(stacked or {})  # obs key -> frames per stack (the first dim of its shape)
+        self.num_blocks = max(1, math.ceil(capacity / rollout))
+        self.capacity = self.num_blocks * rollout
+        self.prioritized, self.alpha, self.eps = prioritized, alpha, eps
+        nb, T = self.num_blocks, rollout
+        self.obs = {
+            k: torch.zeros((nb, T + 1, *shape), dtype=dt)
+            for k, (shape, dt) in obs_shapes.items()
+            if k not in self.stacked
+        }
+        self.frames = {
+            k: torch.zeros((nb, T + self.stacked[k], *shape[1:]), dtype=dt)
+            for k, (shape, dt) in obs_shapes.items()
+            if k in self.stacked
+        }
+        # latest episode start at or before each position of a block, -1 if the episode began before the block
+        self.starts = torch.full((nb, T + 1), -1, dtype=torch.int16)
+        self.actions = torch.zeros((nb, T, *action_shape), dtype=action_dtype)
+        self.returns = torch.zeros((nb, T), dtype=torch.float32)
+        self.discounts = torch.zeros((nb, T), dtype=torch.float32)
+        self.offsets = torch.zeros((nb, T), dtype=torch.int16)
+        self.valid = torch.zeros((nb, T), dtype=torch.bool)
+        self.tree = SumTree(self.capacity)
+        self.max_priority = 1.0  # new transitions without an initial priority get the largest seen so far
+        self.next_block = 0
+        self.filled_blocks = 0
+        self.added = 0  # transitions ever added (valid ones)
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        """Valid transitions stored (what can be sampled)."""
+        return int(self.valid[: self.filled_blocks].sum())
+
+    def nbytes(self) -> int:
+        tensors = [*self.obs.values(), *self.frames.values(), self.starts]
+        tensors += [self.actions, self.returns, self.discounts, self.offsets, self.valid]
+        return sum(t.numel() * t.element_size() for t in tensors) + self.tree.tree.nbytes
+
+    def add(
+        self,
+        obs: dict[str, Tensor],
+        actions: Tensor,
+        targets: NStepTargets,
+        valid: Tensor,
+        priorities: Tensor | None = None,
+        is_first: Tensor | None = None,
+    ) -> Tensor:
+        """Store M rollouts: obs {key: [M, T+1, *shape]}, actions [M, T, *act_shape], n-step targets [M, T],
+        valid [M, T] bool (steps that may be sampled), priorities [M, T] initial |TD| (None: the max so far),
+        is_first [M, T+1] (episode starts; needed with stacked keys). Returns the flat indices [M*T] written."""
+        M = actions.shape[0]
+        if M > self.num_blocks:
+            raise ValueError(f"{M} rollouts do not fit a replay buffer of {self.num_blocks} blocks of {self.T} steps")
+        blocks = (self.next_block + torch.arange(M)) % self.num_blocks  # [M]
+        for k, v in obs.items():
+            if k not in self.stacked:
+                self.obs[k][blocks] = v
+        if self.stacked:
+            self._add_frames(blocks, obs, is_first)
+        self.actions[blocks] = actions
+        self.returns[blocks] = targets.returns
+        self.discounts[blocks] = targets.discounts
+        self.offsets[blocks] = targets.offsets.to(torch.int16)
+        self.valid[blocks] = valid
+        self.next_block = int(blocks[-1] + 1) % self.num_blocks
+        self.filled_blocks = min(self.num_blocks, self.filled_blocks + M)
+        self.added += int(valid.sum())
+        idx = (blocks.unsqueeze(1) * self.T + torch.arange(self.T)).reshape(-1)  # [M*T]
+        if self.prioritized and priorities is not None:
+            p = self._priority(priorities.reshape(-1).double().numpy())
+            self.max_priority = max(self.max_priority, float(p.max()))
+        else:
+            p = np.full(len(idx), self.max_priority if self.prioritized else 1.0)
+        self.tree.set(idx.numpy(), np.where(valid.reshape(-1).numpy(), p, 0.0))
+        return idx
+
+    def _add_frames(self, blocks: Tensor, obs: dict[str, Tensor], is_first: Tensor | None) -> None:
+        if is_first is None:
+            raise ValueError("a replay buffer with frame-stacked keys needs is_first")
+        T = self.T
+        pos = torch.arange(T + 1)
+        starts = torch.where(is_first, pos, -1).cummax(dim=1).values  # [M, T+1]
+        self.starts[blocks] = starts.to(torch.int16)
+        for k, k_frames in self.stacked.items():
+            v = obs[k]  # [M, T+1, k, *frame]
+            self.frames[k][blocks, : k_frames - 1] = v[:, 0, : k_frames - 1]
+            self.frames[k][blocks, k_frames - 1 :] = v[:, :, -1]
+            b = blocks.repeat_interleave(T + 1)
+            rebuilt = self._stack(k, b, pos.repeat(len(blocks)))  # [M*(T+1), k, *frame]
+            if not torch.equal(rebuilt, v.reshape(-1, *v.shape[2:])):
+                raise ValueError(
+                    f"observation {k!r} is not a frame stack that repeats the first frame at an episode start: "
+                    "it cannot be stored as single frames"
+                )
+
+    def _stack(self, key: str, b: Tensor, t: Tensor) -> Tensor:
+        """Rebuild the stacks of `key` at blocks b [B], positions t [B] -> [B, k, *frame]."""
+        k = self.stacked[key]
+        idx = t.unsqueeze(1) + torch.arange(k)  # [B, k] frame t + i is stack slot i (oldest first)
+        s = self.starts[b, t].long()  # [B]
+        first = torch.where(s >= 0, s + k - 1, 0).unsqueeze(1)  # the episode's first frame, where it began here
+        idx = torch.maximum(idx, first)
+        return self.frames[key][b.unsqueeze(1), idx]
+
+    def _obs_at(self, b: Tensor, t: Tensor) -> dict[str, Tensor]:
+        out = {k: v[b, t] for k, v in self.obs.items()}
+        out.update({k: self._stack(k, b, t) for k in self.frames})
+        return out
+
+    def _priority(self, td_abs: np.ndarray) -> np.ndarray:
+        return (np.abs(td_abs) + self.eps) ** self.alpha
+
+    def update_priorities(self, indices: Tensor, td_abs: Tensor) -> None:
+        """After a learner step: indices [B] of a sample, their new |TD errors| [B]. No-op for uniform replay.
+        Indices overwritten since they were sampled (a newer rollout in the block) are left alone."""
+        if not self.prioritized:
+            return
+        idx = indices.numpy()
+        still = self.tree.get(idx) > 0  # an overwritten-and-invalid slot keeps priority 0
+        p = self._priority(td_abs.detach().double().cpu().numpy())
+        self.max_priority = max(self.max_priority, float(p.max()))
+        self.tree.set(idx[still], p[still])
+
+    def sample(self, batch_size: int, beta: float = 1.0) -> ReplaySample:
+        """batch_size transitions, proportional to priority (uniform: equal), with importance weights for beta."""
+        idx = self.tree.sample(batch_size, self.rng)
+        if self.prioritized:
+            probs = torch.from_numpy(self.tree.get(idx) / self.tree.total)
+            weights = importance_weights(probs, len(self), beta)
+        else:
+            weights = torch.ones(batch_size)
+        return self.take(torch.from_numpy(idx), weights)
+
+    def take(self, indices: Tensor, weights: Tensor | None = None) -> ReplaySample:
+        """The transitions at flat `indices` [B] (sampled, or all of a fresh rollout for one-time replay)."""
+        b, t = indices // self.T, indices % self.T
+        nt = t + self.offsets[b, t].long()
+        return ReplaySample(
+            indices=indices,
+            obs=self._obs_at(b, t),
+            actions=self.actions[b, t],
+            returns=self.returns[b, t],
+            discounts=self.discounts[b, t],
+            next_obs=self._obs_at(b, nt),
+            weights=torch.ones(len(indices)) if weights is None else weights,
+        )
+
+    def state_dict(self) -> dict:
+        """Everything to continue replaying after a resume (--save_replay_buffer)."""
+        return {
+            "obs": self.obs,
+            "frames": self.frames,
+            "starts": self.starts,
+            "actions": self.actions,
+            "returns": self.returns,
+            "discounts": self.discounts,
+            "offsets": self.offsets,
+            "valid": self.valid,
+            "tree": torch.from_numpy(self.tree.tree),
+            "max_priority": self.max_priority,
+            "next_block": self.next_block,
+            "filled_blocks": self.filled_blocks,
+            "added": self.added,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["actions"].shape != self.actions.shape:
+            raise ValueError(
+                f"saved replay buffer holds {state['actions'].shape[:2]} blocks x steps, this one "
+                f"{tuple(self.actions.shape[:2])}: capacity or --rollout changed"
+            )
+        for k in self.obs:
+            self.obs[k].copy_(state["obs"][k])
+        for k in self.frames:
+            self.frames[k].copy_(state["frames"][k])
+        self.starts.copy_(state["starts"])
+        for k in ("actions", "returns", "discounts", "offsets", "valid"):
+            getattr(self, k).copy_(state[k])
+        self.tree.tree[:] = state["tree"].cpu().numpy()
+        self.max_priority = float(state["max_priority"])
+        self.next_block, self.filled_blocks = int(state["next_block"]), int(state["filled_blocks"])
+        self.added = int(state["added"])
+
+
+class TrajectoryReplay:
+    """IMPALA-style replay for APPO (RLlib's replay_proportion / replay_buffer_num_slots): a ring of whole
+    trajectories [T+1] as the learner's batches hold them (every key of the batch, "obs" a dict), preallocated from
+    the first batch's shapes; uniform sampling. V-trace corrects the replayed trajectories' off-policyness."""
+
+    def __init__(self, num_slots: int, seed: int | None = None):
+        self.num_slots = num_slots
+        self.store: dict | None = None  # like a batch, with num_slots rows
+        self.next = 0
+        self.filled = 0
+        self.gen = torch.Generator()
+        if seed is not None:
+            self.gen.manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.filled
+
+    def add(self, batch: dict) -> None:
+        """batch: {key: [M, ...]} ("obs": {key: [M, ...]}); the newest num_slots trajectories are kept."""
+        M = next(v for v in batch.values() if isinstance(v, Tensor)).shape[0]
+        if self.store is None:
+            self.store = _map(batch, lambda v: torch.zeros((self.num_slots, *v.shape[1:]), dtype=v.dtype))
+        rows = (self.next + torch.arange(M)) % self.num_slots
+
+        def write(dst: Tensor, src: Tensor) -> None:
+            dst[rows] = src
+
+        _zip(self.store, batch, write)
+        self.next = int(rows[-1] + 1) % self.num_slots
+        self.filled = min(self.num_slots, self.filled + M)
+
+    def sample(self, k: int) -> dict:
+        """k trajectories drawn uniformly (with replacement) from the stored ones, as a batch {key: [k, ...]}."""
+        idx = torch.randint(0, self.filled, (k,), generator=self.gen)
+        return _map(self.store, lambda v: v[idx])
+
+
+def replayed_count(proportion: float, fresh: int, gen: torch.Generator | None = None) -> int:
+    """How many replayed trajectories go with `fresh` new ones: proportion * fresh, the fraction drawn at random so
+    that the mean is exact (RLlib's replay_proportion: replayed / new)."""
+    x = proportion * fresh
+    whole = math.floor(x)
+    return whole + int(torch.rand((), generator=gen) < (x - whole))
+
+
+def _map(d: dict, fn) -> dict:
+    return {k: _map(v, fn) if isinstance(v, dict) else fn(v) for k, v in d.items()}
+
+
+def _zip(dst: dict, src: dict, fn) -> None:
+    for k, v in dst.items():
+        _zip(v, src[k], fn) if isinstance(v, dict) else fn(v, src[k])
+
+
+def concat_batches(a: dict, b: dict) -> dict:
+    """Two batches {key: [M, ...]} ("obs" nested) joined along the trajectory dimension."""
+    return {k: concat_batches(v, b[k]) if isinstance(v, dict) else torch.cat([v, b[k]]) for k, v in a.items()}

@@ -1,0 +1,172 @@
+"""Ape-X DQN (algo/dqn.py): per-agent epsilons, dueling Q, double-Q targets, actor-side priorities, acting, and
+one algorithm's bookkeeping: --training_intensity, --learning_starts, target-network updates, one-time replay,
+checkpoint state with and without the replay buffer."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+
+from sample_factory.algo.dqn import (
+    DQNAlgorithm,
+    apex_epsilon,
+    double_q_target,
+    initial_priorities,
+    q_values,
+)
+from sample_factory.algo.replay import nstep_targets
+from sample_factory.config import ConfigError, parse_cfg
+from sample_factory.config.parse import finalize_cfg
+from sample_factory.model.actor_critic import ActorCritic
+
+OBS, ACT = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3)
+
+
+def make_algo(*flags: str) -> DQNAlgorithm:
+    cfg = parse_cfg(["--env=CartPole-v1", "--algo=DQN", "--device=cpu", "--seed=0", "--encoder_mlp_layers=16", *flags])
+    torch.manual_seed(0)
+    return DQNAlgorithm(cfg, ActorCritic(cfg, OBS, ACT), torch.device("cpu"))
+
+
+def fake_batch(M=4, T=32, seed=0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "obs": {"obs": torch.randn(M, T + 1, 4, generator=g)},
+        "is_first": torch.zeros(M, T + 1, dtype=torch.bool),
+        "active": torch.ones(M, T, dtype=torch.bool),
+        "actions": torch.randint(0, 3, (M, T + 1), generator=g),
+        "log_probs": torch.randn(M, T + 1, generator=g),
+        "values": torch.randn(M, T + 1, generator=g),
+        "policy_id": torch.zeros(M, T + 1, dtype=torch.int64),
+        "rewards": torch.ones(M, T),
+        "dones": torch.rand(M, T, generator=g) < 0.05,
+        "truncated": torch.zeros(M, T, dtype=torch.bool),
+        "final_values": torch.zeros(M, T),
+    }
+
+
+def test_apex_epsilons():
+    N = 8
+    rank = torch.arange(N) / (N - 1)
+    eps = apex_epsilon(rank, 0.4, 7.0)
+    assert float(eps[0]) == pytest.approx(0.4) and float(eps[-1]) == pytest.approx(0.4**8)
+    assert float(eps[3]) == pytest.approx(0.4 ** (1 + 7 * 3 / 7))
+    assert (eps[1:] < eps[:-1]).all()
+
+
+def test_dueling_q_and_double_q_target():
+    adv = torch.tensor([[1.0, 2.0, 3.0]])
+    v = torch.tensor([10.0])
+    torch.testing.assert_close(q_values(adv, v, dueling=True), torch.tensor([[9.0, 10.0, 11.0]]))
+    torch.testing.assert_close(q_values(adv, v, dueling=False), adv)
+    returns, disc = torch.tensor([1.0, 1.0, 2.0]), torch.tensor([0.5, 0.5, 0.0])
+    q_target = torch.tensor([[1.0, 5.0], [4.0, 3.0], [7.0, 9.0]])
+    q_online = torch.tensor([[2.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
+    # double Q: the online net picks the action, the target net rates it; no bootstrap where discount is 0
+    torch.testing.assert_close(double_q_target(returns, disc, q_target, q_online), torch.tensor([1.5, 2.5, 2.0]))
+    torch.testing.assert_close(double_q_target(returns, disc, q_target, None), torch.tensor([3.5, 3.0, 2.0]))
+    # a masked (-inf) bootstrap action never leaks into a terminal target
+    masked = torch.tensor([[float("-inf"), 1.0]] * 3)
+    assert torch.isfinite(double_q_target(returns, torch.zeros(3), masked, masked)).all()
+
+
+def test_initial_priorities_from_behaviour_q_values():
+    T = 4
+    z = torch.zeros(1, T, dtype=torch.bool)
+    targets = nstep_targets(torch.ones(1, T), z, z, torch.zeros(1, T), 0.5, 2)
+    q_taken = torch.tensor([[1.0, 1.0, 1.0, 1.0]])
+    q_max = torch.tensor([[0.0, 0.0, 2.0, 4.0, 8.0]])  # [T+1]
+    prio = initial_priorities(targets.returns, targets.discounts, targets.offsets, q_taken, q_max)
+    # t=0: 1 + .5 + .25 * q_max[2] - 1; t=2: 1.5 + .25 * q_max[4] - 1; t=3: 1 + .5 * q_max[4] - 1
+    torch.testing.assert_close(prio, torch.tensor([[1.0, 1.5, 2.5, 4.0]]))
+
+
+def test_act_greedy_and_epsilon_greedy():
+    algo = make_algo()
+    obs = {"obs": torch.randn(4000, 4)}
+    greedy = DQNAlgorithm.act(algo.cfg, algo.model, obs, None, None, deterministic=True)
+    params, values, _ = algo.model.forward_step(obs, None)
+    q = q_values(params, values, True)
+    torch.testing.assert_close(greedy.actions, q.argmax(-1))
+    torch.testing.assert_close(greedy.values, q.max(-1).values)
+    torch.testing.assert_close(greedy.log_probs, q.gather(-1, greedy.actions[:, None]).squeeze(-1))  # Q(s, a)
+    rank = torch.cat([torch.zeros(2000), torch.ones(2000)])  # most exploring half, least exploring half
+    res = DQNAlgorithm.act(algo.cfg, algo.model, obs, None, None, deterministic=False, agent_rank=rank)
+    differs = res.actions != greedy.actions
+    # random actions differ from the greedy one 2/3 of the time: eps 0.4 -> 0.27, eps 0.4^8 -> ~0
+    assert float(differs[:2000].float().mean()) == pytest.approx(0.4 * 2 / 3, abs=0.04)
+    assert float(differs[2000:].float().mean()) < 0.01
+    mask = torch.tensor([[0, 1, 1]]).expand(4000, 3)
+    res = DQNAlgorithm.act(algo.cfg, algo.model, obs, None, mask, deterministic=False)
+    assert (res.actions != 0).all()  # neither greedy nor random picks a masked action
+
+
+def test_training_intensity_learning_starts_and_target_updates():
+    algo = make_algo(
+        "--batch_size=32", "--training_intensity=4", "--learning_starts=200", "--target_network_update_freq=64"
+    )
+    stats, version = algo.train(fake_batch(M=4), 0, 0)  # 128 transitions < learning_starts: store only
+    assert stats["sgd_steps"] == 0 and stats["replay_size"] == 128 and version == 0
+    stats, version = algo.train(fake_batch(M=4, seed=1), version, 0)  # 256 stored: 128 new * 4 / 32 = 16 steps
+    assert stats["sgd_steps"] == 16 and version == 16
+    assert stats["replay_ratio"] == pytest.approx(4.0)
+    assert stats["target_updates"] == 2  # every 64 sampled transitions
+    for k in ("loss", "q_mean", "td_error_abs", "importance_weight", "replay_size", "epsilon_min", "beta"):
+        assert k in stats
+    # the last copy was at sampled transition 200 (step 8 of 16): the online net has trained on since
+    target_w = dict(algo.target.named_parameters())["policy_head.weight"]
+    assert not torch.equal(target_w, dict(algo.model.named_parameters())["policy_head.weight"])
+    assert not target_w.requires_grad
+
+
+def test_one_time_replay_trains_on_each_fresh_sample_once():
+    algo = make_algo("--batch_size=32", "--exp_replayer=one_time")
+    stats, _ = algo.train(fake_batch(M=4), 0, 0)
+    assert stats["sgd_steps"] == 4 and stats["replay_ratio"] == pytest.approx(1.0)
+    assert algo.replay.capacity == 2 * 32 * algo.cfg.num_batches_per_epoch  # room for an iteration (or two) only
+
+
+@pytest.mark.parametrize("save_buffer", [False, True])
+def test_checkpoint_state_with_and_without_the_replay_buffer(save_buffer):
+    flags = ["--batch_size=32", "--learning_starts=100", f"--save_replay_buffer={save_buffer}"]
+    algo = make_algo(*flags)
+    algo.train(fake_batch(M=4), 0, 0)
+    state = algo.state_dict()
+    assert ("replay" in state) == save_buffer and "target" in state and "optimizer" in state
+    resumed = make_algo(*flags)
+    resumed.load_state_dict(state)
+    stats, _ = resumed.train(fake_batch(M=1, seed=3), 0, 0)
+    # without the buffer the replay refills: 32 transitions < learning_starts, no step yet
+    assert stats["replay_size"] == (160 if save_buffer else 32)
+    assert (stats["sgd_steps"] > 0) == save_buffer
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--use_rnn=True"], "needs a feed-forward model"),
+        (["--normalize_returns=True"], "does not normalize returns"),
+        (["--training_intensity=0"], "--training_intensity must be > 0"),
+        (["--replay_buffer_capacity=1000"], "must hold at least two iterations"),
+    ],
+)
+def test_dqn_config_errors(flags, message):
+    cfg = parse_cfg(["--env=CartPole-v1", "--algo=DQN"])
+    for f in flags:
+        k, v = f[2:].split("=")
+        setattr(cfg, k, {"True": True}.get(v, float(v) if v[0].isdigit() else v))
+    with pytest.raises(ConfigError, match=message):
+        finalize_cfg(cfg)
+
+
+def test_appo_refuses_a_replayer_and_dqn_defaults():
+    cfg = parse_cfg(["--env=CartPole-v1"])
+    assert cfg.exp_replayer == "one_time"
+    cfg.exp_replayer = "prioritized"
+    with pytest.raises(ConfigError, match="APPO replays uniformly"):
+        finalize_cfg(cfg)
+    cfg = parse_cfg(["--env=CartPole-v1", "--algo=DQN"])
+    assert cfg.preset == "classic_control_dqn" and cfg.exp_replayer == "prioritized" and cfg.eval_deterministic
+    cfg = parse_cfg(["--env=MyEnv-v0", "--algo=DQN"])
+    assert cfg.preset == "dqn" and cfg.use_rnn is False

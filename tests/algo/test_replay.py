@@ -1,0 +1,233 @@
+"""Replay buffer math (algo/replay.py): sum-tree sampling proportions, importance weights, n-step targets against a
+brute-force reference (episode ends and truncations inside the window, windows cut at the rollout end), ring
+overwrite, priority updates, state round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sample_factory.algo.replay import (
+    ReplayBuffer,
+    SumTree,
+    annealed_beta,
+    importance_weights,
+    nstep_targets,
+)
+
+
+def test_sum_tree_samples_in_proportion_to_priorities():
+    rng = np.random.default_rng(0)
+    tree = SumTree(10)  # not a power of two: padded leaves have priority 0
+    prio = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 0.5, 0.0, 10.0, 0.25, 1.25])
+    tree.set(np.arange(10), prio)
+    assert tree.total == pytest.approx(prio.sum())
+    draws = np.concatenate([tree.sample(64, rng) for _ in range(2000)])  # 128k draws
+    freq = np.bincount(draws, minlength=10) / len(draws)
+    expected = prio / prio.sum()
+    assert freq[prio == 0].sum() == 0  # zero priority is never drawn
+    np.testing.assert_allclose(freq, expected, atol=0.005)
+    # an update moves the mass: item 7 off, item 0 on
+    tree.set(np.array([7, 0]), np.array([0.0, 10.0]))
+    draws = np.concatenate([tree.sample(64, rng) for _ in range(500)])
+    freq = np.bincount(draws, minlength=10) / len(draws)
+    assert freq[7] == 0 and freq[0] == pytest.approx(10.0 / tree.total, abs=0.01)
+
+
+def test_sum_tree_find_is_the_prefix_sum_search():
+    tree = SumTree(5)
+    tree.set(np.arange(5), np.array([1.0, 0.0, 2.0, 3.0, 0.5]))
+    cum = np.cumsum([1.0, 0.0, 2.0, 3.0, 0.5])
+    values = np.array([0.0, 0.999, 1.0, 2.5, 2.999, 3.0, 5.999, 6.0, 6.4999])
+    expected = np.searchsorted(cum, values, side="right")
+    np.testing.assert_array_equal(tree.find(values), expected)
+
+
+def test_importance_weights_and_beta():
+    probs = torch.tensor([0.5, 0.25, 0.125, 0.125])
+    w = importance_weights(probs, size=4, beta=1.0)
+    # (N P)^-1 = [0.5, 1, 2, 2] / max 2
+    torch.testing.assert_close(w, torch.tensor([0.25, 0.5, 1.0, 1.0]))
+    w0 = importance_weights(probs, size=4, beta=0.0)
+    torch.testing.assert_close(w0, torch.ones(4))
+    w_half = importance_weights(probs, size=4, beta=0.5)
+    torch.testing.assert_close(w_half, torch.tensor([0.5, 2**-0.5, 1.0, 1.0]))
+    assert annealed_beta(0.4, 0.0) == pytest.approx(0.4)
+    assert annealed_beta(0.4, 0.5) == pytest.approx(0.7)
+    assert annealed_beta(0.4, 2.0) == pytest.approx(1.0)
+
+
+def brute_force_nstep(rewards, terminated, truncated, final_values, gamma, n):
+    """Loops, per transition: the reference for nstep_targets."""
+    M, T = rewards.shape
+    R, D, offs = np.zeros((M, T)), np.zeros((M, T)), np.zeros((M, T), dtype=np.int64)
+    for i in range(M):
+        for t in range(T):
+            ret, disc, m = 0.0, 0.0, 0
+            for k in range(n):
+                if t + k >= T:
+                    break
+                ret += gamma**k * rewards[i, t + k]
+                m = k + 1
+                if terminated[i, t + k]:
+                    disc = 0.0
+                    break
+                if truncated[i, t + k]:
+                    ret += gamma ** (k + 1) * final_values[i, t + k]
+                    disc = 0.0
+                    break
+                disc = gamma ** (k + 1)
+            R[i, t], D[i, t], offs[i, t] = ret, disc, m
+    return R, D, offs
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_nstep_targets_match_the_brute_force_reference(n):
+    g = torch.Generator().manual_seed(n)
+    M, T, gamma = 6, 12, 0.9
+    rewards = torch.randn(M, T, generator=g)
+    ends = torch.rand(M, T, generator=g)
+    terminated = ends < 0.15
+    truncated = (ends >= 0.15) & (ends < 0.3)
+    # fixed cases: a termination and a truncation one step into the window, and both at the last step
+    terminated[0, :], truncated[0, :] = False, False
+    terminated[0, 3] = True
+    truncated[1, :], terminated[1, :] = False, False
+    truncated[1, 5] = True
+    terminated[2, T - 1], truncated[2, T - 1] = True, False
+    final_values = torch.randn(M, T, generator=g)
+    got = nstep_targets(rewards, terminated, truncated, final_values, gamma, n)
+    R, D, offs = brute_force_nstep(
+        rewards.numpy(), terminated.numpy(), truncated.numpy(), final_values.numpy(), gamma, n
+    )
+    np.testing.assert_allclose(got.returns.numpy(), R, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.discounts.numpy(), D, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got.offsets.numpy(), offs)
+    # spelled out for row 1 (truncated at step 5, bootstrap from V(final obs) = final_values[1, 5]):
+    if n >= 3:
+        r, v = rewards[1], final_values[1]
+        expected = r[3] + gamma * r[4] + gamma**2 * r[5] + gamma**3 * v[5]
+        assert float(got.returns[1, 3]) == pytest.approx(float(expected), rel=1e-5)
+        assert float(got.discounts[1, 3]) == 0.0
+        assert float(got.discounts[1, 0]) == pytest.approx(gamma**n)  # no end in the window: bootstraps
+        assert int(got.offsets[1, T - 1]) == 1  # the window is cut at the rollout's end (obs[T] bootstraps)
+
+
+def small_buffer(capacity=16, T=4, prioritized=True, **kw) -> ReplayBuffer:
+    return ReplayBuffer(capacity, T, {"obs": ((2,), torch.float32)}, (), torch.int64, prioritized, **kw)
+
+
+def rollouts(M, T, start=0.0):
+    """obs value = (rollout, position) so the tests can tell where a transition came from."""
+    obs = torch.zeros(M, T + 1, 2)
+    obs[..., 0] = torch.arange(M).unsqueeze(1).float() + start
+    obs[..., 1] = torch.arange(T + 1).float()
+    z = torch.zeros(M, T, dtype=torch.bool)
+    targets = nstep_targets(torch.ones(M, T), z, z, torch.zeros(M, T), 0.5, 2)
+    return {"obs": obs}, torch.arange(M * T).view(M, T), targets
+
+
+def test_buffer_stores_each_observation_once_and_bootstraps_from_t_plus_m():
+    buf = small_buffer(capacity=8, T=4, prioritized=False)
+    obs, actions, targets = rollouts(2, 4)
+    idx = buf.add(obs, actions, targets, torch.ones(2, 4, dtype=torch.bool))
+    assert buf.obs["obs"].shape == (2, 5, 2)  # blocks x (T + 1): not an (obs, next_obs) pair per transition
+    s = buf.take(idx)
+    torch.testing.assert_close(s.actions, torch.arange(8))
+    # transition t of rollout r: obs (r, t), next obs (r, t + m) with m = min(2, T - t)
+    pos = torch.arange(4).repeat(2).float()
+    torch.testing.assert_close(s.obs["obs"][:, 1], pos)
+    torch.testing.assert_close(s.next_obs["obs"][:, 1], torch.minimum(pos + 2, torch.tensor(4.0)))
+    torch.testing.assert_close(s.returns, targets.returns.reshape(-1))
+
+
+def test_buffer_ring_overwrites_the_oldest_and_masks_invalid_steps():
+    buf = small_buffer(capacity=8, T=4, prioritized=False, seed=0)
+    for start in (0.0, 10.0, 20.0):  # 3 rollouts of one block each into 2 blocks
+        obs, actions, targets = rollouts(1, 4, start)
+        valid = torch.ones(1, 4, dtype=torch.bool)
+        valid[0, 0] = start != 20.0  # the newest rollout's first step is masked (e.g. another policy's)
+        buf.add(obs, actions, targets, valid)
+    assert len(buf) == 7
+    s = buf.sample(2000)
+    sources = set(s.obs["obs"][:, 0].tolist())
+    assert sources == {10.0, 20.0}  # rollout 0 was overwritten
+    assert not ((s.obs["obs"][:, 0] == 20.0) & (s.obs["obs"][:, 1] == 0.0)).any()
+    torch.testing.assert_close(s.weights, torch.ones(2000))
+
+
+def test_priorities_initial_and_updated():
+    buf = small_buffer(capacity=8, T=4, prioritized=True, alpha=1.0, eps=0.0, seed=1)
+    obs, actions, targets = rollouts(2, 4)
+    prio = torch.zeros(2, 4)
+    prio[0, 1] = 3.0
+    prio[1, 2] = 1.0
+    buf.add(obs, actions, targets, torch.ones(2, 4, dtype=torch.bool), prio)
+    s = buf.sample(4000, beta=1.0)
+    counts = torch.bincount(s.indices, minlength=8).float() / 4000
+    assert counts[1] == pytest.approx(0.75, abs=0.03) and counts[6] == pytest.approx(0.25, abs=0.03)
+    # importance weights: (N P)^-1 normalized by the batch max -> the rarer item has weight 1
+    w_of = {int(i): float(w) for i, w in zip(s.indices, s.weights, strict=True)}
+    assert w_of[6] == pytest.approx(1.0) and w_of[1] == pytest.approx(1 / 3, rel=1e-4)
+    buf.update_priorities(torch.tensor([1, 6]), torch.tensor([1.0, 1.0]))
+    s = buf.sample(4000)
+    counts = torch.bincount(s.indices, minlength=8).float() / 4000
+    assert counts[1] == pytest.approx(0.5, abs=0.03) and counts[6] == pytest.approx(0.5, abs=0.03)
+    # new transitions without a priority get the largest seen so far (3.0)
+    obs, actions, targets = rollouts(1, 4, 5.0)
+    buf.add(obs, actions, targets, torch.ones(1, 4, dtype=torch.bool))
+    assert buf.tree.get(np.arange(4)).tolist() == [3.0] * 4
+
+
+def test_state_dict_round_trip():
+    buf = small_buffer(prioritized=True, seed=2)
+    obs, actions, targets = rollouts(3, 4)
+    buf.add(obs, actions, targets, torch.ones(3, 4, dtype=torch.bool), torch.rand(3, 4))
+    other = small_buffer(prioritized=True, seed=2)
+    other.load_state_dict(buf.state_dict())
+    assert len(other) == len(buf) == 12 and other.tree.total == pytest.approx(buf.tree.total)
+    torch.testing.assert_close(other.take(torch.arange(12)).next_obs["obs"], buf.take(torch.arange(12)).next_obs["obs"])
+    with pytest.raises(ValueError, match="capacity or --rollout changed"):
+        small_buffer(capacity=32).load_state_dict(buf.state_dict())
+
+
+def frame_stack_rollouts(M, T, k, ends, seed=0):
+    """Stacks as gymnasium's FrameStackObservation builds them (the reset frame repeated k times), across episode
+    ends at the given (row, step) positions; the stream starts mid-episode so obs[0]'s stack holds older frames."""
+    g = torch.Generator().manual_seed(seed)
+    frames = torch.randint(0, 255, (M, T + 1 + k, 3, 3), generator=g, dtype=torch.uint8)
+    obs = torch.zeros(M, T + 1, k, 3, 3, dtype=torch.uint8)
+    is_first = torch.zeros(M, T + 1, dtype=torch.bool)
+    for i in range(M):
+        stack = [frames[i, j] for j in range(k)]  # the history before the rollout
+        for t in range(T + 1):
+            if t > 0:
+                if (i, t - 1) in ends:  # step t - 1 ended the episode: obs[t] is a reset observation
+                    is_first[i, t] = True
+                    stack = [frames[i, t + k - 1]] * k
+                else:
+                    stack = stack[1:] + [frames[i, t + k - 1]]
+            obs[i, t] = torch.stack(stack)
+    return obs, is_first
+
+
+def test_frame_stacks_are_stored_once_and_rebuilt_exactly():
+    M, T, k = 3, 8, 4
+    ends = {(0, 2), (1, 0), (1, 6), (2, T - 1)}
+    obs, is_first = frame_stack_rollouts(M, T, k, ends)
+    shapes = {"obs": ((k, 3, 3), torch.uint8)}
+    buf = ReplayBuffer(M * T, T, shapes, (), torch.int64, prioritized=False, stacked={"obs": k})
+    z = torch.zeros(M, T, dtype=torch.bool)
+    targets = nstep_targets(torch.ones(M, T), z, z, torch.zeros(M, T), 0.9, 3)
+    idx = buf.add({"obs": obs}, torch.zeros(M, T, dtype=torch.int64), targets, ~z, None, is_first)
+    assert buf.frames["obs"].shape == (M, T + k, 3, 3) and not buf.obs  # one frame per step (+ k - 1 per block)
+    s = buf.take(idx)
+    torch.testing.assert_close(s.obs["obs"], obs[:, :T].reshape(-1, k, 3, 3))
+    nt = torch.arange(T).repeat(M) + targets.offsets.reshape(-1)
+    torch.testing.assert_close(s.next_obs["obs"], obs[torch.arange(M).repeat_interleave(T), nt])
+    # zero padding at a reset (FrameStackObservation(padding_type="zero")) cannot be rebuilt: refused
+    bad = obs.clone()
+    bad[1, 1, :-1] = 0
+    with pytest.raises(ValueError, match="not a frame stack"):
+        buf.add({"obs": bad}, torch.zeros(M, T, dtype=torch.int64), targets, ~z, None, is_first)

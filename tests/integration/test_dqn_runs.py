@@ -1,0 +1,87 @@
+"""Whole DQN runs, in process (serial mode, CartPole, seconds each): training goes through the learner and the policy
+workers with the replay, the checkpoint holds the target network (and the buffer only with --save_replay_buffer),
+enjoy.py evaluates greedily, and a resume from the checkpoint without the buffer refills it before training again
+(with it, replaying goes on at once)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sample_factory.config import PRESETS
+from sample_factory.evaluation.enjoy import main as enjoy_main
+from sample_factory.evaluation.policy_api import load_policy
+from sample_factory.experiment.checkpoints import list_checkpoints
+from sample_factory.train import main as train_main
+from tests.policy_helpers import one_torch_thread
+from tests.reliability.test_faults import scalar_values
+
+DQN = [
+    "--env=CartPole-v1",
+    "--algo=DQN",
+    "--serial_mode=True",
+    "--num_workers=1",
+    "--num_envs_per_worker=8",
+    "--batch_size=64",
+    "--num_batches_per_epoch=4",
+    "--encoder_mlp_layers=32",
+    "--learning_starts=1000",
+    "--seed=1",
+    "--device=cpu",
+]
+
+
+DQN_INTENSITY = PRESETS["classic_control_dqn"]["training_intensity"]
+
+
+def train(td, *extra: str) -> int:
+    with one_torch_thread():
+        return train_main([*DQN, f"--train_dir={td}", *extra])
+
+
+@pytest.mark.timeout(240)
+def test_dqn_serial_run_checkpoint_enjoy_and_resume(tmp_path):
+    assert train(tmp_path, "--experiment=dqn", "--train_for_env_steps=6000") == 0
+    exp = tmp_path / "dqn"
+    state = torch.load(list_checkpoints(exp / "checkpoint_p0")[-1], weights_only=False)
+    assert set(state["algo"]) == {"optimizer", "target", "counters"}  # no replay without --save_replay_buffer
+    assert state["algo"]["counters"]["sampled"] >= 6000 and state["policy_version"] > 0
+    sizes = scalar_values(exp / ".summary" / "0", "train/replay_size")
+    ratio = scalar_values(exp / ".summary" / "0", "train/replay_ratio")
+    assert sizes[-1] >= 6000 and ratio[-1] == pytest.approx(DQN_INTENSITY, rel=0.1)
+
+    # greedy evaluation: enjoy forces deterministic (argmax Q) actions
+    with one_torch_thread():
+        assert enjoy_main([f"--train_dir={tmp_path}", "--experiment=dqn", "--no_render", "--max_num_episodes=2"]) == 0
+    res = json.loads((exp / "eval_results.json").read_text())
+    assert res["deterministic"] is True and res["episodes"] == 2
+    policy = load_policy(exp)
+    obs = torch.randn(16, 4).numpy()
+    a1, _ = policy.act_batch(obs)
+    a2, _ = policy.act_batch(obs)
+    assert (a1 == a2).all()  # the policy API acts greedily too, without being asked
+
+    # resume without the buffer: it refills to --learning_starts before the next SGD step (from the checkpoint,
+    # as a multi-process run resumes: serial mode's exact-resume snapshot would bring the whole learner back)
+    (exp / "serial_state.pth").unlink()
+    steps_before = len(scalar_values(exp / ".summary" / "0", "train/sgd_steps"))
+    assert train(tmp_path, "--experiment=dqn", "--train_for_env_steps=9000") == 0
+    sgd = scalar_values(exp / ".summary" / "0", "train/sgd_steps")[steps_before:]
+    sizes = scalar_values(exp / ".summary" / "0", "train/replay_size")[steps_before:]
+    assert sizes[0] < 1000 and sgd[0] == 0 and sum(sgd) > 0, (sizes, sgd)
+
+
+@pytest.mark.timeout(240)
+def test_dqn_resume_with_the_saved_replay_buffer(tmp_path):
+    assert train(tmp_path, "--experiment=r", "--train_for_env_steps=4000", "--save_replay_buffer=True") == 0
+    exp = tmp_path / "r"
+    state = torch.load(list_checkpoints(exp / "checkpoint_p0")[-1], weights_only=False)
+    assert state["algo"]["replay"]["filled_blocks"] > 0
+    n = len(scalar_values(exp / ".summary" / "0", "train/sgd_steps"))
+    (exp / "serial_state.pth").unlink()  # resume from the checkpoint
+    assert train(tmp_path, "--experiment=r", "--train_for_env_steps=6000", "--save_replay_buffer=True") == 0
+    sgd = scalar_values(exp / ".summary" / "0", "train/sgd_steps")[n:]
+    sizes = scalar_values(exp / ".summary" / "0", "train/replay_size")[n:]
+    assert sizes[0] > 4000 and sgd[0] > 0, (sizes, sgd)  # kept replaying at once
