@@ -124,11 +124,12 @@ def hook_env(**variables: str) -> dict[str, str]:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
-    "epochs, batches, step_sec", [(4, 4, 1.0), (1, 1, 6.0)], ids=["16-steps-of-1s", "one-step-of-6s"]
+    "epochs, batches, step_sec", [(4, 4, 1.0), (1, 1, 20.0)], ids=["16-steps-of-1s", "one-step-of-20s"]
 )
 def test_slow_learner_saves_its_final_checkpoint(tmp_path, start_run, epochs, batches, step_sec):
     """The stop comes while the learner trains: an iteration of 16 s (it must stop between SGD steps), or one SGD
-    step of 6 s (the runner must wait for it beyond --shutdown_timeout_sec). Either way the final checkpoint is
+    step of 20 s (the stop at 12 s lands well inside the first step, whatever the start-up time: the runner must
+    wait for it beyond --shutdown_timeout_sec). Either way the final checkpoint is
     written and named in the summary; no periodic one exists."""
     extra_env = hook_env(SF_TEST_SLOW_SGD_STEP_SEC=str(step_sec))
     args = [f"--num_epochs={epochs}", f"--num_batches_per_epoch={batches}"]
