@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from sample_factory.config import parse_cfg
 from sample_factory.tools.benchmark import REPO
@@ -59,11 +61,13 @@ def raw_ceiling(env_name: str, processes: int, seconds: float) -> float:
     return sum(rates)
 
 
-def run_train(args: list[str], seconds: float) -> tuple[dict, list[str]]:
+def run_train(args: list[str], seconds: float, repo: Path = REPO) -> tuple[dict, list[str]]:
+    """One timed train.py run of `repo`'s code (another checkout: its own code first on PYTHONPATH)."""
     with tempfile.TemporaryDirectory() as td:
-        cmd = [sys.executable, str(REPO / "train.py"), f"--train_dir={td}", "--experiment=bench"]
+        cmd = [sys.executable, str(repo / "train.py"), f"--train_dir={td}", "--experiment=bench"]
         cmd += [f"--train_for_seconds={seconds}", "--report_interval_sec=2", *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, env=env, timeout=seconds + 300)
     out = proc.stdout.splitlines()
     result = {"rc": proc.returncode, "stderr_tail": proc.stderr.splitlines()[-3:]}
     for line in out:

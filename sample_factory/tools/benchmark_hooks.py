@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from sample_factory.experiment.callbacks import Callbacks
+from sample_factory.tools.benchmark_atari import REPO, run_train
 
-REPO = Path(__file__).resolve().parents[2]
-_DONE = re.compile(r"done: (\d+) env (?:steps|frames) in ([\d.]+) s, (\d+) FPS overall")
 HOOK_FLAGS = [
     "--callbacks=sample_factory.tools.benchmark_hooks:CountingCallbacks",
     "--episode_info_keys=success",
@@ -46,17 +42,12 @@ class CountingCallbacks(Callbacks):
         return {"hook_length": episode.length}
 
 
-def run_train(repo: Path, flags: list[str], seconds: float) -> float:
-    """Overall FPS of one run of `repo`'s train.py (its own code: PYTHONPATH points at it)."""
-    with tempfile.TemporaryDirectory() as td:
-        cmd = [sys.executable, str(repo / "train.py"), f"--train_dir={td}", "--experiment=bench"]
-        cmd += [f"--train_for_seconds={seconds}", "--report_interval_sec=2", *flags]
-        env = {**os.environ, "PYTHONPATH": str(repo)}
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, env=env, timeout=seconds + 120)
-        m = _DONE.search(proc.stdout)
-        if proc.returncode != 0 or m is None:
-            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}")
-        return float(m.group(3))
+def overall_fps(repo: Path, flags: list[str], seconds: float) -> float:
+    """Overall FPS of one run of `repo`'s train.py."""
+    result, _ = run_train(flags, seconds, repo)
+    if result["rc"] != 0 or "fps" not in result:
+        raise RuntimeError(f"train.py {' '.join(flags)} exited {result['rc']}: {' | '.join(result['stderr_tail'])}")
+    return float(result["fps"])
 
 
 def base_worktree(rev: str, where: Path) -> Path:
@@ -88,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for r in range(args.repeats):
                 for name, repo, flags in variants:
-                    fps.setdefault(name, []).append(run_train(repo, [*common, *flags], args.seconds))
+                    fps.setdefault(name, []).append(overall_fps(repo, [*common, *flags], args.seconds))
                     print(f"repeat {r + 1}: {name}: {fps[name][-1]:,.0f} FPS", flush=True)
         finally:
             if args.base_rev:
