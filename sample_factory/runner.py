@@ -72,6 +72,7 @@ class Runner:
         # report kind -> handler, for every kind a component sends (every report also counts as a sign of life)
         self.report_handlers: dict[str, Callable[[Report], None]] = {
             "started": self._on_started,
+            "note": self._on_note,
             "heartbeat": self._on_heartbeat,
             "samples": self._on_samples,
             "train": self._on_train,
@@ -304,6 +305,9 @@ class Runner:
 
     def _on_heartbeat(self, report: Report) -> None:
         pass  # the supervisor's monitor has noted it
+
+    def _on_note(self, report: Report) -> None:
+        log(f"{report.role} {report.index}: {report.payload}")
 
     def _on_samples(self, report: Report) -> None:
         policy, steps, episodes, stats = report.payload

@@ -73,6 +73,10 @@ class OptionFields:
     max_nonfinite_updates: int  # default 20
     learner_main_loop_num_cores: int  # default 1
     learner_precision: str  # default 'fp32'; one of fp32, bf16, auto
+    torch_compile_learner: bool  # default False
+    torch_compile_worker: bool  # default False
+    torch_compile_dynamo_backend: str  # default 'inductor'
+    torch_compile_dynamo_mode: str  # default ''
 
     # Replay and DQN
     exp_replayer: str | None  # default None; one of one_time, uniform, prioritized

@@ -101,7 +101,9 @@ class Supervisor:
         self.cfg, self.ctx, self.make_component = cfg, ctx, make_component
         self.on_restart = on_restart  # (role, index, reason, restarts): the user's on_worker_restarted hook
         self.buffers, self.channels, self.log = buffers, channels, log
-        self.monitor = HeartbeatMonitor(cfg.heartbeat_timeout_sec)
+        # torch.compile runs in init (model/compile.py): a minute or more on a small loaded machine
+        compiling = cfg.torch_compile_learner or cfg.torch_compile_worker
+        self.monitor = HeartbeatMonitor(cfg.heartbeat_timeout_sec, startup_timeout=300.0 if compiling else None)
         self.processes: dict[ComponentKey, ChildProcess] = {}
         self.fork_server_loss_logged = False
         self.components: dict[ComponentKey, Component] = {}

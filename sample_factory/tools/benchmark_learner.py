@@ -5,6 +5,10 @@ Times one SGD step (forward, backward, Adam) of the `atari` preset's model (conv
 default, vs channels_last = NHWC, which the model uses) and precision (fp32 vs --learner_precision=bf16 autocast),
 interleaved over --rounds so that a noisy machine affects all variants alike, and prints medians and ratios to
 the NCHW fp32 step. Runs on --device (cpu by default).
+
+--compile adds the channels_last variants with torch.compile'd encoders (--torch_compile_learner: static shapes,
+compiled in the warm-up steps, which are not timed) and times inference (--torch_compile_worker: dynamic shapes, no
+grad) at the batch sizes of --inference_batches, eager vs compiled.
 """
 
 from __future__ import annotations
@@ -21,25 +25,37 @@ import torch
 
 from sample_factory.config import parse_cfg
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.model.compile import compile_encoders
 from sample_factory.model.encoders import ConvEncoder
 
-VARIANTS = {  # name: (channels_last, bf16)
-    "NCHW fp32": (False, False),
-    "channels_last fp32": (True, False),
-    "NCHW bf16": (False, True),
-    "channels_last bf16": (True, True),
+VARIANTS = {  # name: (channels_last, bf16, compiled)
+    "NCHW fp32": (False, False, False),
+    "channels_last fp32": (True, False, False),
+    "NCHW bf16": (False, True, False),
+    "channels_last bf16": (True, True, False),
+}
+COMPILED_VARIANTS = {
+    "compiled fp32": (True, False, True),
+    "compiled bf16": (True, True, True),
 }
 
 
-def make_step(channels_last: bool, bf16: bool, batch: int, device: torch.device):
+def make_model(channels_last: bool, device: torch.device, compiled: bool = False, dynamic: bool | None = None):
     cfg = parse_cfg(["--env=atari_pong"])  # the atari preset's model flags
     torch.manual_seed(0)
     model = ActorCritic(cfg, gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6)).to(device)
+    if compiled:
+        compile_encoders(model, print, dynamic=dynamic)
     if not channels_last:
         for m in model.modules():
             if isinstance(m, ConvEncoder):
                 m.convs.to(memory_format=torch.contiguous_format)
                 m.channels_last = False
+    return model
+
+
+def make_step(channels_last: bool, bf16: bool, compiled: bool, batch: int, device: torch.device):
+    model = make_model(channels_last, device, compiled)
     opt = torch.optim.Adam(model.parameters(), 2.5e-4)
     obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8, device=device)
     target = torch.randn(batch, device=device)
@@ -64,11 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=256, help="Samples per SGD step.")
     p.add_argument("--rounds", type=int, default=10, help="Timed steps per variant (after 2 warm-up steps).")
     p.add_argument("--device", default="cpu", help="torch device.")
+    p.add_argument("--compile", action="store_true", help="Also time torch.compile'd encoders (training, inference).")
+    p.add_argument("--inference_batches", default="8,32,128", help="Batch sizes of the --compile inference timing.")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    steps = {name: make_step(*flags, args.batch, device) for name, flags in VARIANTS.items()}
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    variants = {**VARIANTS, **(COMPILED_VARIANTS if args.compile else {})}
+    steps = {name: make_step(*flags, args.batch, device) for name, flags in variants.items()}
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(args.rounds + 2):
         for name, step in steps.items():
             t0 = time.perf_counter()
@@ -80,7 +99,32 @@ def main(argv: list[str] | None = None) -> int:
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"  {name:20s} median {med * 1e3:7.1f} ms (min {min(ts) * 1e3:6.1f})  speed-up {base / med:4.2f}x")
+    if args.compile:
+        time_inference([int(b) for b in args.inference_batches.split(",")], args.rounds, device)
     return 0
+
+
+def time_inference(batches: list[int], rounds: int, device: torch.device) -> None:
+    """Policy-worker inference (channels_last fp32, no grad), eager vs compiled for dynamic shapes."""
+    models = {"eager": make_model(True, device), "compiled": make_model(True, device, compiled=True, dynamic=True)}
+    print(f"inference (forward, no grad) of the atari model, {device}, eager vs compiled (dynamic shapes):")
+    with torch.inference_mode():
+        for batch in batches:
+            obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8, device=device)
+            times: dict[str, list[float]] = {name: [] for name in models}
+            for r in range(rounds + 2):
+                for name, model in models.items():
+                    t0 = time.perf_counter()
+                    model.forward_step(obs, None)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    if r >= 2:
+                        times[name].append(time.perf_counter() - t0)
+            eager, comp = (statistics.median(times[n]) for n in models)
+            print(
+                f"  batch {batch:4d}: eager {eager * 1e3:7.2f} ms  compiled {comp * 1e3:7.2f} ms  "
+                f"speed-up {eager / comp:4.2f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from sample_factory.algo.base import forward_autocast
 from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config
 from sample_factory.experiment.callbacks import call_hook, make_callbacks
@@ -32,6 +33,7 @@ from sample_factory.experiment.checkpoints import (
     save_milestone,
 )
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.model.compile import compile_for_role, warm_up
 from sample_factory.pbt.population import apply_hyperparams
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import torch_device
@@ -107,6 +109,10 @@ class Learner(Component):
         self.model.to(self.device).train()
         self.algo = make_algorithm(cfg, self.model, self.device)
         self.algo.stop_check = self._stop_requested
+        # after make_algorithm: copies it makes (DQN's target network) stay eager
+        if compile_for_role(self.model, cfg, "learner", lambda line: self.report("note", line)):
+            rows = self.columns_per_iteration // max(cfg.num_batches_per_epoch, 1) * (cfg.rollout + 1)
+            warm_up(self.model, self.obs_space, self.device, rows, train=True, autocast=forward_autocast(self.algo))
         # only what the algorithm reads is copied out of shared memory (plus policy ids to count a policy's samples)
         self.batch_keys = {*self.algo.required_buffers, *(("policy_id",) if cfg.num_policies > 1 else ())}
         self.version = 0

@@ -22,6 +22,7 @@ from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.model.compile import compile_for_role, warm_up
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import torch_device
 from sample_factory.runtime.messages import REQUEST, STOP, ActionsReady, Channels, Request, Stop, decode
@@ -67,6 +68,8 @@ class PolicyWorker(Component):
         self.device = torch_device(self.cfg.device)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
         self.version = self.weights.load_into(self.model)
+        if compile_for_role(self.model, self.cfg, "worker", lambda line: self.report("note", line)):
+            warm_up(self.model, self.obs_space, self.device, rows=4, train=False)
         self.algo = algorithm_class(self.cfg)  # the class: how to act (act, values), no training state
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
         self.bind_views()

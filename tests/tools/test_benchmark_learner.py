@@ -13,3 +13,19 @@ def test_prints_every_variant(capsys):
     for name in benchmark_learner.VARIANTS:
         assert re.search(rf"{name}\s+median\s+[\d.]+ ms .* speed-up [\d.]+x", out), out
     assert "speed-up 1.00x" in out  # the NCHW fp32 baseline
+
+
+def test_compile_adds_compiled_variants_and_inference(capsys, monkeypatch):
+    # aot_eager: the same dynamo + autograd path as inductor, without a C++ build (that is covered by
+    # tests/integration/test_torch_compile.py)
+    real = benchmark_learner.compile_encoders
+    monkeypatch.setattr(
+        benchmark_learner, "compile_encoders", lambda model, log, **kw: real(model, log, backend="aot_eager", **kw)
+    )
+    assert benchmark_learner.main(["--batch=4", "--rounds=1", "--compile", "--inference_batches=2,3"]) == 0
+    out = capsys.readouterr().out
+    for name in benchmark_learner.COMPILED_VARIANTS:
+        assert re.search(rf"{name}\s+median\s+[\d.]+ ms .* speed-up [\d.]+x", out), out
+    for batch in (2, 3):
+        assert re.search(rf"batch\s+{batch}: eager\s+[\d.]+ ms\s+compiled\s+[\d.]+ ms\s+speed-up [\d.]+x", out), out
+    assert "running it eagerly" not in out
