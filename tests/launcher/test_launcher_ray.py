@@ -90,3 +90,29 @@ def test_ray_killed_launcher_still_stops_its_runs(tmp_path, launcher, ray_cluste
     _, alive = psutil.wait_procs(tree, timeout=max(deadline - time.monotonic(), 1))
     assert not alive, alive
     assert list((td / "long" / "checkpoint_p0").glob("*.pth"))
+
+
+@pytest.mark.timeout(60)
+def test_actor_waits_for_the_runs_leftover_processes(tmp_path):
+    """A run's main process ended (killed) while its components still save: the actor returns only once they are
+    done, so a restart of the same experiment never shares its folder with them; a straggler is killed."""
+    import subprocess
+    import sys
+
+    from sample_factory.launcher.ray_backend import wait_for_process_group
+
+    done = tmp_path / "saved"
+    child = tmp_path / "child.py"
+    child.write_text(f"import time\ntime.sleep(1.5)\nopen({str(done)!r}, 'w').close()\n")
+    # the leader exits at once; its child (same process group) "saves" for 1.5 s
+    script = f"import subprocess, sys; subprocess.Popen([sys.executable, {str(child)!r}])"
+    leader = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    leader.wait()
+    started = time.monotonic()
+    wait_for_process_group(leader.pid, timeout=20)
+    assert done.exists() and time.monotonic() - started < 15
+
+    hung = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    started = time.monotonic()
+    wait_for_process_group(hung.pid, timeout=1)
+    assert hung.wait(timeout=10) == -9 and time.monotonic() - started < 10
