@@ -127,7 +127,9 @@ class RayPopulation:
         steps, objective = read_progress(self.cfg, m.exp_dir)
         info = latest_checkpoint_info(m.exp_dir)
         if segment.get("exit_code") == 0 and steps is not None and info is not None:
-            m.env_steps, m.objective = steps, objective
+            m.env_steps = steps
+            if math.isfinite(objective):  # a segment without a finished episode keeps the last known objective
+                m.objective = objective
             self._after_segment(m)
             return m.status == "training"
         m.restarts += 1
@@ -147,7 +149,9 @@ class RayPopulation:
     def job(self, m: Member) -> Job:
         return Job(
             name=m.exp_dir.name,
-            argv=member_argv(self.cfg, self.argv, self.pop_dir, m.index, m.target),
+            argv=member_argv(
+                self.cfg, self.argv, self.pop_dir, m.index, m.target, latest_checkpoint_info(m.exp_dir) is not None
+            ),
             cwd=os.getcwd(),
             exp_dir=m.exp_dir,
             log_path=self.pop_dir / "logs" / f"{m.exp_dir.name}.log",

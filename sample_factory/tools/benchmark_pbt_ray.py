@@ -4,7 +4,7 @@
 For each seed it trains the same CartPole-v1 population of 4 policies twice, with the same flags, budget (env steps
 per policy) and seed:
 
-    python train.py --env=CartPole-v1 --num_workers=2 --num_policies=4 --with_pbt=True
+    python train.py --env=CartPole-v1 --num_workers=2 --num_envs_per_worker=16 --num_policies=4 --with_pbt=True
         --pbt_period_env_steps=P --pbt_start_mutation=P --train_for_env_steps=N --seed=S
     ... the same + --pbt_backend=ray --pbt_cpus_per_member=1 [--pbt_ray_address=...]
 
@@ -38,6 +38,7 @@ def common_flags(args: argparse.Namespace, seed: int, experiment: str) -> list[s
     return [
         "--env=CartPole-v1",
         "--num_workers=2",
+        f"--num_envs_per_worker={args.num_envs_per_worker}",
         f"--num_policies={POLICIES}",
         "--with_pbt=True",
         f"--pbt_period_env_steps={args.period}",
@@ -123,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget_env_steps", type=int, default=100_000, help="env steps per policy")
     p.add_argument("--period", type=int, default=25_000, help="--pbt_period_env_steps (and --pbt_start_mutation)")
     p.add_argument("--seeds", default="0")
+    p.add_argument(
+        "--num_envs_per_worker",
+        type=int,
+        default=16,
+        help="few enough that a member's segment finishes many 500-step episodes (its reward window is per segment)",
+    )
     p.add_argument("--ray_address", default=None, help="a Ray cluster for the ray backend (default: a local one)")
     p.add_argument("--output_dir", type=Path, default=Path("/tmp/sf_benchmark_pbt_ray"))
     args = p.parse_args(argv)

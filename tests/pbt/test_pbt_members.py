@@ -69,6 +69,11 @@ def test_member_argv_replaces_population_flags(tmp_path):
     assert (m.num_workers, m.learning_rate, m.pbt_period_env_steps) == (1, 0.001, 1000)
     for flag in ("--num_policies=4", "--pbt_backend=ray", "--seed=3", "--experiment", "--restart_behavior=overwrite"):
         assert flag not in cmd
+    # random-action decorrelation only in a member's first segment (a one-process run does it once)
+    assert m.decorrelate_envs_on_one_worker
+    assert not parse_cfg(
+        member_argv(cfg, argv, tmp_path / "pop", 2, 3000, resumed=True)[3:]
+    ).decorrelate_envs_on_one_worker
 
 
 def test_ray_backend_config_checks():
@@ -180,7 +185,7 @@ def test_member_state_round_trip_reaches_the_members_learner(tmp_path):
     assert member_pbt.hyperparams(0) == state.hyperparams != pbt.hyperparams(0)
 
 
-def _finished_segment(pop_dir: Path, i: int, env_steps: int, reward: float, version: int) -> None:
+def _finished_segment(pop_dir: Path, i: int, env_steps: int, reward: float | str, version: int) -> None:
     d = pop_dir / f"member_{i}"
     save_checkpoint(d / "checkpoint_p0", _state(version, env_steps - 100, seed=i), version, env_steps - 100, 2)
     with open(d / "progress.csv", "a") as f:
@@ -215,13 +220,17 @@ def test_coordinator_decisions_replacement_restart_and_failure(tmp_path):
     assert not pop._on_segment_end(m, {"exit_code": None, "error": "ActorDiedError"}) and m.status == "failed"
     assert math.isnan(pop.objectives()[2])  # no longer ranked, nor a source
 
+    # a segment in which no episode finished keeps the member's last known objective
+    _finished_segment(pop_dir, 0, 2050, "nan", version=6)
+    assert pop._on_segment_end(pop.members[0], {"exit_code": 0}) and pop.objectives()[0] == 50.0
+
     # a clean exit before the target: the member's own stop rule ended it; the budget: finished
     _finished_segment(pop_dir, 3, 1500, 33.0, version=9)
     assert not pop._on_segment_end(pop.members[3], {"exit_code": 0}) and pop.members[3].status == "stopped"
     _finished_segment(pop_dir, 0, 5000, 60.0, version=9)
     pop.members[0].target = 5000
     assert not pop._on_segment_end(pop.members[0], {"exit_code": 0}) and pop.members[0].status == "finished"
-    assert len(pop.pbt.states[0].history) == 1  # no decision at the end of training
+    assert len(pop.pbt.states[0].history) == 2  # no decision at the end of training
 
     # a resumed coordinator takes up each member where its files are
     again = RayPopulation(cfg, POP, pop_dir, None)

@@ -167,24 +167,28 @@ def test_pbt_population_of_4_on_two_nodes(tmp_path, ray_cluster, coordinator):
 def test_pbt_member_killed_mid_segment_restarts_from_its_checkpoint(tmp_path, ray_cluster, coordinator):
     address, env = ray_cluster
     td = tmp_path / "td"
-    # segments of 8000 env steps: several seconds of training to be killed in
-    flags = [*BASE, "--num_policies=2", "--pbt_period_env_steps=8000", "--train_for_env_steps=16000"]
+    # segments of 12000 env steps: several seconds of training to be killed in
+    flags = [*BASE, "--num_policies=2", "--pbt_period_env_steps=12000", "--train_for_env_steps=24000"]
     flags.append(f"--train_dir={td}")
     run = coordinator([*flags, f"--pbt_ray_address={address}"], env)
     pop = td / "pop"
     log1 = pop / "logs" / "member_1.log"
 
-    def second_segment_training() -> bool:  # member 1 resumed its checkpoint and reports progress again
+    def second_segment_training() -> list[psutil.Process]:
+        """Member 1's train.py while it trains its second segment (resumed, reporting progress), else []."""
         text = log1.read_text() if log1.exists() else ""
-        return text.count("# launcher ") == 2 and text.split("# launcher ")[-1].count("FPS 10s/60s/300s") >= 1
+        if text.count("# launcher ") != 2 or "FPS 10s/60s/300s" not in text.split("# launcher ")[-1]:
+            return []
+        return member_processes(str(pop), member=1)
 
     deadline = time.monotonic() + 150
-    while not second_segment_training() and time.monotonic() < deadline and run.proc.poll() is None:
-        time.sleep(0.2)
-    assert second_segment_training(), run.output[-3000:]
-    resumed_from = latest_checkpoint_info(pop / "member_1")[0]
-    victims = member_processes(str(pop), member=1)
-    assert len(victims) == 1, victims  # train.py itself (not its guard)
+    victims: list[psutil.Process] = []
+    while not victims and time.monotonic() < deadline and run.proc.poll() is None:
+        resumed_from = latest_checkpoint_info(pop / "member_1")
+        victims = second_segment_training()
+        time.sleep(0.1)
+    assert len(victims) == 1, (victims, run.output[-3000:])  # train.py itself (not its guard)
+    resumed_from = resumed_from[0]
     tree = [victims[0], *victims[0].children(recursive=True)]
     victims[0].kill()
 
@@ -198,7 +202,7 @@ def test_pbt_member_killed_mid_segment_restarts_from_its_checkpoint(tmp_path, ra
     assert restart_from.name >= resumed_from.name  # zero-padded versions: names sort by version
     rows = json.loads((pop / "population.json").read_text())["members"]
     assert [r["status"] for r in rows] == ["finished", "finished"]
-    assert [r["restarts"] for r in rows] == [0, 1] and rows[1]["env_steps"] >= 16000
+    assert [r["restarts"] for r in rows] == [0, 1] and rows[1]["env_steps"] >= 24000
     third = (log1.read_text()).split("# launcher ")[3]  # the restarted segment
     assert f"resumed from {restart_from} " in third, third[:2000]
     _, alive = psutil.wait_procs(tree, timeout=30)  # the killed run's components followed it
