@@ -1,4 +1,5 @@
-"""`python train.py --env=CartPole-v1 --experiment=NAME`: parse the config and run the runner."""
+"""`python train.py --env=CartPole-v1 --experiment=NAME`: parse the config and run the runner (or, with
+--pbt_backend=ray, coordinate a population of such runs)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from sample_factory.runner import run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     cfg = parse_cfg(argv)
+    if cfg.with_pbt and cfg.pbt_backend == "ray":  # a coordinator of separate member runs (pbt/ray_backend.py)
+        from sample_factory.pbt.ray_backend import run_population
+
+        return run_population(cfg, argv)
     return run(cfg)
 
 

@@ -23,11 +23,12 @@ ALLOWED: dict[str, set[str]] = {
     "model": {"config", "envs", "algo"},
     "runtime": {"config", "envs", "algo"},  # buffer layout follows the env spaces and the action distributions
     "experiment": {"config"},
-    "pbt": {"config", "runtime", "experiment"},
+    # the ray backend runs members as launcher jobs and reads the env's reward-shaping coefficients
+    "pbt": {"config", "runtime", "experiment", "launcher", "envs"},
     "workers": {"config", "runtime", "algo", "model", "envs", "experiment", "pbt"},
     "evaluation": {"config", "runtime", "algo", "model", "envs", "experiment", "workers", "runner"},
     "runner": {"config", "runtime", "algo", "model", "envs", "experiment", "pbt", "workers", "evaluation"},
-    "train": {"config", "runner"},
+    "train": {"config", "runner", "pbt"},
     # runs train.py as a subprocess command: it needs none of the training code, only the folder conventions
     "launcher": {"config", "experiment"},
     "tools": {

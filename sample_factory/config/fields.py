@@ -174,4 +174,9 @@ class OptionFields:
     pbt_target_objective: str  # default 'true_objective'
     pbt_perturb_min: float  # default 1.1
     pbt_perturb_max: float  # default 1.5
+    pbt_backend: str  # default 'in_process'; one of in_process, ray
+    pbt_ray_address: str | None  # default None
+    pbt_cpus_per_member: int  # default 0
+    pbt_gpus_per_member: float  # default 0.0
+    pbt_max_member_restarts: int  # default 3
     pbt_mix_policies_in_one_env: bool  # default True

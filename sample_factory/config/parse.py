@@ -232,6 +232,8 @@ def finalize_cfg(cfg: Config) -> Config:
         raise ConfigError(
             "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
         )
+    if cfg.with_pbt and cfg.pbt_backend == "ray":
+        _check_ray_pbt(cfg)
     _check_replay(cfg)
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
@@ -280,3 +282,16 @@ def _check_replay(cfg: Config) -> None:
         raise ConfigError(f"--training_intensity must be > 0, got {cfg.training_intensity}")
     if not 0.0 <= cfg.apex_epsilon <= 1.0:
         raise ConfigError(f"--apex_epsilon must be in [0, 1], got {cfg.apex_epsilon}")
+
+
+def _check_ray_pbt(cfg: Config) -> None:
+    """--pbt_backend=ray trains each member in segments that end at PBT boundaries (pbt/ray_backend.py)."""
+    if cfg.pbt_target_objective != "true_objective":
+        raise ConfigError(
+            "--pbt_backend=ray ranks members by --pbt_target_objective=true_objective only (learner statistics "
+            "are not in the members' progress.csv)"
+        )
+    if cfg.lr_schedule != "constant":
+        raise ConfigError("--pbt_backend=ray needs --lr_schedule=constant (each segment has its own budget)")
+    if cfg.pbt_cpus_per_member < 0 or cfg.pbt_gpus_per_member < 0 or cfg.pbt_max_member_restarts < 0:
+        raise ConfigError("--pbt_cpus_per_member, --pbt_gpus_per_member and --pbt_max_member_restarts must be >= 0")

@@ -23,6 +23,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+import psutil
+
 from sample_factory.launcher.guard import guarded
 from sample_factory.launcher.jobs import (
     CANCELLED,
@@ -38,6 +40,34 @@ from sample_factory.launcher.jobs import (
 
 WAIT_S = 0.5
 GIVE_UP_S = 15.0  # after the stop timeout and the kill: actors not done by then are dropped
+LEFTOVER_WAIT_S = 30.0  # for a run's components still shutting down after its main process ended
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (OSError, psutil.Error):
+            pass
+    return found
+
+
+def wait_for_process_group(pgid: int, timeout: float) -> None:
+    """After a run's main process ended, e.g. killed, its components may still be saving (a learner gets SIGTERM
+    when train.py dies and writes its checkpoint): wait for them, so that a next run of the same experiment (a
+    restart) never shares the folder with them; whatever is left after `timeout` s is killed."""
+    deadline = time.monotonic() + timeout
+    alive = _group_members(pgid)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = _group_members(pgid)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 class ExperimentActor:
@@ -80,6 +110,7 @@ class ExperimentActor:
                 )
             out["pid"] = self._proc.pid
             rc = self._proc.wait()
+            wait_for_process_group(self._proc.pid, LEFTOVER_WAIT_S)  # the guard leads the run's process group
         return {**out, "exit_code": rc, "end": time.time(), "cancelled": self._stopped}
 
     def stop(self) -> None:

@@ -9,49 +9,12 @@ macOS, where clusters are single-machine); the launcher connects with --ray_addr
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 
 import psutil
 import pytest
 
 from tests.launcher.conftest import TINY, load_summary, max_overlap, write_sweep
-
-CPUS_PER_NODE = 2
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """(the head's address, the environment a driver of this cluster needs)."""
-    pytest.importorskip("ray", reason="Ray is not installed: pip install -e .[ray]")
-    tmp = tempfile.mkdtemp(prefix="sfray")  # short: Ray's unix socket paths live under it
-    os.makedirs(os.path.join(tmp, "ray"))
-    # RAY_TMPDIR: every file of this cluster (sessions, the current-cluster address file) under tmp, not /tmp/ray
-    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": tmp}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # before ray reads its constants; the cluster's processes inherit it
-    import ray._private.ray_constants as ray_constants
-    from ray.cluster_utils import Cluster
-
-    ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before the variable was set
-    common = {"num_cpus": CPUS_PER_NODE, "node_ip_address": "127.0.0.1", "temp_dir": os.path.join(tmp, "ray")}
-    cluster = None
-    try:
-        cluster = Cluster(initialize_head=True, head_node_args={**common, "include_dashboard": False})
-        cluster.add_node(**common)
-        cluster.wait_for_nodes()
-        yield cluster.address, env
-    finally:
-        if cluster is not None:
-            cluster.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _args(sweep, td, address: str) -> list[str]:
@@ -127,3 +90,29 @@ def test_ray_killed_launcher_still_stops_its_runs(tmp_path, launcher, ray_cluste
     _, alive = psutil.wait_procs(tree, timeout=max(deadline - time.monotonic(), 1))
     assert not alive, alive
     assert list((td / "long" / "checkpoint_p0").glob("*.pth"))
+
+
+@pytest.mark.timeout(60)
+def test_actor_waits_for_the_runs_leftover_processes(tmp_path):
+    """A run's main process ended (killed) while its components still save: the actor returns only once they are
+    done, so a restart of the same experiment never shares its folder with them; a straggler is killed."""
+    import subprocess
+    import sys
+
+    from sample_factory.launcher.ray_backend import wait_for_process_group
+
+    done = tmp_path / "saved"
+    child = tmp_path / "child.py"
+    child.write_text(f"import time\ntime.sleep(1.5)\nopen({str(done)!r}, 'w').close()\n")
+    # the leader exits at once; its child (same process group) "saves" for 1.5 s
+    script = f"import subprocess, sys; subprocess.Popen([sys.executable, {str(child)!r}])"
+    leader = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    leader.wait()
+    started = time.monotonic()
+    wait_for_process_group(leader.pid, timeout=20)
+    assert done.exists() and time.monotonic() - started < 15
+
+    hung = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    started = time.monotonic()
+    wait_for_process_group(hung.pid, timeout=1)
+    assert hung.wait(timeout=10) == -9 and time.monotonic() - started < 10
