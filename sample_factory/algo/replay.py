@@ -172,13 +172,16 @@ class ReplayBuffer:
         self.capacity = self.num_blocks * rollout
         self.prioritized, self.alpha, self.eps = prioritized, alpha, eps
         nb, T = self.num_blocks, rollout
+        # Observations are allocated, not zeroed: only written blocks are ever read (sampling draws valid steps of
+        # filled blocks), so memory is committed as the buffer fills instead of all at once (4 GB and seconds of
+        # zeroing for the atari_dqn preset's 500k transitions before the first SGD step).
         self.obs = {
-            k: torch.zeros((nb, T + 1, *shape), dtype=dt)
+            k: torch.empty((nb, T + 1, *shape), dtype=dt)
             for k, (shape, dt) in obs_shapes.items()
             if k not in self.stacked
         }
         self.frames = {
-            k: torch.zeros((nb, T + self.stacked[k], *shape[1:]), dtype=dt)
+            k: torch.empty((nb, T + self.stacked[k], *shape[1:]), dtype=dt)
             for k, (shape, dt) in obs_shapes.items()
             if k in self.stacked
         }

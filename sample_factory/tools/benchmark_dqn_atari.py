@@ -7,8 +7,8 @@ Measured in one run on the same machine, one phase after the other, and printed 
 - DQN: `train.py --algo=DQN` with the atari_dqn preset (flags after the script's own are passed on, e.g.
   `--training_intensity=2`), --learning_starts lowered to BENCH_LEARNING_STARTS so that most of the phase replays.
   From the learner's per-iteration results (a callback, `IterationLog`): env frames/s collected (transitions added
-  to the replay x frameskip) and replayed samples/s trained (SGD steps x batch size), over the part of the phase
-  after the first SGD step; and the runner's collection rate in its last 10 s window.
+  to the replay x frameskip) and replayed samples/s trained (SGD steps x batch size), over the iterations from the
+  first with SGD steps on; and the runner's collection rate in its last 10 s window.
 
 Frames = env steps x --frameskip (the atari preset's 4). The machine's other load changes every number here: run
 the phases back to back (this script) and compare ratios, not absolute rates across days.
@@ -43,17 +43,16 @@ class IterationLog(Callbacks):
                 f.write(json.dumps(row) + "\n")
 
 
-def learner_rates(rows: list[dict], batch_size: int, skip_s: float) -> dict:
-    """Transitions added and replayed per second from iteration rows (t, samples, sgd_steps), over the iterations
-    that end more than skip_s after the first one with SGD steps (the first's own samples arrived before its t)."""
-    start = next((r["t"] for r in rows if r["sgd_steps"] > 0), None)
-    if start is None:
+def learner_rates(rows: list[dict], batch_size: int) -> dict:
+    """Transitions added and replayed per second from iteration rows (t: when it ended, samples, sgd_steps), from
+    the end of the last iteration without SGD steps (the first learning one starts there) to the end of the last
+    one. The rows before only filled the buffer to --learning_starts."""
+    first = next((i for i, r in enumerate(rows) if r["sgd_steps"] > 0), None)
+    if first is None or (first == 0 and len(rows) < 2):
         return {"added_per_s": 0.0, "replayed_per_s": 0.0, "window_s": 0.0, "iterations": 0}
-    t0 = start + skip_s
-    window = [r for r in rows if r["t"] > t0]
-    if not window:  # a short phase: measure from the first learning iteration
-        t0, window = start, [r for r in rows if r["t"] > start]
-    span = max((window[-1]["t"] - t0) if window else 0.0, 1e-9)
+    # a first row that already learned has no known start: measure from its end instead
+    t0, window = (rows[first - 1]["t"], rows[first:]) if first > 0 else (rows[0]["t"], rows[1:])
+    span = max(window[-1]["t"] - t0, 1e-9)
     added = sum(r["samples"] for r in window)
     replayed = sum(r["sgd_steps"] for r in window) * batch_size
     return {"added_per_s": added / span, "replayed_per_s": replayed / span, "window_s": span, "iterations": len(window)}
@@ -73,7 +72,6 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seconds", type=float, default=60.0, help="Length of each train.py phase.")
     p.add_argument("--ceiling_seconds", type=float, default=20.0, help="Length of the raw-ceiling phase.")
     p.add_argument("--frameskip", type=int, default=4, help="Frames per env step (the preset's --env_frameskip).")
-    p.add_argument("--skip_s", type=float, default=5.0, help="DQN: seconds after the first SGD step not measured.")
     args, extra = p.parse_known_args(argv)
     k = args.frameskip
     res: dict = {"env": args.env, "num_workers": args.num_workers, "seconds": args.seconds, "cpus": os.cpu_count()}
@@ -103,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows = read_rows(Path(log_dir))
     if dqn["rc"] != 0 or not rows:
         raise RuntimeError(f"the DQN run failed (exit {dqn['rc']}): {dqn.get('stderr_tail')}")
-    rates = learner_rates(rows, batch_size, args.skip_s)
+    rates = learner_rates(rows, batch_size)
     res["dqn_collected_frames_per_s"] = rates["added_per_s"] * k
     res["dqn_replayed_samples_per_s"] = rates["replayed_per_s"]
     res["dqn_runner_frames_per_s_last_10s"] = dqn.get("fps10", 0.0) * k
