@@ -15,6 +15,7 @@ import torch
 from tests.integration.conftest import SIGNALS, TrainRun
 from tests.reliability.dqn_log import LOG_DIR_VAR, read_log, train_rows
 from tests.reliability.test_faults import CARTPOLE, finish, wait_component
+from tests.reliability.test_process_faults import hook_env, summary_checkpoint
 
 LEARNING_STARTS = 3000
 # A buffer far larger than these runs fill (a full buffer would stop growing for a reason other than a fault).
@@ -27,9 +28,9 @@ DQN = [
 ]
 
 
-def start_dqn(start_run, train_dir: Path, log_dir: Path, *extra: str) -> TrainRun:
+def start_dqn(start_run, train_dir: Path, log_dir: Path, *extra: str, env: dict | None = None) -> TrainRun:
     log_dir.mkdir(parents=True, exist_ok=True)
-    return start_run([*DQN, *extra], train_dir, extra_env={LOG_DIR_VAR: str(log_dir)})
+    return start_run([*DQN, *extra], train_dir, extra_env={**(env or {}), LOG_DIR_VAR: str(log_dir)})
 
 
 def learning_rows(log_dir: Path) -> list[dict]:
@@ -130,3 +131,24 @@ def test_sigint_saves_and_the_resumed_run_continues(tmp_path, start_run, save_re
         waiting = [r for r in rows if r["replay_size"] < LEARNING_STARTS]
         assert waiting and all(r["sgd_steps"] == 0 for r in waiting), waiting
         assert any(r["sgd_steps"] > 0 for r in rows), rows  # and then learned again
+
+
+@pytest.mark.timeout(240)
+def test_checkpoint_writes_longer_than_the_heartbeat_timeout(tmp_path, start_run):
+    """A checkpoint with the replay buffer can take minutes to write (7.5 s per GiB measured here): every write takes
+    12 s (hook) against --heartbeat_timeout_sec=6. The learner stays alive through the periodic saves (it is not
+    taken for hung, which would stop the run), and after SIGINT its final checkpoint is written and named."""
+    logs = tmp_path / "log"
+    args = ["--save_replay_buffer=True", "--train_for_seconds=600", "--save_every_sec=2", "--heartbeat_timeout_sec=6"]
+    run = start_dqn(start_run, tmp_path / "td", logs, *args, env=hook_env(SF_TEST_SLOW_SAVE_SEC="12"))
+    assert run.wait_until(lambda: len(run.checkpoints()) >= 1, timeout=120), run.describe()  # a periodic save
+    assert run.wait_until(lambda: len(learning_rows(logs)) >= 1, timeout=60), run.describe()
+    periodic = run.checkpoints()
+    run.signal(SIGNALS["SIGINT"])
+    assert finish(run, 60) == 0, run.describe()
+    out = run.output
+    assert "silent for" not in out and "did not stop in time" not in out and "ERROR" not in out, run.describe()
+    written = run.checkpoints()
+    assert written[-1] not in periodic and summary_checkpoint(run) == str(written[-1]), run.describe()
+    state = torch.load(written[-1], weights_only=False)
+    assert state["env_steps"] == train_rows(logs)[-1]["env_steps"] and replay_size_of(state) > 0
