@@ -38,6 +38,7 @@ from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.pbt.population import apply_hyperparams
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import torch_device
+from sample_factory.runtime.heartbeat import Heartbeat
 from sample_factory.runtime.messages import (
     PBT_UPDATE,
     ROLLOUT,
@@ -110,6 +111,8 @@ class Learner(Component):
         self.model.to(self.device).train()
         self.algo = make_algorithm(cfg, self.model, self.device)
         self.algo.stop_check = self._stop_requested
+        # heartbeats between SGD steps: one iteration may outlast --heartbeat_timeout_sec (DQN on a loaded CPU)
+        self.step_heartbeat = Heartbeat(self.report, cfg.heartbeat_interval)
         # only what the algorithm reads is copied out of shared memory (plus policy ids to count a policy's samples)
         self.batch_keys = {*self.algo.required_buffers, *(("policy_id",) if cfg.num_policies > 1 else ())}
         self.version = 0
@@ -203,6 +206,7 @@ class Learner(Component):
         """Asked by the algorithm between SGD steps: whether a STOP has arrived. What it takes from the inbox is
         kept, in order, and handled after the iteration."""
         self._mark_busy()
+        self.step_heartbeat.beat(self.activity)
         if msgs := self.inbox.get_many(block=False):
             self.early += msgs
             self.stop_arrived = self.stop_arrived or any(m[0] == STOP for m in msgs)

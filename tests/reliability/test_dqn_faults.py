@@ -152,3 +152,25 @@ def test_checkpoint_writes_longer_than_the_heartbeat_timeout(tmp_path, start_run
     assert written[-1] not in periodic and summary_checkpoint(run) == str(written[-1]), run.describe()
     state = torch.load(written[-1], weights_only=False)
     assert state["env_steps"] == train_rows(logs)[-1]["env_steps"] and replay_size_of(state) > 0
+
+
+@pytest.mark.timeout(240)
+def test_dqn_iterations_longer_than_the_heartbeat_timeout(tmp_path, start_run):
+    """DQN iterations of 64 SGD steps that take 0.6 s each (hook; a conv net on a loaded CPU takes seconds per step),
+    38 s against --heartbeat_timeout_sec=10 (and past the runner's 30 s allowance for a component that has not
+    reported an activity yet): the learner is neither taken for hung by the runner (it sends heartbeats between
+    SGD steps) nor given up on by the actors waiting for its slots (backpressure by design); SIGINT then stops it
+    between steps and it saves."""
+    logs = tmp_path / "log"
+    args = ["--train_for_seconds=600", "--heartbeat_timeout_sec=10", "--save_every_sec=1000"]
+    run = start_dqn(start_run, tmp_path / "td", logs, *args, env=hook_env(SF_TEST_SLOW_DQN_STEP_SEC="0.6"))
+    assert run.wait_until(lambda: len(learning_rows(logs)) >= 1, timeout=150), run.describe()
+    assert "silent for" not in run.output and "trajectory buffer" not in run.output, run.describe()
+    row = learning_rows(logs)[0]
+    previous = [r for r in train_rows(logs) if r["t"] < row["t"]][-1]
+    assert row["sgd_steps"] == 64 and row["t"] - previous["t"] > 32, (previous, row)  # really that long
+    run.signal(SIGNALS["SIGINT"])
+    assert finish(run, 60) == 0, run.describe()
+    out = run.output
+    assert "silent for" not in out and "trajectory buffer" not in out and "ERROR" not in out, run.describe()
+    assert summary_checkpoint(run) == str(run.checkpoints()[-1]), run.describe()
