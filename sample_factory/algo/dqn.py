@@ -275,6 +275,8 @@ class DQNAlgorithm(Algorithm):
         applied = 0
         beta = annealed_beta(cfg.prioritized_replay_beta, self.env_progress)
         for i in range(num_steps):
+            if self.should_stop():  # the learner must save and exit: keep the steps taken, drop the rest
+                break
             if minibatches is not None:
                 sample = self.replay.take(*minibatches[i])
             else:

@@ -11,9 +11,9 @@ a sample fragment; each transition records its own bootstrap offset m <= n and d
 
 Frame stacks (`stacked` keys, e.g. Atari's [4, 84, 84]) are stored as frames, once: per block the k - 1 older frames
 of obs[0]'s stack and the newest frame of every position ([blocks, T + k, 84, 84]), plus where the latest episode
-start lies; a stack is rebuilt from them on sampling, repeating an episode's first frame before its start (what
-gymnasium's FrameStackObservation does at a reset). Every added rollout is checked against the rebuild, so a stack
-that does not follow that rule is an error, never silently wrong data.
+start after position 0 lies; a stack is rebuilt from them on sampling, repeating an episode's first frame before its
+start (what gymnasium's FrameStackObservation does at a reset). Every added rollout is checked against the rebuild,
+so a stack that does not follow that rule is an error, never silently wrong data.
 
 Terminated vs truncated inside a window: a termination at step t + k ends the return there (no bootstrap); a
 truncation adds gamma^(k+1) * V(final observation), the value the policy worker computed for the final
@@ -172,13 +172,16 @@ class ReplayBuffer:
         self.capacity = self.num_blocks * rollout
         self.prioritized, self.alpha, self.eps = prioritized, alpha, eps
         nb, T = self.num_blocks, rollout
+        # Observations are allocated, not zeroed: only written blocks are ever read (sampling draws valid steps of
+        # filled blocks), so memory is committed as the buffer fills instead of all at once (4 GB and seconds of
+        # zeroing for the atari_dqn preset's 500k transitions before the first SGD step).
         self.obs = {
-            k: torch.zeros((nb, T + 1, *shape), dtype=dt)
+            k: torch.empty((nb, T + 1, *shape), dtype=dt)
             for k, (shape, dt) in obs_shapes.items()
             if k not in self.stacked
         }
         self.frames = {
-            k: torch.zeros((nb, T + self.stacked[k], *shape[1:]), dtype=dt)
+            k: torch.empty((nb, T + self.stacked[k], *shape[1:]), dtype=dt)
             for k, (shape, dt) in obs_shapes.items()
             if k in self.stacked
         }
@@ -248,7 +251,10 @@ class ReplayBuffer:
             raise ValueError("a replay buffer with frame-stacked keys needs is_first")
         T = self.T
         pos = torch.arange(T + 1)
-        starts = torch.where(is_first, pos, -1).cummax(dim=1).values  # [M, T+1]
+        # is_first at position 0 is no evidence of a reset: an actor's first slot marks it (the core state starts
+        # there) with its envs mid-episode after the decorrelation steps. Position 0 needs none: the block keeps
+        # obs[0]'s whole stack, reset or not.
+        starts = torch.where(is_first & (pos > 0), pos, -1).cummax(dim=1).values  # [M, T+1]
         self.starts[blocks] = starts.to(torch.int16)
         for k, k_frames in self.stacked.items():
             v = obs[k]  # [M, T+1, k, *frame]

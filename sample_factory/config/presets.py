@@ -148,6 +148,58 @@ PRESETS["classic_control_dqn"] = {
     "target_network_update_freq": 1000,
 }
 
+# DQN on Atari, Ape-X / Rainbow style. The env side (envs per worker, rollout, clipped rewards, learner cores,
+# precision) is the atari preset's; the rest is chosen from the published setups, scaled to this framework's units
+# (--target_network_update_freq counts sampled transitions, --training_intensity is replayed / sampled). Not tuned by
+# a learning run here (a Pong DQN run takes hours on the 2-core reference machine): sensible starting values.
+#   encoder convnet_nature + 512: the DQN Nature network that Rainbow and Ape-X use.
+#   learning_rate 6.25e-5, adam_eps 1.5e-4: Rainbow's Adam (Ape-X's lr too); the large eps (0.01 / Rainbow's batch
+#     of 32) keeps early steps small while the second-moment estimates are noisy.
+#   batch_size 256: between Rainbow's 32 and Ape-X's 512; larger minibatches amortize the per-step overhead of a
+#     conv net on a CPU or GPU learner.
+#   training_intensity 4: each sampled transition replayed 4 times on average (Rainbow replays 8: a minibatch of 32
+#     every 4 agent steps; Ape-X well under 1). The actors wait for the learner beyond it (backpressure).
+#   target_network_update_freq 16,000 sampled transitions: at intensity 4 that is 64k replayed transitions between
+#     copies, as in Rainbow (2,000 SGD steps of 32).
+#   n_step 3: Rainbow's and Ape-X's n-step returns.
+#   replay_buffer_capacity 500,000: 4.0 GB with frames stored once (7.98 GB per 1M, measured: docs/algorithms.md),
+#     which fits a 16 GB machine beside the workers; Rainbow keeps 1M, Ape-X 2M: raise it where memory allows.
+#   learning_starts 20,000 transitions: Rainbow's 80k frames, enough variety before the first SGD step.
+#   max_grad_norm 40: Ape-X's (and RLlib's) gradient clipping; the atari preset's 0.5 is PPO's.
+#   dueling and double_q on: both are part of Rainbow and Ape-X (and the DQN defaults; stated here on purpose).
+#   prioritized replay with alpha 0.6, beta 0.4 -> 1, Ape-X epsilons 0.4 / alpha 7: the DQN defaults are Ape-X's.
+PRESETS["atari_dqn"] = {
+    **{
+        k: PRESETS["atari"][k]
+        for k in (
+            "num_envs_per_worker",
+            "worker_num_splits",
+            "rollout",
+            "num_batches_per_epoch",
+            "learner_precision",
+            "use_rnn",
+            "encoder_mlp_layers",
+            "nonlinearity",
+            "gamma",
+            "reward_clip",
+            "learner_main_loop_num_cores",
+        )
+    },
+    "encoder_conv_architecture": "convnet_nature",
+    "learning_rate": 6.25e-5,
+    "lr_schedule": "constant",
+    "adam_eps": 1.5e-4,
+    "batch_size": 256,
+    "training_intensity": 4.0,
+    "target_network_update_freq": 16_000,
+    "n_step": 3,
+    "replay_buffer_capacity": 500_000,
+    "learning_starts": 20_000,
+    "max_grad_norm": 40.0,
+    "dueling": True,
+    "double_q": True,
+}
+
 # preset -> the envs it applies to, as the config reference lists them
 PRESET_ENVS = {
     "classic_control": ", ".join(CLASSIC_CONTROL_ENVS),
@@ -157,6 +209,7 @@ PRESET_ENVS = {
     "doom_frame": ", ".join(DOOM_FRAME_ENVS),
     "dqn": "--algo=DQN on envs without a family preset",
     "classic_control_dqn": ", ".join(CLASSIC_CONTROL_ENVS) + " with --algo=DQN",
+    "atari_dqn": "atari_*, ALE/* with --algo=DQN",
 }
 
 

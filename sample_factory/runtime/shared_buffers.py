@@ -45,6 +45,10 @@ Liveness bookkeeping shared by every process (see docs/architecture.md, "Worker 
                                                        messages of an older generation are ignored
     request_seq     [num_workers, splits]         i64  sequence number of each split's outstanding request;
                                                        policy workers skip requests that are no longer current
+    learner_busy    [num_policies]                f64  time.monotonic() when learner p last showed it is working
+                                                       (between SGD steps, while writing a checkpoint): an actor
+                                                       waiting for its slots gives up only when no learner has
+                                                       been busy for --heartbeat_timeout_sec
 
 Slots are owned by actor workers: worker w owns `slots_of_worker(w)` and only it writes into them; a slot index
 travels to the learner when the rollout is complete and comes back when the learner has copied it out.
@@ -81,6 +85,7 @@ class BufferSpec:
     action_dtype: torch.dtype
     rnn_size: int  # 0 when the model has no recurrent core
     policy_workers: int = 1  # in all policies: each has its own answer area
+    num_policies: int = 1
 
     @property
     def slots_per_worker(self) -> int:
@@ -129,6 +134,7 @@ def make_buffer_spec(
         action_dtype=action_dtype,
         rnn_size=rnn_size,
         policy_workers=cfg.num_policies * cfg.policy_workers_per_policy,
+        num_policies=cfg.num_policies,
     )
 
 
@@ -183,6 +189,7 @@ class TrajectoryBuffers:
         self.final_values = torch.zeros((S, T, n), dtype=torch.float32)
         self.generation = torch.zeros(spec.num_workers, dtype=torch.int64)
         self.request_seq = torch.zeros((spec.num_workers, spec.splits_per_worker), dtype=torch.int64)
+        self.learner_busy = torch.zeros(spec.num_policies, dtype=torch.float64)
         W = spec.policy_workers
         self.answer_actions = torch.zeros((W, num_splits, n, *spec.action_shape), dtype=spec.action_dtype)
         self.answer_log_probs = torch.zeros((W, num_splits, n), dtype=torch.float32)
@@ -198,7 +205,12 @@ class TrajectoryBuffers:
         """Every tensor by a flat name ("obs.<key>" and "final_obs.<key>" for the observation dicts)."""
         out = {f"obs.{k}": v for k, v in self.obs.items()}
         out.update({f"final_obs.{k}": v for k, v in self.final_obs.items()})
-        out.update({k: getattr(self, k) for k in (*self.SLOT_KEYS, "generation", "request_seq", *self.ANSWER_KEYS)})
+        out.update(
+            {
+                k: getattr(self, k)
+                for k in (*self.SLOT_KEYS, "generation", "request_seq", "learner_busy", *self.ANSWER_KEYS)
+            }
+        )
         return out
 
     def slots_of_worker(self, worker_idx: int) -> list[int]:

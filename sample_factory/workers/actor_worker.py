@@ -428,8 +428,12 @@ class ActorWorker(Component):
         for split in self.splits:
             if split.request_time and now - split.request_time > actions_limit:
                 raise RuntimeError(f"split {split.index}: no actions from the policy workers for {actions_limit:.0f} s")
+        # A learner that is working (SGD steps, a long checkpoint write) keeps its slots legitimately: DQN's
+        # --training_intensity makes actors wait for it by design. Only waiting on an idle or silent learner is a
+        # fault (a lost slot; a hung learner also stops the run from the runner's side).
+        learner_busy_for = now - float(self.arrays["learner_busy"].max())
         for split in self.waiting:
-            if now - split.wait_since > limit:
+            if now - split.wait_since > limit and learner_busy_for > limit:
                 raise RuntimeError(
                     f"split {split.index}: no trajectory buffer returned by the learner for {limit:.0f} s"
                 )

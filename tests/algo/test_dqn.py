@@ -120,6 +120,16 @@ def test_training_intensity_learning_starts_and_target_updates():
     assert not target_w.requires_grad
 
 
+def test_a_stop_request_ends_the_iteration_between_sgd_steps():
+    """A learner asked to stop (SIGINT) must not finish a long iteration first: the steps taken count, the rest is
+    dropped."""
+    algo = make_algo("--batch_size=32", "--training_intensity=8", "--learning_starts=100")
+    asked = []
+    algo.stop_check = lambda: asked.append(1) or len(asked) > 3  # stop is seen at the 4th question
+    stats, version = algo.train(fake_batch(M=4), 5, 0)  # 128 new * 8 / 32 = 32 steps owed
+    assert stats["sgd_steps"] == 3 and version == 8 and len(asked) == 4
+
+
 def test_one_time_replay_trains_on_each_fresh_sample_once():
     algo = make_algo("--batch_size=32", "--exp_replayer=one_time")
     stats, _ = algo.train(fake_batch(M=4), 0, 0)

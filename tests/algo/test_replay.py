@@ -231,3 +231,43 @@ def test_frame_stacks_are_stored_once_and_rebuilt_exactly():
     bad[1, 1, :-1] = 0
     with pytest.raises(ValueError, match="not a frame stack"):
         buf.add({"obs": bad}, torch.zeros(M, T, dtype=torch.int64), targets, ~z, None, is_first)
+
+
+def test_frame_stacks_of_a_first_slot_that_starts_mid_episode():
+    """An actor's first slot (after its random decorrelation steps, or after a restart) marks is_first at position 0
+    because the core state starts there, while the envs are in the middle of episodes: obs[0]'s stack then holds
+    older frames, not a repeated reset frame. Seen on Atari Pong: the learner refused the rollout and the run
+    stopped. Row 2 does start a real episode at 0, row 1 also at step 3."""
+    M, T, k = 3, 8, 4
+    obs, is_first = frame_stack_rollouts(M, T, k, {(1, 2)})
+    obs[2, 0] = obs[2, 0, -1:].expand(k, 3, 3)  # a reset observation: the frame repeated ...
+    for t in range(1, k):  # ... and the stacks after it start from it
+        obs[2, t, : k - t] = obs[2, 0, -1]
+    is_first[:, 0] = True
+    shapes = {"obs": ((k, 3, 3), torch.uint8)}
+    buf = ReplayBuffer(M * T, T, shapes, (), torch.int64, prioritized=False, stacked={"obs": k})
+    z = torch.zeros(M, T, dtype=torch.bool)
+    targets = nstep_targets(torch.ones(M, T), z, z, torch.zeros(M, T), 0.9, 3)
+    idx = buf.add({"obs": obs}, torch.zeros(M, T, dtype=torch.int64), targets, ~z, None, is_first)
+    torch.testing.assert_close(buf.take(idx).obs["obs"], obs[:, :T].reshape(-1, k, 3, 3))
+
+
+def test_observation_memory_is_committed_as_the_buffer_fills():
+    """An Atari-size buffer commits its frame memory as rollouts arrive, not at construction (520 MB here)."""
+    psutil = pytest.importorskip("psutil")
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+    T, k = 32, 4
+    shapes = {"obs": ((k, 84, 84), torch.uint8)}
+    buf = ReplayBuffer(64 * 1024, T, shapes, (), torch.int64, prioritized=True, stacked={"obs": k})
+    assert buf.frames["obs"].numel() > 500e6  # bytes (uint8)
+    assert proc.memory_info().rss - before < 100e6
+    obs, is_first = frame_stack_rollouts(2, T, k, {(0, 5)})
+    obs = obs.repeat_interleave(28, dim=-1).repeat_interleave(28, dim=-2)  # [2, T+1, k, 84, 84]
+    z = torch.zeros(2, T, dtype=torch.bool)
+    targets = nstep_targets(torch.ones(2, T), z, z, torch.zeros(2, T), 0.9, 3)
+    buf.add({"obs": obs}, torch.zeros(2, T, dtype=torch.int64), targets, ~z, None, is_first)
+    s = buf.sample(256)  # only what was written is ever read
+    b, t = s.indices // T, s.indices % T
+    torch.testing.assert_close(s.obs["obs"], obs[b, t])
+    del buf

@@ -341,3 +341,25 @@ def test_cfg_json_round_trip():
     assert json.dumps(vars(back), indent=2, sort_keys=True) == text
     assert pickle.loads(pickle.dumps(cfg)) == cfg
     assert isinstance(copy.deepcopy(cfg), Config)
+
+
+@pytest.mark.parametrize("env", ["atari_pong", "ALE/Breakout-v5"])
+def test_atari_dqn_preset_applies_and_typed_flags_win(env):
+    """--algo=DQN on Atari gets the Ape-X/Rainbow-style preset (presets.py: atari_dqn), APPO keeps the atari one, and
+    every flag typed on the command line wins over the preset."""
+    preset = PRESETS["atari_dqn"]
+    cfg = parse_cfg([f"--env={env}", "--algo=DQN"])
+    assert cfg.preset == "atari_dqn"
+    for k, v in preset.items():
+        assert getattr(cfg, k) == v, k
+    # Sanity: these differ from the plain defaults and from the APPO atari preset, so the checks above can fail.
+    defaults, appo = _defaults(), parse_cfg([f"--env={env}"])
+    assert appo.preset == "atari" and appo.max_grad_norm != preset["max_grad_norm"]
+    assert appo.learning_rate != preset["learning_rate"] and appo.encoder_conv_architecture != "convnet_nature"
+    for k in ("learning_rate", "adam_eps", "target_network_update_freq", "replay_buffer_capacity", "learning_starts"):
+        assert defaults[k] != preset[k], k
+    typed = {"learning_rate": 1e-4, "replay_buffer_capacity": 100_000, "training_intensity": 8.0, "dueling": False}
+    cfg = parse_cfg([f"--env={env}", "--algo=DQN", *(f"--{k}={v}" for k, v in typed.items())])
+    assert cfg.preset == "atari_dqn"
+    for k, v in preset.items():
+        assert getattr(cfg, k) == typed.get(k, v), k

@@ -85,3 +85,22 @@ def test_dqn_resume_with_the_saved_replay_buffer(tmp_path):
     sgd = scalar_values(exp / ".summary" / "0", "train/sgd_steps")[n:]
     sizes = scalar_values(exp / ".summary" / "0", "train/replay_size")[n:]
     assert sizes[0] > 4000 and sgd[0] > 0, (sizes, sgd)  # kept replaying at once
+
+
+@pytest.mark.timeout(300)
+def test_dqn_atari_serial_run_replays_single_frames(tmp_path):
+    """DQN on Pong with the atari_dqn preset (a few hundred agent steps): the actors' first slots start mid-episode
+    after their decorrelation steps, the replay stores frames once and rebuilds the stacks, and training replays."""
+    pytest.importorskip("ale_py", reason="Atari needs the [atari] extra: pip install -e .[atari]")
+    pytest.importorskip("cv2", reason="Atari needs the [atari] extra (opencv-python-headless): pip install -e .[atari]")
+    args = ["--env=atari_pong", "--algo=DQN", "--serial_mode=True", "--num_workers=1", "--num_envs_per_worker=4"]
+    args += ["--batch_size=32", "--num_batches_per_epoch=2", "--learning_starts=128", "--replay_buffer_capacity=4096"]
+    args += ["--train_for_env_steps=2048", "--save_replay_buffer=True", "--seed=1", "--device=cpu"]
+    with one_torch_thread():
+        assert train_main([*args, f"--train_dir={tmp_path}", "--experiment=pong"]) == 0
+    exp = tmp_path / "pong"
+    assert json.loads((exp / "cfg.json").read_text())["preset"] == "atari_dqn"
+    assert sum(scalar_values(exp / ".summary" / "0", "train/sgd_steps")) > 0
+    replay = torch.load(list_checkpoints(exp / "checkpoint_p0")[-1], weights_only=False)["algo"]["replay"]
+    assert not replay["obs"] and replay["frames"]["obs"].shape[-2:] == (84, 84)  # [blocks, T + 4, 84, 84]
+    assert replay["filled_blocks"] > 0

@@ -71,6 +71,7 @@ def test_allocation_shapes_match_docstring(action_space, rnn_size):
         "active": ((S, T, n), torch.bool),
         "generation": ((cfg.num_workers,), torch.int64),
         "request_seq": ((cfg.num_workers, cfg.worker_num_splits), torch.int64),
+        "learner_busy": ((cfg.num_policies,), torch.float64),
     }
     W, R = cfg.num_policies * cfg.policy_workers_per_policy, cfg.num_workers * cfg.worker_num_splits
     expected.update(

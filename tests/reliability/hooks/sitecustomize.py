@@ -8,9 +8,39 @@ component). Each hook is off unless its environment variable is set:
 - SF_TEST_HOLD_ANSWER_FILE=path: policy worker (0, 0) holds its 50th batch: it computes the answer, creates `path`,
   waits until an actor has moved on from one of the batch's requests (answered by another policy worker), and only
   then writes its now late answer, like a worker that was descheduled at the worst moment.
+- SF_TEST_SLOW_SAVE_SEC=s: every checkpoint write takes s seconds longer (a large replay buffer on a slow disk).
+- SF_TEST_SLOW_DQN_STEP_SEC=s: every DQN SGD step takes s seconds longer (a conv net on a loaded CPU).
 """
 
 import os
+
+if os.environ.get("SF_TEST_SLOW_DQN_STEP_SEC"):
+    import time
+
+    from sample_factory.algo.dqn import DQNAlgorithm
+
+    _dqn_delay = float(os.environ["SF_TEST_SLOW_DQN_STEP_SEC"])
+    _sgd_step = DQNAlgorithm.sgd_step
+
+    def _slow_sgd_step(self, s):
+        time.sleep(_dqn_delay)
+        return _sgd_step(self, s)
+
+    DQNAlgorithm.sgd_step = _slow_sgd_step
+
+if os.environ.get("SF_TEST_SLOW_SAVE_SEC"):
+    import time
+
+    from sample_factory.experiment import checkpoints
+
+    _save_delay = float(os.environ["SF_TEST_SLOW_SAVE_SEC"])
+    _atomic_save = checkpoints._atomic_save
+
+    def _slow_atomic_save(path, state):
+        time.sleep(_save_delay)
+        return _atomic_save(path, state)
+
+    checkpoints._atomic_save = _slow_atomic_save
 
 if os.environ.get("SF_TEST_SLOW_SGD_STEP_SEC"):
     import time
