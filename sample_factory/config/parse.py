@@ -233,6 +233,7 @@ def finalize_cfg(cfg: Config) -> Config:
             "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
         )
     _check_replay(cfg)
+    _check_remote_samplers(cfg)
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg
@@ -280,3 +281,21 @@ def _check_replay(cfg: Config) -> None:
         raise ConfigError(f"--training_intensity must be > 0, got {cfg.training_intensity}")
     if not 0.0 <= cfg.apex_epsilon <= 1.0:
         raise ConfigError(f"--apex_epsilon must be in [0, 1], got {cfg.apex_epsilon}")
+
+
+def _check_remote_samplers(cfg: Config) -> None:
+    """--sampler_nodes: what the remote samplers support (distributed/remote_samplers.py)."""
+    if cfg.sampler_nodes < 0 or cfg.broadcast_interval < 1:
+        raise ConfigError("--sampler_nodes must be >= 0 and --broadcast_interval >= 1")
+    if cfg.evaluation_run:
+        return  # enjoy.py samples locally whatever the trained run did
+    if cfg.sampler_nodes == 0:
+        if not cfg.local_samplers:
+            raise ConfigError("--local_samplers=False needs --sampler_nodes >= 1 (someone has to sample)")
+        return
+    if cfg.serial_mode or not cfg.async_rl or cfg.num_policies > 1 or cfg.algo != "APPO":
+        raise ConfigError(
+            "--sampler_nodes needs a single-policy APPO training run with --async_rl=True and --serial_mode=False"
+        )
+    if not module_available("ray"):
+        raise ConfigError("--sampler_nodes needs Ray: pip install -e .[ray] (or pip install 'ray[default]')")

@@ -9,49 +9,12 @@ macOS, where clusters are single-machine); the launcher connects with --ray_addr
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 
 import psutil
 import pytest
 
 from tests.launcher.conftest import TINY, load_summary, max_overlap, write_sweep
-
-CPUS_PER_NODE = 2
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """(the head's address, the environment a driver of this cluster needs)."""
-    pytest.importorskip("ray", reason="Ray is not installed: pip install -e .[ray]")
-    tmp = tempfile.mkdtemp(prefix="sfray")  # short: Ray's unix socket paths live under it
-    os.makedirs(os.path.join(tmp, "ray"))
-    # RAY_TMPDIR: every file of this cluster (sessions, the current-cluster address file) under tmp, not /tmp/ray
-    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": tmp}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # before ray reads its constants; the cluster's processes inherit it
-    import ray._private.ray_constants as ray_constants
-    from ray.cluster_utils import Cluster
-
-    ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before the variable was set
-    common = {"num_cpus": CPUS_PER_NODE, "node_ip_address": "127.0.0.1", "temp_dir": os.path.join(tmp, "ray")}
-    cluster = None
-    try:
-        cluster = Cluster(initialize_head=True, head_node_args={**common, "include_dashboard": False})
-        cluster.add_node(**common)
-        cluster.wait_for_nodes()
-        yield cluster.address, env
-    finally:
-        if cluster is not None:
-            cluster.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _args(sweep, td, address: str) -> list[str]:
@@ -60,7 +23,7 @@ def _args(sweep, td, address: str) -> list[str]:
 
 @pytest.mark.timeout(300)
 def test_ray_sweep_on_two_nodes_and_resume(tmp_path, launcher, ray_cluster):
-    address, env = ray_cluster
+    address, env = ray_cluster.address, ray_cluster.env
     assert address.startswith("127.0.0.1:")
     sweep = write_sweep(tmp_path / "s.yaml", "ray4", [{"name": "cp", "cmd": TINY, "grid": {"seed": [0, 1, 2, 3]}}])
     td = tmp_path / "td"
@@ -89,7 +52,7 @@ def test_ray_sweep_on_two_nodes_and_resume(tmp_path, launcher, ray_cluster):
 
 @pytest.mark.timeout(240)
 def test_ray_failed_experiment_reported_once(tmp_path, launcher, ray_cluster):
-    address, env = ray_cluster
+    address, env = ray_cluster.address, ray_cluster.env
     sweep = write_sweep(tmp_path / "s.yaml", "rayfail", [{"name": "bad", "cmd": TINY + " --no_such_flag=1"}])
     td = tmp_path / "td"
     run = launcher(_args(sweep, td, address), env=env)
@@ -106,7 +69,7 @@ def test_ray_failed_experiment_reported_once(tmp_path, launcher, ray_cluster):
 def test_ray_killed_launcher_still_stops_its_runs(tmp_path, launcher, ray_cluster):
     """Ray ends a dead driver's actors and SIGKILLs their children: the run's guard takes that, and the run gets
     SIGTERM (saves, stops its components) instead of dying with its components left training."""
-    address, env = ray_cluster
+    address, env = ray_cluster.address, ray_cluster.env
     long_run = "python train.py --env=CartPole-v1 --num_workers=1 --train_for_seconds=600 --report_interval_sec=1"
     sweep = write_sweep(tmp_path / "s.yaml", "raykill", [{"name": "long", "cmd": long_run}])
     td = tmp_path / "td"
