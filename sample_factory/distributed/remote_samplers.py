@@ -35,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 
 from sample_factory.config import Config
-from sample_factory.distributed.rollouts import decode, stale_rollouts, write_rollout
+from sample_factory.distributed.rollouts import decode, policy_lags, stale_rollouts, write_rollout
 from sample_factory.experiment.summaries import ProgressTracker
 from sample_factory.runtime.messages import FREE_SLOTS, Channels, Rollout
 from sample_factory.runtime.shared_buffers import BufferSpec, SharedWeights, SlotPool, TrajectoryBuffers
@@ -81,6 +81,9 @@ class RemoteSamplers:
         self.weight_calls: list = []
         self.totals = collections.Counter()  # rollouts, raw/wire bytes, encode/decode/transfer seconds, broadcasts
         self.ray: Any = None
+        # the periodic "sampler nodes:" line: (time, remote env steps, all env steps) at the last one
+        self.last_line: tuple[float, int, int] | None = None
+        self.remote_steps = 0
 
     # ---- start --------------------------------------------------------------------------------------------
     def start(
@@ -125,7 +128,7 @@ class RemoteSamplers:
             self.log(
                 f"sampler node {n.index}: Ray node {node_id[:12]} ({info['host']}, actor pid {info['pid']}, "
                 f"component pids {info['pids']}), {cfg.num_workers} workers x {cfg.num_envs_per_worker} envs, "
-                f"device {info['device']}"
+                f"device {info['device']}" + (f", niceness {info['niceness']}" if info["niceness"] else "")
             )
         self.thread = threading.Thread(target=self._run, name="sf_importer", daemon=True)
         self.thread.start()
@@ -194,7 +197,9 @@ class RemoteSamplers:
         batch = decode(out["wire"])
         decode_s = time.perf_counter() - t0
         # counted apart from the discarded rollouts of crashed actor workers (the summary line at the end)
-        stale = stale_rollouts(batch["policy_version"], self.weights.version, self.cfg.max_policy_lag)
+        current = self.weights.version
+        stale = stale_rollouts(batch["policy_version"], current, self.cfg.max_policy_lag)
+        lags = policy_lags(batch["policy_version"], current)  # at arrival; the learner measures them again
         node.backlog.extend((batch, int(i)) for i in np.flatnonzero(~stale))
         t = self.totals
         t["batches"] += 1
@@ -206,6 +211,7 @@ class RemoteSamplers:
         t["decode_s"] += decode_s
         t["get_s"] += get_s
         t["latency_s"] += max(0.0, arrived - stats["sent_at"])  # node clocks: meaningful on one machine only
+        t["max_lag"] = max(t["max_lag"], lags[1])
 
     def _place_backlog(self, node: NodeState) -> None:
         t0 = time.perf_counter()
@@ -259,12 +265,34 @@ class RemoteSamplers:
             self.log(line)
         for policy, steps, episodes, stats in samples:
             progress.add_samples(policy, steps, episodes, stats)
+            self.remote_steps += steps
         progress.discarded_rollouts += discarded
+        self._progress_line(progress)
         if self.error:
             return self.error
         if not self.cfg.local_samplers and self.nodes and not any(n.alive for n in self.nodes):
             return "every sampler node was lost (--local_samplers=False)"
         return None
+
+    def _progress_line(self, progress: ProgressTracker) -> None:
+        """Every --report_interval_sec once the nodes run: how much they sample (and what share of the run)."""
+        if self.thread is None:
+            return
+        now, total = time.monotonic(), progress.total_env_steps()
+        if self.last_line is None:
+            self.last_line = (now, self.remote_steps, total)
+            return
+        then, remote_then, total_then = self.last_line
+        if now - then < self.cfg.report_interval_sec:
+            return
+        self.last_line = (now, self.remote_steps, total)
+        remote, everything = self.remote_steps - remote_then, total - total_then
+        share = f" ({100 * remote / everything:.0f}% of all)" if everything > 0 else ""
+        alive = sum(n.alive for n in self.nodes)
+        self.log(
+            f"sampler nodes: {alive} of {len(self.nodes)} alive, {remote / (now - then):,.0f} env steps/s from them"
+            f"{share} over the last {now - then:.0f} s, {self.totals['imported']} rollouts imported"
+        )
 
     def stop(self) -> None:
         """Stop the importer, then every live node's components, then the actors; logs the transfer totals."""
@@ -295,6 +323,7 @@ class RemoteSamplers:
             f"remote samplers: {t['rollouts']} rollouts in {t['batches']} transfers from {len(self.nodes)} node(s), "
             f"{t['stale']} stale dropped; per rollout {t['raw_bytes'] / r / 1024:.1f} KiB raw, "
             f"{t['wire_bytes'] / r / 1024:.1f} KiB sent; per transfer encode {1e3 * t['encode_s'] / b:.2f} ms, "
-            f"get {1e3 * t['get_s'] / b:.2f} ms, decode {1e3 * t['decode_s'] / b:.2f} ms; "
+            f"get {1e3 * t['get_s'] / b:.2f} ms, decode {1e3 * t['decode_s'] / b:.2f} ms, "
+            f"sent-to-received {1e3 * t['latency_s'] / b:.1f} ms; largest policy lag on arrival {t['max_lag']}; "
             f"{t['broadcasts']} weight broadcasts"
         )

@@ -37,14 +37,15 @@ _TRAINED = re.compile(r"samples (?:collected/)?trained: (?:\d+/)?(\d+)")
 _TRAIN_S = re.compile(r"learner \(avg of 1\):.* train ([\d.]+) s")
 
 
-def filled_buffers(env: str, num_envs: int):
-    """The env's trajectory buffers (one worker, `num_envs` envs) with every slot's observations taken from the env
-    under random actions, as a sampler node would have them."""
+def filled_buffers(env: str, num_envs: int | None):
+    """The env's trajectory buffers (one worker, `num_envs` envs, default: the env's preset) with every slot's
+    observations taken from the env under random actions, as a sampler node would have them."""
     from sample_factory.envs.env_utils import frames_per_env_step, make_env, probe_env
     from sample_factory.model.actor_critic import ActorCritic
     from sample_factory.runtime.shared_buffers import TrajectoryBuffers, make_buffer_spec
 
-    cfg = parse_cfg([f"--env={env}", "--num_workers=1", f"--num_envs_per_worker={num_envs}"])
+    flags = [f"--env={env}", "--num_workers=1", *([f"--num_envs_per_worker={num_envs}"] if num_envs else [])]
+    cfg = parse_cfg(flags)
     cfg.frames_per_env_step = frames_per_env_step(cfg)
     obs_space, action_space, num_agents, _ = probe_env(cfg, False)
     model = ActorCritic(cfg, obs_space, action_space)
@@ -82,7 +83,7 @@ def _median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def transfer_costs(env: str, num_envs: int, ks: list[int], repeat: int) -> dict:
+def transfer_costs(env: str, num_envs: int | None, ks: list[int], repeat: int) -> dict:
     import ray
 
     cfg, b = filled_buffers(env, num_envs)
@@ -100,7 +101,12 @@ def transfer_costs(env: str, num_envs: int, ks: list[int], repeat: int) -> dict:
         comp_s += _median_time(lambda a=a: zlib.compress(a.tobytes(), 1), repeat)
         decomp_s += _median_time(lambda data=data: zlib.decompress(data), repeat)
     compressed_total = raw - sum(a.nbytes for a in comp.values()) + comp_bytes
-    write_s = _median_time(lambda: write_rollout(b, 1, one, 0), repeat)
+    # import: distinct freshly received rollouts into distinct slots (a repeated copy of one would run from cache)
+    fresh = [pack_slots(b, [i % n_slots]) for i in range(repeat)]
+    t0 = time.perf_counter()
+    for i, r in enumerate(fresh):
+        write_rollout(b, (i + 1) % n_slots, r, 0)
+    write_s = (time.perf_counter() - t0) / repeat
 
     @ray.remote(num_cpus=1)
     class Holder:
@@ -160,26 +166,36 @@ def print_costs(c: dict) -> None:
         )
 
 
-def projection(c: dict, k: int, local_fps: float, node_fps: float, learner_fps: float, link_gbps: float) -> str:
-    """FPS(N) = min(local + N * node, importer, link, learner), where
-    importer = samples per rollout / (call / k + transfer per rollout + write per rollout): the learner node's
-               one importer thread, which pays the Ray call per batch of k, deserialization and the slot copy;
-    link     = link bytes/s / (bytes per rollout / samples per rollout): the learner node's inbound link;
-    learner  = samples trained per second of learner train time (measured in the runs)."""
-    per_rollout = c["call_s"] / k + c["per_k"][k]["transfer_s_per_rollout"] + c["write_s"]
-    importer = c["samples_per_rollout"] / per_rollout
-    link = link_gbps * 1e9 / 8 / (c["raw_bytes"] / c["samples_per_rollout"])
-    rows = []
-    for n in (1, 2, 4, 8, 16):
-        fps = min(local_fps + n * node_fps, importer, link, learner_fps)
-        rows.append(f"N={n}: {fps:,.0f}")
-    return (
-        f"  importer ceiling {importer:,.0f} samples/s (batches of {k}), link ceiling {link:,.0f} samples/s at "
-        f"{link_gbps:g} Gbit/s, learner ceiling {learner_fps:,.0f} samples/s\n  projected FPS " + ", ".join(rows)
-    )
+def ceilings(c: dict, k: int) -> dict[str, float]:
+    """Samples/s the learner node can take in, from the measured per-rollout costs:
+    importer raw   = samples per rollout / (call / k + transfer per rollout + write per rollout): the learner
+                     node's one importer thread pays the Ray call per batch of k, the transfer and deserialization
+                     (the measured ray.get beyond the call) and the slot copy;
+    importer zlib  = the same with the transfer scaled by compressed / raw bytes (an estimate: the compressed
+                     transfer was not timed) plus decompression;
+    link X Gbit/s  = X Gbit/s / bytes per sample (raw, and compressed), the learner node's inbound link."""
+    n = c["samples_per_rollout"]
+    transfer = c["per_k"][k]["transfer_s_per_rollout"]
+    base = c["call_s"] / k + c["write_s"]
+    ratio = c["compressed_bytes"] / c["raw_bytes"]
+    out = {
+        "importer raw": n / (base + transfer),
+        "importer zlib": n / (base + transfer * ratio + c["decompress_s"]),
+    }
+    for gbps in (1, 10):
+        out[f"link {gbps} Gbit/s raw"] = gbps * 1e9 / 8 / (c["raw_bytes"] / n)
+        out[f"link {gbps} Gbit/s zlib"] = gbps * 1e9 / 8 / (c["compressed_bytes"] / n)
+    return out
 
 
-def fps_runs(env: str, seconds: float, address: str, compare_repo: Path | None) -> dict:
+def projection(local_fps: float, node_fps: float, limit: float) -> str:
+    """FPS(N) = min(local + N * node, limit): `local` what the learner node samples itself, `node` what one sampler
+    node adds, `limit` the smallest ceiling (importer, link, learner training throughput)."""
+    return ", ".join(f"N={n}: {min(local_fps + n * node_fps, limit):,.0f}" for n in (1, 2, 4, 8, 16))
+
+
+def fps_runs(env: str, seconds: float, address: str, compare_repo: Path | None, repeats: int) -> dict:
+    """Each case `repeats` times, the cases alternating (the machine's load drifts); medians."""
     base = [f"--env={env}", "--num_workers=1"]
     remote = [f"--ray_address={address}", "--sampler_nodes=1"]
     cases = [("learner node alone", base, REPO)]
@@ -189,19 +205,28 @@ def fps_runs(env: str, seconds: float, address: str, compare_repo: Path | None) 
         ("learner node + 1 sampler node", [*base, *remote], REPO),
         ("1 sampler node alone (--local_samplers=False)", [*base, *remote, "--local_samplers=False"], REPO),
     ]
+    results: dict[str, list[dict]] = {name: [] for name, _, _ in cases}
+    for r in range(repeats):
+        for name, args, repo in cases:
+            result, summary = run_train(args, seconds, repo=repo)
+            text = "\n".join(summary)
+            trained = _TRAIN_S.search(text)
+            result["train_s"] = float(trained.group(1)) if trained else None
+            result["remote"] = next((ln.split("] ", 1)[-1] for ln in summary if "remote samplers:" in ln), "")
+            results[name].append(result)
+            print(
+                f"[{r + 1}/{repeats}] {name}: rc {result['rc']}, FPS (10 s window at the end) "
+                f"{result.get('fps10', 0):,.0f}, overall {result.get('fps', 0):,} over {result.get('seconds', 0):.0f} s"
+                + (f"\n    {result['remote']}" if result["remote"] else ""),
+                flush=True,
+            )
     out = {}
-    for name, args, repo in cases:
-        result, summary = run_train(args, seconds, repo=repo)
-        text = "\n".join(summary)
-        result["remote"] = next((ln for ln in summary if "remote samplers:" in ln), "")
-        trained = _TRAIN_S.search(text)
-        result["train_s"] = float(trained.group(1)) if trained else None
-        out[name] = result
-        print(
-            f"{name}: rc {result['rc']}, FPS (10 s window at the end) {result.get('fps10', 0):,.0f}, overall "
-            f"{result.get('fps', 0):,} over {result.get('seconds', 0):.0f} s, learner train time "
-            f"{result['train_s']} s for {result.get('env_steps', 0):,} env steps"
-        )
+    for name, rs in results.items():
+        fps10 = statistics.median(r.get("fps10", 0.0) for r in rs)
+        learner = [r["env_steps"] / r["train_s"] for r in rs if r.get("train_s") and r.get("env_steps")]
+        out[name] = {"fps10": fps10, "learner_fps": statistics.median(learner) if learner else float("inf")}
+        each = ", ".join(f"{r.get('fps10', 0):,.0f}" for r in rs)
+        print(f"{name}: median FPS {fps10:,.0f} (runs: {each})")
     return out
 
 
@@ -210,36 +235,45 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--envs", default="CartPole-v1", help="Comma-separated envs for the transfer costs.")
-    p.add_argument("--num_envs", type=int, default=64, help="Envs per worker (columns of a rollout), CartPole.")
+    p.add_argument("--num_envs", type=int, default=None, help="Envs per worker (default: each env's preset).")
     p.add_argument("--batch", default="1,4,16", help="Rollouts per transfer to time.")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--fps_env", default="CartPole-v1", help="Env of the training runs ('' to skip them).")
     p.add_argument("--seconds", type=float, default=40.0, help="Length of each training run.")
     p.add_argument("--compare_repo", type=Path, default=None, help="Another checkout for the default-path run.")
     p.add_argument("--link_gbps", type=float, default=10.0, help="Link bandwidth assumed in the projection.")
+    p.add_argument("--repeats", type=int, default=1, help="Training runs per case (alternating; medians).")
     args = p.parse_args(argv)
     ks = [int(k) for k in args.batch.split(",")]
+    k = max(ks)
     with loopback_cluster(num_nodes=2, num_cpus=2) as cluster:
         import ray
 
         ray.init(address=cluster.address, logging_level="warning")
-        costs = []
+        costs = {}
         for env in args.envs.split(","):
-            num_envs = args.num_envs if env == "CartPole-v1" else 8
-            costs.append(transfer_costs(env, num_envs, ks, args.repeat))
-            print_costs(costs[-1])
+            costs[env] = transfer_costs(env, args.num_envs, ks, args.repeat)
+            print_costs(costs[env])
+            print(
+                f"  ceilings (samples/s, batches of {k}): "
+                + ", ".join(f"{name} {v:,.0f}" for name, v in ceilings(costs[env], k).items())
+            )
         ray.shutdown()
+        print(f"\n(ceilings: {ceilings.__doc__.strip()})")
         if not args.fps_env:
             return 0
         print()
-        runs = fps_runs(args.fps_env, args.seconds, cluster.address, args.compare_repo)
+        runs = fps_runs(args.fps_env, args.seconds, cluster.address, args.compare_repo, args.repeats)
     alone = runs["learner node alone"]
     node = runs["1 sampler node alone (--local_samplers=False)"]
-    learner_fps = alone.get("env_steps", 0) / alone["train_s"] if alone.get("train_s") else float("inf")
-    c = next((c for c in costs if c["env"] == args.fps_env), None)
-    if c is not None:
-        print(f"\nprojection for {args.fps_env} ({projection.__doc__.strip()})")
-        print(projection(c, max(ks), alone.get("fps10", 0.0), node.get("fps10", 0.0), learner_fps, args.link_gbps))
+    learner_fps = max(r["learner_fps"] for r in runs.values())
+    if args.fps_env in costs:
+        limit = min(learner_fps, *ceilings(costs[args.fps_env], k).values())
+        print(f"\nprojection for {args.fps_env}: {projection.__doc__.strip()}")
+        print(
+            f"  local {alone['fps10']:,.0f}, node {node['fps10']:,.0f}, learner {learner_fps:,.0f} samples/s of "
+            f"train time, limit {limit:,.0f}: {projection(alone['fps10'], node['fps10'], limit)}"
+        )
     return 0
 
 
