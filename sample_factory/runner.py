@@ -171,7 +171,8 @@ class Runner:
         for p in range(cfg.num_policies):
             keys.append(("learner", p))
             keys += [("policy", (p, i)) for i in range(cfg.policy_workers_per_policy)]
-        keys += [("actor", w) for w in range(cfg.num_workers if cfg.local_samplers else 0)]
+        local = cfg.local_samplers or cfg.evaluation_run  # evaluations of a run trained by sampler nodes play here
+        keys += [("actor", w) for w in range(cfg.num_workers if local else 0)]
         return [self._make_component(role, index) for role, index in keys]
 
     def _make_component(self, role: str, index: Any) -> Component:
@@ -208,7 +209,10 @@ class Runner:
             self.stop_reason = f"{signal.Signals(signum).name} received"
 
     def _start(self) -> None:
-        self.start_time = time.monotonic()
+        if self.remote is not None:  # first: a cluster that cannot be reached fails the run before it starts
+            spaces = (self.obs_space, self.action_space, self.num_agents)
+            self.remote.start(self.buffers, self.channels, self.weights[0], *spaces)
+        self.start_time = time.monotonic()  # after the sampler nodes' start: --train_for_seconds is sampling time
         if self.cfg.serial_mode:
             # Every component shares this process; its thread count is the learner's.
             torch.set_num_threads(self.cfg.learner_main_loop_num_cores)
@@ -221,9 +225,6 @@ class Runner:
             return
         for c in self.components:
             self.supervisor.start(c)
-        if self.remote is not None:
-            spaces = (self.obs_space, self.action_space, self.num_agents)
-            self.remote.start(self.buffers, self.channels, self.weights[0], *spaces)
         self._experiment_started()
 
     def _experiment_started(self) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +51,17 @@ def short_error(e: BaseException, limit: int = 160) -> str:
     text = lines[-1] if lines else ""
     text = f"{type(e).__name__}: {text}" if text else type(e).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_reachable(address: str | None, timeout: float = 10.0) -> None:
+    """Fail fast on a head that does not answer: Ray's driver retries a dead address for minutes."""
+    if not address or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as e:
+        raise ConnectionError(f"--ray_address={address}: no Ray head answers there ({e})") from None
 
 
 class NodeState:
@@ -100,10 +112,12 @@ class RemoteSamplers:
 
         from sample_factory.distributed.sampler_node import SamplerNode
 
-        self.ray, self.buffers, self.channels, self.weights = ray, buffers, channels, weights
+        self.buffers, self.channels, self.weights = buffers, channels, weights
         cfg = self.cfg
+        check_reachable(cfg.ray_address)
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         ray.init(address=cfg.ray_address, logging_level="warning", configure_logging=True, log_to_driver=True)
+        self.ray = ray  # connected: stop() disconnects
         for s, h in handlers.items():  # the runner's Ctrl+C / SIGTERM handling stays in charge
             signal.signal(s, h)
         placement = self._placement()
@@ -300,7 +314,7 @@ class RemoteSamplers:
         if self.thread is not None:
             self.thread.join(timeout=10)
         if self.ray is None:
-            return
+            return  # never connected (a Ray call now would start a local Ray instance)
         live = [n for n in self.nodes if n.alive]
         calls = [n.handle.stop.remote() for n in live]
         try:

@@ -5,8 +5,10 @@ Rollout messages a learner understands, stale rollouts dropped, slots coming bac
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -14,7 +16,7 @@ import pytest
 import torch
 
 from sample_factory.config import parse_cfg
-from sample_factory.distributed.remote_samplers import NodeState, RemoteSamplers
+from sample_factory.distributed.remote_samplers import NodeState, RemoteSamplers, check_reachable
 from sample_factory.distributed.rollouts import (
     Compressed,
     choose_compression,
@@ -204,3 +206,16 @@ def test_default_run_setup_does_not_import_ray(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
+
+
+def test_unreachable_ray_address_fails_fast():
+    """Ray's driver would retry a dead head for minutes while the run waits: a closed port is one error at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connections are refused
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionError, match=f"--ray_address=127.0.0.1:{port}: no Ray head answers there"):
+            check_reachable(f"127.0.0.1:{port}")
+        assert time.monotonic() - t0 < 5
+    for address in (None, "auto", "ray://head:10001"):
+        check_reachable(address)  # left to Ray

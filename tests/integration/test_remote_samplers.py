@@ -9,15 +9,18 @@ train.py runs whose rollouts come from a sampler node's actor and policy workers
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import statistics
+import subprocess
+import sys
 import time
 
 import psutil
 import pytest
 
-from tests.integration.conftest import lag_triples, progress_env_steps, shm_entries
+from tests.integration.conftest import REPO_ROOT, lag_triples, progress_env_steps, shm_entries
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install -e .[ray]")
 
@@ -87,6 +90,18 @@ def test_remote_sampler_node_alone_learns_cartpole(tmp_path, train_run, ray_clus
     assert lags and all(0 <= lo <= hi for lo, _, hi in lags), run.describe()
     run.assert_no_leftovers()
     _assert_gone([actor_pid, *component_pids])
+    # The experiment is an ordinary one: a parallel evaluation (its cfg.json says --local_samplers=False and
+    # --sampler_nodes=1) plays on this machine, without Ray.
+    p = subprocess.run(
+        [sys.executable, "enjoy.py", "--experiment=x", f"--train_dir={tmp_path}", "--num_workers=1"]
+        + ["--max_num_episodes=4", "--no_render=True"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads((tmp_path / "x" / "eval_results.json").read_text())["episodes"] == 4
 
 
 @pytest.mark.timeout(240)
