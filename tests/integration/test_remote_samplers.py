@@ -93,7 +93,7 @@ def test_remote_sampler_node_alone_learns_cartpole(tmp_path, train_run, ray_clus
     # The experiment is an ordinary one: a parallel evaluation (its cfg.json says --local_samplers=False and
     # --sampler_nodes=1) plays on this machine, without Ray.
     p = subprocess.run(
-        [sys.executable, "enjoy.py", "--experiment=x", f"--train_dir={tmp_path}", "--num_workers=1"]
+        [sys.executable, "enjoy.py", "--experiment=x", f"--train_dir={tmp_path}", "--num_workers=2"]
         + ["--max_num_episodes=4", "--no_render=True"],
         cwd=REPO_ROOT,
         capture_output=True,
