@@ -5,6 +5,7 @@ config/fields.py (the typed attributes of `Config`) is generated from it."""
 from __future__ import annotations
 
 from sample_factory.config.option_types import ConfigError, Option, _num, int_list, str2bool, str_list  # noqa: F401
+from sample_factory.config.options_remote import REMOTE_OPTIONS
 
 
 def all_options() -> list[Option]:
@@ -518,50 +519,7 @@ OPTIONS: dict[str, list[Option]] = {
             "Where enjoy.py writes its JSON summary (default: <experiment>/eval_results.json).",
         ),
     ],
-    "Remote samplers (Ray)": [
-        Option(
-            "sampler_nodes",
-            int,
-            0,
-            "Ray nodes that sample for this run besides the learner node (IMPALA's remote workers): each runs "
-            "--num_workers actor workers and its policy workers and sends finished rollouts to the learner "
-            "through Ray's object store. 0: everything on this machine. Needs Ray (pip install -e .[ray]).",
-        ),
-        Option(
-            "ray_address",
-            str,
-            None,
-            "The Ray cluster of --sampler_nodes: host:port of its head, or auto (RAY_ADDRESS or the cluster "
-            "started on this machine); default: a local Ray instance.",
-        ),
-        Option(
-            "broadcast_interval",
-            int,
-            1,
-            "Learner steps (policy versions) between two broadcasts of the weights to the sampler nodes.",
-        ),
-        Option(
-            "local_samplers",
-            str2bool,
-            True,
-            "With --sampler_nodes: also sample on the learner node (False: only the sampler nodes sample, and "
-            "the run stops when the last one is lost).",
-        ),
-        Option(
-            "remote_compression",
-            str,
-            "auto",
-            "Compression of the uint8/bool arrays of transferred rollouts: none, zlib (level 1), or auto (zlib for "
-            "an array when it measures faster than sending it raw over a --remote_link_mbps link).",
-            choices=("none", "zlib", "auto"),
-        ),
-        Option(
-            "remote_link_mbps",
-            float,
-            1000.0,
-            "Bandwidth between a sampler node and the learner node assumed by --remote_compression=auto (Mbit/s).",
-        ),
-    ],
+    "Remote samplers (Ray)": REMOTE_OPTIONS,
     "PBT": [
         Option(
             "with_pbt",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import multiprocessing
 import os
 import socket
 import threading
@@ -83,8 +84,6 @@ class SamplerNode:
 
     # ---- start --------------------------------------------------------------------------------------------
     def start(self) -> dict[str, Any]:
-        from sample_factory.runner import mp_context  # also what the learner node starts its processes with
-
         cfg = self.cfg
         niceness = self._reset_niceness()
         cfg.device = resolve_device_name(cfg.device)
@@ -96,7 +95,11 @@ class SamplerNode:
         self.weights.publish_flat(torch.from_numpy(np.array(flat)), version)
         self.channels = Channels(cfg.num_workers, 1, cfg.message_queue)
         self.max_pending = spec.num_slots  # copies held at most: one node's worth of slots
-        ctx = mp_context()
+        # forkserver with the components' modules preloaded, as on the learner node (runner.mp_context)
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(
+            ["torch", "sample_factory.workers.actor_worker", "sample_factory.workers.policy_worker"]
+        )
         self.supervisor = Supervisor(cfg, ctx, self._make_component, self.buffers, self.channels, self.log)
         keys = [("policy", (0, i)) for i in range(cfg.policy_workers_per_policy)]
         keys += [("actor", w) for w in range(cfg.num_workers)]
