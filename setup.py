@@ -29,7 +29,7 @@ EXTRAS_REQUIRE = {
     "plot": ["matplotlib"],
     "onnx": ["onnx", "onnxruntime"],
     "wandb": ["wandb"],  # --with_wandb (Weights & Biases logging)
-    "ray": ["ray[default]"],  # the launcher's ray backend (python -m sample_factory.launcher --backend=ray)
+    "ray": ["ray[default]"],  # the launcher's ray backend (--backend=ray) and remote samplers (--sampler_nodes)
     "dev": ["pytest", "pytest-timeout", "ruff"],
 }
 

@@ -69,6 +69,7 @@ class Runner:
         self.driver: SerialDriver | None = None  # serial mode
         self.start_time: float | None = None  # time.monotonic() when the components were started
         self.callbacks: Callbacks | None = None  # the runner process's instance of --callbacks
+        self.remote: Any = None  # --sampler_nodes: distributed.remote_samplers.RemoteSamplers
         # report kind -> handler, for every kind a component sends (every report also counts as a sign of life)
         self.report_handlers: dict[str, Callable[[Report], None]] = {
             "started": self._on_started,
@@ -121,6 +122,10 @@ class Runner:
         # The initial weights are made once here, so policy workers and learners start identical.
         model = ActorCritic(cfg, self.obs_space, self.action_space)
         spec = make_buffer_spec(cfg, self.obs_space, self.action_space, model.rnn_state_size, self.num_agents)
+        if cfg.sampler_nodes > 0 and not cfg.evaluation_run:  # Ray is optional: imported only here
+            from sample_factory.distributed.remote_samplers import RemoteSamplers
+
+            self.remote = RemoteSamplers(cfg, spec, log)  # adds the import slots to spec
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
         self.weights = []
         for p in range(cfg.num_policies):
@@ -135,7 +140,7 @@ class Runner:
             w.publish(model, version)
             self.weights.append(w)
         kind = "local" if cfg.serial_mode else cfg.message_queue
-        self.channels = Channels(cfg.num_workers, cfg.num_policies, kind)
+        self.channels = Channels(spec.num_workers, cfg.num_policies, kind)
         self.pbt = PbtController(cfg, self.exp_dir, self.channels, log, reward_shaping) if cfg.with_pbt else None
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
@@ -167,7 +172,8 @@ class Runner:
         for p in range(cfg.num_policies):
             keys.append(("learner", p))
             keys += [("policy", (p, i)) for i in range(cfg.policy_workers_per_policy)]
-        keys += [("actor", w) for w in range(cfg.num_workers)]
+        local = cfg.local_samplers or cfg.evaluation_run  # evaluations of a run trained by sampler nodes play here
+        keys += [("actor", w) for w in range(cfg.num_workers if local else 0)]
         return [self._make_component(role, index) for role, index in keys]
 
     def _make_component(self, role: str, index: Any) -> Component:
@@ -204,7 +210,10 @@ class Runner:
             self.stop_reason = f"{signal.Signals(signum).name} received"
 
     def _start(self) -> None:
-        self.start_time = time.monotonic()
+        if self.remote is not None:  # first: a cluster that cannot be reached fails the run before it starts
+            spaces = (self.obs_space, self.action_space, self.num_agents)
+            self.remote.start(self.buffers, self.channels, self.weights[0], *spaces)
+        self.start_time = time.monotonic()  # after the sampler nodes' start: --train_for_seconds is sampling time
         if self.cfg.serial_mode:
             # Every component shares this process; its thread count is the learner's.
             torch.set_num_threads(self.cfg.learner_main_loop_num_cores)
@@ -356,6 +365,8 @@ class Runner:
 
     def _check_stop(self, now: float) -> None:
         cfg = self.cfg
+        if self.remote is not None and (why := self.remote.update(self.progress)) and self.stop_reason is None:
+            self.stop_reason, self.exit_code = why, 1
         if cfg.evaluation_run:
             if self.progress.num_episodes[cfg.policy_index] >= cfg.max_num_episodes:
                 self.stop_reason = f"evaluated {cfg.max_num_episodes} episodes"
@@ -386,6 +397,11 @@ class Runner:
         # STOPs go to actors first so no new rollouts arrive, then policy workers, then learners (which save
         # checkpoints); in serial mode every component is finished in turn.
         order = ("actor", "policy", "learner")
+        if self.remote is not None:  # first: its importer feeds the learner
+            try:
+                self.remote.stop()
+            except Exception as e:
+                log(f"ERROR stopping the sampler nodes: {type(e).__name__}: {e}")
         if self.driver is not None:
             try:
                 if self.exit_code == 0 and not self.cfg.evaluation_run:

@@ -27,13 +27,27 @@ ALLOWED: dict[str, set[str]] = {
     "pbt": {"config", "runtime", "experiment", "launcher", "envs"},
     "workers": {"config", "runtime", "algo", "model", "envs", "experiment", "pbt"},
     "evaluation": {"config", "runtime", "algo", "model", "envs", "experiment", "workers", "runner"},
-    "runner": {"config", "runtime", "algo", "model", "envs", "experiment", "pbt", "workers", "evaluation"},
+    "runner": {
+        "config",
+        "runtime",
+        "algo",
+        "model",
+        "envs",
+        "experiment",
+        "pbt",
+        "workers",
+        "evaluation",
+        "distributed",
+    },
+    # remote samplers on Ray: the same workers and runtime on other nodes; the runner imports it only with Ray
+    "distributed": {"config", "runtime", "algo", "model", "envs", "experiment", "workers"},
     "train": {"config", "runner", "pbt"},
     # runs train.py as a subprocess command: it needs none of the training code, only the folder conventions
     "launcher": {"config", "experiment"},
     "tools": {
         *("config", "runtime", "algo", "model", "envs", "experiment", "pbt", "workers", "evaluation", "runner"),
         "launcher",
+        "distributed",
     },
     "__init__": set(),
 }

@@ -162,6 +162,14 @@ class OptionFields:
     eval_env_overrides: str | None  # default None
     eval_results_file: str | None  # default None
 
+    # Remote samplers (Ray)
+    sampler_nodes: int  # default 0
+    ray_address: str | None  # default None
+    broadcast_interval: int  # default 1
+    local_samplers: bool  # default True
+    remote_compression: str  # default 'auto'; one of none, zlib, auto
+    remote_link_mbps: float  # default 1000.0
+
     # PBT
     with_pbt: bool  # default False
     pbt_period_env_steps: int  # default 5000000

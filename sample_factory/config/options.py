@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sample_factory.config.option_types import ConfigError, Option, _num, int_list, str2bool, str_list  # noqa: F401
 from sample_factory.config.options_pbt import PBT_OPTIONS
+from sample_factory.config.options_remote import REMOTE_OPTIONS
 from sample_factory.config.options_replay import REPLAY_OPTIONS
 
 
@@ -475,5 +476,6 @@ OPTIONS: dict[str, list[Option]] = {
             "Where enjoy.py writes its JSON summary (default: <experiment>/eval_results.json).",
         ),
     ],
+    "Remote samplers (Ray)": REMOTE_OPTIONS,
     "PBT": PBT_OPTIONS,
 }

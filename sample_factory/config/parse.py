@@ -235,6 +235,7 @@ def finalize_cfg(cfg: Config) -> Config:
     if cfg.with_pbt and cfg.pbt_backend == "ray":
         _check_ray_pbt(cfg)
     _check_replay(cfg)
+    _check_remote_samplers(cfg)
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg
@@ -295,3 +296,21 @@ def _check_ray_pbt(cfg: Config) -> None:
         raise ConfigError("--pbt_backend=ray needs --lr_schedule=constant (each segment has its own budget)")
     if cfg.pbt_cpus_per_member < 0 or cfg.pbt_gpus_per_member < 0 or cfg.pbt_max_member_restarts < 0:
         raise ConfigError("--pbt_cpus_per_member, --pbt_gpus_per_member and --pbt_max_member_restarts must be >= 0")
+
+
+def _check_remote_samplers(cfg: Config) -> None:
+    """--sampler_nodes: what the remote samplers support (distributed/remote_samplers.py)."""
+    if cfg.sampler_nodes < 0 or cfg.broadcast_interval < 1:
+        raise ConfigError("--sampler_nodes must be >= 0 and --broadcast_interval >= 1")
+    if cfg.evaluation_run:
+        return  # enjoy.py samples locally whatever the trained run did
+    if cfg.sampler_nodes == 0:
+        if not cfg.local_samplers:
+            raise ConfigError("--local_samplers=False needs --sampler_nodes >= 1 (someone has to sample)")
+        return
+    if cfg.serial_mode or not cfg.async_rl or cfg.num_policies > 1 or cfg.algo != "APPO":
+        raise ConfigError(
+            "--sampler_nodes needs a single-policy APPO training run with --async_rl=True and --serial_mode=False"
+        )
+    if not module_available("ray"):
+        raise ConfigError("--sampler_nodes needs Ray: pip install -e .[ray] (or pip install 'ray[default]')")

@@ -308,21 +308,29 @@ class SharedWeights:
     def publish(self, model: torch.nn.Module, version: int) -> None:
         with torch.no_grad():
             flat = torch.cat([t.detach().reshape(-1).to("cpu", self.flat.dtype) for t in self.tensors_of(model)])
+        self.publish_flat(flat, version)
+
+    def publish_flat(self, flat: torch.Tensor, version: int) -> None:
+        """Publish weights that arrive already flat ([num_values], e.g. from another node's `snapshot`)."""
         target = 1 - int(self.meta[1])
         self.flat[target].copy_(flat)
         self.meta[2 + target] = version
         self.meta[1] = target
         self.meta[0] += 1  # last: readers that saw the old seq re-check it after copying
 
-    def load_into(self, model: torch.nn.Module) -> int:
-        """Copy the published weights into `model`; returns their version."""
+    def snapshot(self) -> tuple[torch.Tensor, int]:
+        """A consistent copy of the published weights [num_values] and their version."""
         while True:
             seq = int(self.meta[0])
             active = int(self.meta[1])
             flat = self.flat[active].clone()
             version = int(self.meta[2 + active])
             if int(self.meta[0]) == seq:
-                break
+                return flat, version
+
+    def load_into(self, model: torch.nn.Module) -> int:
+        """Copy the published weights into `model`; returns their version."""
+        flat, version = self.snapshot()
         tensors = self.tensors_of(model)
         if sum(t.numel() for t in tensors) != flat.numel():
             raise ValueError("published weights do not match the model's size")

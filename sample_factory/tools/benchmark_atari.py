@@ -75,7 +75,7 @@ def run_train(args: list[str], seconds: float, repo: Path = REPO) -> tuple[dict,
             result.update(env_steps=int(m.group(1)), seconds=float(m.group(2)), fps=int(m.group(3)))
         if m := _FPS10.search(line):
             result["fps10"] = float(m.group(1))
-    summary = [ln for ln in out if ln.startswith("  ") or "done:" in ln]
+    summary = [ln for ln in out if ln.startswith("  ") or "done:" in ln or "remote samplers:" in ln]
     return result, summary
 
 

@@ -23,7 +23,7 @@ def _args(sweep, td, address: str) -> list[str]:
 
 @pytest.mark.timeout(300)
 def test_ray_sweep_on_two_nodes_and_resume(tmp_path, launcher, ray_cluster):
-    address, env = ray_cluster
+    address, env = ray_cluster.address, ray_cluster.env
     assert address.startswith("127.0.0.1:")
     sweep = write_sweep(tmp_path / "s.yaml", "ray4", [{"name": "cp", "cmd": TINY, "grid": {"seed": [0, 1, 2, 3]}}])
     td = tmp_path / "td"
@@ -52,7 +52,7 @@ def test_ray_sweep_on_two_nodes_and_resume(tmp_path, launcher, ray_cluster):
 
 @pytest.mark.timeout(240)
 def test_ray_failed_experiment_reported_once(tmp_path, launcher, ray_cluster):
-    address, env = ray_cluster
+    address, env = ray_cluster.address, ray_cluster.env
     sweep = write_sweep(tmp_path / "s.yaml", "rayfail", [{"name": "bad", "cmd": TINY + " --no_such_flag=1"}])
     td = tmp_path / "td"
     run = launcher(_args(sweep, td, address), env=env)
@@ -69,7 +69,7 @@ def test_ray_failed_experiment_reported_once(tmp_path, launcher, ray_cluster):
 def test_ray_killed_launcher_still_stops_its_runs(tmp_path, launcher, ray_cluster):
     """Ray ends a dead driver's actors and SIGKILLs their children: the run's guard takes that, and the run gets
     SIGTERM (saves, stops its components) instead of dying with its components left training."""
-    address, env = ray_cluster
+    address, env = ray_cluster.address, ray_cluster.env
     long_run = "python train.py --env=CartPole-v1 --num_workers=1 --train_for_seconds=600 --report_interval_sec=1"
     sweep = write_sweep(tmp_path / "s.yaml", "raykill", [{"name": "long", "cmd": long_run}])
     td = tmp_path / "td"

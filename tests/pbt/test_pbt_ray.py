@@ -113,7 +113,7 @@ def _no_member_left(td: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_pbt_population_of_4_on_two_nodes(tmp_path, ray_cluster, coordinator):
-    address, env = ray_cluster
+    address, env = ray_cluster.address, ray_cluster.env
     td = tmp_path / "td"
     flags = [
         *BASE,
@@ -165,7 +165,7 @@ def test_pbt_population_of_4_on_two_nodes(tmp_path, ray_cluster, coordinator):
 
 @pytest.mark.timeout(240)
 def test_pbt_member_killed_mid_segment_restarts_from_its_checkpoint(tmp_path, ray_cluster, coordinator):
-    address, env = ray_cluster
+    address, env = ray_cluster.address, ray_cluster.env
     td = tmp_path / "td"
     # segments of 12000 env steps: several seconds of training to be killed in
     flags = [*BASE, "--num_policies=2", "--pbt_period_env_steps=12000", "--train_for_env_steps=24000"]

@@ -324,6 +324,22 @@ def test_shared_weights_publish_then_load():
         assert torch.equal(a, b)
 
 
+def test_shared_weights_travel_flat_between_nodes():
+    """A sampler node gets the learner's weights as `snapshot()` (flat values and version) and republishes them
+    with `publish_flat` (distributed/): its policy workers then load exactly the learner's model."""
+    src, dst = _model(0), _model(1)
+    learner_side = SharedWeights.for_model(src)
+    learner_side.publish(src, 41)
+    flat, version = learner_side.snapshot()
+    assert version == 41 and flat.shape == learner_side.flat.shape[1:]
+    node_side = SharedWeights.for_model(dst)
+    node_side.publish_flat(flat.clone(), version)
+    assert node_side.version == 41
+    assert node_side.load_into(dst) == 41
+    for (name, a), b in zip(src.named_parameters(), dst.parameters()):
+        assert torch.equal(a, b), name
+
+
 def test_shared_weights_reader_never_sees_a_torn_copy():
     """A writer thread publishes constant-valued weights (all params == version) as fast as it can; every load
     must give one version everywhere, never a mix of two."""
