@@ -176,6 +176,19 @@ def _check_feasible(ray, jobs: Sequence[Job]) -> None:
             )
 
 
+def submit(actor_cls, job: Job) -> tuple[Any, Any]:
+    """Start `job` in a new actor that reserves its CPUs/GPUs, spread over the nodes, never restarted or retried
+    by Ray (failures are reported, not repeated). Returns (actor, the ObjectRef of its run)."""
+    actor = actor_cls.options(
+        num_cpus=job.num_cpus,
+        num_gpus=job.num_gpus,
+        max_restarts=0,
+        max_task_retries=0,
+        scheduling_strategy="SPREAD",
+    ).remote()
+    return actor, actor.run.remote(job.argv, job.cwd, job.env, str(job.log_path))
+
+
 def _run(ray, jobs, max_parallel, stop, stop_timeout, on_result) -> list[Result]:
     _check_feasible(ray, jobs)
     actor_cls = ray.remote(max_concurrency=2)(ExperimentActor)  # run() blocks; stop() comes in beside it
@@ -189,14 +202,7 @@ def _run(ray, jobs, max_parallel, stop, stop_timeout, on_result) -> list[Result]
         while pending or in_flight:
             while pending and len(in_flight) < limit and not stop.requested:
                 job = pending.popleft()
-                actor = actor_cls.options(
-                    num_cpus=job.num_cpus,
-                    num_gpus=job.num_gpus,
-                    max_restarts=0,
-                    max_task_retries=0,
-                    scheduling_strategy="SPREAD",
-                ).remote()
-                ref = actor.run.remote(job.argv, job.cwd, job.env, str(job.log_path))
+                actor, ref = submit(actor_cls, job)
                 result = Result(job.name, "running", job_id=ref.task_id().hex(), log_path=str(job.log_path))
                 in_flight[ref] = (job, actor, result)
                 print(f"[launcher] submitted {job.name} ({job.num_cpus} CPUs, {job.num_gpus:g} GPU)", flush=True)

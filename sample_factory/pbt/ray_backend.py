@@ -37,7 +37,7 @@ from typing import Any
 from sample_factory.config import Config
 from sample_factory.experiment.folder import prepare_experiment_dir
 from sample_factory.launcher.jobs import Job, LauncherError, StopRequest
-from sample_factory.launcher.ray_backend import ExperimentActor, _check_feasible, _import_ray
+from sample_factory.launcher.ray_backend import ExperimentActor, _check_feasible, _import_ray, submit
 from sample_factory.pbt.members import (
     copy_member_weights,
     latest_checkpoint_info,
@@ -171,15 +171,7 @@ class RayPopulation:
             while pending or in_flight:
                 while pending and not stop.requested:
                     m = pending.popleft()
-                    job = self.job(m)
-                    actor = actor_cls.options(
-                        num_cpus=job.num_cpus,
-                        num_gpus=job.num_gpus,
-                        max_restarts=0,
-                        max_task_retries=0,
-                        scheduling_strategy="SPREAD",
-                    ).remote()
-                    ref = actor.run.remote(job.argv, job.cwd, job.env, str(job.log_path))
+                    actor, ref = submit(actor_cls, self.job(m))
                     in_flight[ref] = (m, actor, time.time())
                 if stop.requested:
                     pending.clear()

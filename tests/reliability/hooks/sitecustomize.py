@@ -14,47 +14,36 @@ component). Each hook is off unless its environment variable is set:
 
 import os
 
-if os.environ.get("SF_TEST_SLOW_DQN_STEP_SEC"):
+
+def _slow_down(owner, name: str, variable: str) -> None:
+    """owner.name (a method or module function) sleeps float($variable) seconds before it runs."""
+    import functools
     import time
 
+    delay, original = float(os.environ[variable]), getattr(owner, name)
+
+    @functools.wraps(original)
+    def slow(*args, **kwargs):
+        time.sleep(delay)
+        return original(*args, **kwargs)
+
+    setattr(owner, name, slow)
+
+
+if os.environ.get("SF_TEST_SLOW_DQN_STEP_SEC"):
     from sample_factory.algo.dqn import DQNAlgorithm
 
-    _dqn_delay = float(os.environ["SF_TEST_SLOW_DQN_STEP_SEC"])
-    _sgd_step = DQNAlgorithm.sgd_step
-
-    def _slow_sgd_step(self, s):
-        time.sleep(_dqn_delay)
-        return _sgd_step(self, s)
-
-    DQNAlgorithm.sgd_step = _slow_sgd_step
+    _slow_down(DQNAlgorithm, "sgd_step", "SF_TEST_SLOW_DQN_STEP_SEC")
 
 if os.environ.get("SF_TEST_SLOW_SAVE_SEC"):
-    import time
-
     from sample_factory.experiment import checkpoints
 
-    _save_delay = float(os.environ["SF_TEST_SLOW_SAVE_SEC"])
-    _atomic_save = checkpoints._atomic_save
-
-    def _slow_atomic_save(path, state):
-        time.sleep(_save_delay)
-        return _atomic_save(path, state)
-
-    checkpoints._atomic_save = _slow_atomic_save
+    _slow_down(checkpoints, "_atomic_save", "SF_TEST_SLOW_SAVE_SEC")
 
 if os.environ.get("SF_TEST_SLOW_SGD_STEP_SEC"):
-    import time
-
     from sample_factory.algo.appo import APPOAlgorithm
 
-    _delay = float(os.environ["SF_TEST_SLOW_SGD_STEP_SEC"])
-    _minibatch_loss = APPOAlgorithm.minibatch_loss
-
-    def _slow_minibatch_loss(self, p, mb):
-        time.sleep(_delay)
-        return _minibatch_loss(self, p, mb)
-
-    APPOAlgorithm.minibatch_loss = _slow_minibatch_loss
+    _slow_down(APPOAlgorithm, "minibatch_loss", "SF_TEST_SLOW_SGD_STEP_SEC")
 
 if os.environ.get("SF_TEST_CHECK_ECHOED_ACTIONS"):
     from sample_factory.algo.appo import APPOAlgorithm
