@@ -183,7 +183,6 @@ class OptionFields:
     pbt_perturb_min: float  # default 1.1
     pbt_perturb_max: float  # default 1.5
     pbt_backend: str  # default 'in_process'; one of in_process, ray
-    pbt_ray_address: str | None  # default None
     pbt_cpus_per_member: int  # default 0
     pbt_gpus_per_member: float  # default 0.0
     pbt_max_member_restarts: int  # default 3

@@ -83,13 +83,6 @@ PBT_OPTIONS: list[Option] = [
         choices=("in_process", "ray"),
     ),
     Option(
-        "pbt_ray_address",
-        str,
-        None,
-        "--pbt_backend=ray: the Ray cluster to join (host:port, or auto for the one this machine joined); "
-        "default: start a local one.",
-    ),
-    Option(
         "pbt_cpus_per_member",
         int,
         0,

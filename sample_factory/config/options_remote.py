@@ -18,8 +18,8 @@ REMOTE_OPTIONS: list[Option] = [
         "ray_address",
         str,
         None,
-        "The Ray cluster of --sampler_nodes: host:port of its head, or auto (RAY_ADDRESS or the cluster "
-        "started on this machine); default: a local Ray instance.",
+        "The Ray cluster of --sampler_nodes and of --pbt_backend=ray: host:port of its head, or auto "
+        "(RAY_ADDRESS or the cluster this machine joined with ray start); default: a local Ray instance.",
     ),
     Option(
         "broadcast_interval",

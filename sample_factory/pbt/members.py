@@ -35,7 +35,7 @@ POPULATION_FLAGS = (
     "with_pbt",
     "num_policies",
     "pbt_backend",
-    "pbt_ray_address",
+    "ray_address",
     "pbt_cpus_per_member",
     "pbt_gpus_per_member",
     "pbt_max_member_restarts",

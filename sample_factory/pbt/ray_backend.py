@@ -1,4 +1,4 @@
-"""`python train.py --with_pbt=True --num_policies=N --pbt_backend=ray [--pbt_ray_address=HOST:PORT] ...`: population-
+"""`python train.py --with_pbt=True --num_policies=N --pbt_backend=ray [--ray_address=HOST:PORT] ...`: population-
 based training with each policy a separate train.py run (a member) placed by Ray, possibly on another node.
 
 This process is the coordinator. It runs every member in segments of --pbt_period_env_steps: a segment is one
@@ -271,12 +271,12 @@ def run_population(cfg: Config, argv: Sequence[str]) -> int:
         population = RayPopulation(cfg, argv, pop_dir, _reward_shaping(cfg))
         log(f"{what}: population of {cfg.num_policies} members in {pop_dir}, {population.cpus} CPUs each")
         try:
-            if cfg.pbt_ray_address:
-                ray.init(address=cfg.pbt_ray_address, log_to_driver=False, configure_logging=False)
+            if cfg.ray_address:
+                ray.init(address=cfg.ray_address, log_to_driver=False, configure_logging=False)
             else:
                 ray.init(include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
-            print(f"train.py: error: cannot start or reach Ray ({cfg.pbt_ray_address or 'local'}): {e}", flush=True)
+            print(f"train.py: error: cannot start or reach Ray ({cfg.ray_address or 'local'}): {e}", flush=True)
             return 2
         stop = StopRequest()
         stop.install()

@@ -6,7 +6,7 @@ per policy) and seed:
 
     python train.py --env=CartPole-v1 --num_workers=2 --num_envs_per_worker=16 --num_policies=4 --with_pbt=True
         --pbt_period_env_steps=P --pbt_start_mutation=P --train_for_env_steps=N --seed=S
-    ... the same + --pbt_backend=ray --pbt_cpus_per_member=1 [--pbt_ray_address=...]
+    ... the same + --pbt_backend=ray --pbt_cpus_per_member=1 [--ray_address=...]
 
 once in one process (in-process PBT), once as 4 member runs placed by Ray (a local Ray when no address is given).
 Then it prints each policy's final mean episode reward (the last row of the in-process run's progress.csv; each
@@ -87,7 +87,7 @@ def on_ray(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     name = f"ray_s{seed}"
     cmd = [sys.executable, "train.py", *common_flags(args, seed, name), "--pbt_backend=ray", "--pbt_cpus_per_member=1"]
     if args.ray_address:
-        cmd.append(f"--pbt_ray_address={args.ray_address}")
+        cmd.append(f"--ray_address={args.ray_address}")
     rc, wall = run(cmd, args.output_dir / f"{name}.log", 1500)
     exp = args.output_dir / name
     try:

@@ -127,7 +127,7 @@ def test_pbt_population_of_4_on_two_nodes(tmp_path, ray_cluster, coordinator):
         "--pbt_perturb_max=3",
         f"--train_dir={td}",
     ]
-    run = coordinator([*flags, f"--pbt_ray_address={address}"], env)
+    run = coordinator([*flags, f"--ray_address={address}"], env)
     assert run.proc.wait(timeout=270) == 0, run.output[-5000:]
     out = run.output
     pop = td / "pop"
@@ -170,7 +170,7 @@ def test_pbt_member_killed_mid_segment_restarts_from_its_checkpoint(tmp_path, ra
     # segments of 12000 env steps: several seconds of training to be killed in
     flags = [*BASE, "--num_policies=2", "--pbt_period_env_steps=12000", "--train_for_env_steps=24000"]
     flags.append(f"--train_dir={td}")
-    run = coordinator([*flags, f"--pbt_ray_address={address}"], env)
+    run = coordinator([*flags, f"--ray_address={address}"], env)
     pop = td / "pop"
     log1 = pop / "logs" / "member_1.log"
 
