@@ -196,7 +196,8 @@ def projection(local_fps: float, node_fps: float, limit: float) -> str:
 
 def fps_runs(env: str, seconds: float, address: str, compare_repo: Path | None, repeats: int) -> dict:
     """Each case `repeats` times, the cases alternating (the machine's load drifts); medians."""
-    base = [f"--env={env}", "--num_workers=1"]
+    # agent steps, the unit of the transfer ceilings (Atari/VizDoom would otherwise count env frames)
+    base = [f"--env={env}", "--num_workers=1", "--summaries_use_frameskip=False"]
     remote = [f"--ray_address={address}", "--sampler_nodes=1"]
     cases = [("learner node alone", base, REPO)]
     if compare_repo is not None:
@@ -223,10 +224,16 @@ def fps_runs(env: str, seconds: float, address: str, compare_repo: Path | None, 
     out = {}
     for name, rs in results.items():
         fps10 = statistics.median(r.get("fps10", 0.0) for r in rs)
+        overall = statistics.median(r.get("fps", 0) for r in rs)
         learner = [r["env_steps"] / r["train_s"] for r in rs if r.get("train_s") and r.get("env_steps")]
-        out[name] = {"fps10": fps10, "learner_fps": statistics.median(learner) if learner else float("inf")}
+        out[name] = {
+            "fps10": fps10,
+            "fps": overall,
+            "learner_fps": statistics.median(learner) if learner else float("inf"),
+        }
         each = ", ".join(f"{r.get('fps10', 0):,.0f}" for r in rs)
-        print(f"{name}: median FPS {fps10:,.0f} (runs: {each})")
+        # a sampler-node-only run receives rollouts in bursts: a 10 s window can be empty, the whole run is not
+        print(f"{name}: median env steps/s {fps10:,.0f} (10 s windows: {each}), over the whole run {overall:,.0f}")
     return out
 
 
