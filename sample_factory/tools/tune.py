@@ -1,4 +1,4 @@
-"""Throughput auto-tuner: `python -m sample_factory.tools.tune --env=ENV [--seconds=20] [--max_trials=8] [flags]`.
+"""Throughput auto-tuner: `python -m sample_factory.tools.tune --env=ENV [--seconds=S] [--max_trials=8] [flags]`.
 
 Finds faster sampling settings for this machine and env, by measuring rather than guessing:
 
@@ -63,13 +63,20 @@ def busy_fractions(summary: list[str]) -> dict[str, float]:
     return out
 
 
-def valid(s: dict[str, int], cores: int) -> bool:
+def valid(s: dict[str, int], cores: int, current: dict[str, int] | None = None) -> bool:
+    """A runnable config that does not add policy workers or learner threads past half the cores; a value the
+    `current` config already has (a preset's, e.g. the atari preset's 2 learner threads on 2 cores) stays allowed."""
+    current = current or {}
+
+    def bounded(key: str) -> bool:
+        return 1 <= s[key] <= max(1, cores // 2, current.get(key, 0))
+
     return (
         s["num_workers"] >= 1
         and s["num_envs_per_worker"] >= s["worker_num_splits"] >= 1
         and s["num_envs_per_worker"] % s["worker_num_splits"] == 0
-        and 1 <= s["policy_workers_per_policy"] <= max(1, cores // 2)
-        and 1 <= s["learner_main_loop_num_cores"] <= max(1, cores // 2)
+        and bounded("policy_workers_per_policy")
+        and bounded("learner_main_loop_num_cores")
     )
 
 
@@ -96,12 +103,15 @@ def moves(s: dict[str, int], busy: dict[str, float], cores: int) -> list[tuple[s
             ("two splits (double buffering)", change(worker_num_splits=2, num_envs_per_worker=max(envs, 2))),
         ],
     }
-    generic = [("half the envs per worker (less policy lag)", change(num_envs_per_worker=max(splits, envs // 2)))]
+    generic = [
+        ("half the envs per worker (less policy lag)", change(num_envs_per_worker=max(splits, envs // 2))),
+        ("one learner thread (its other core to the samplers)", change(learner_main_loop_num_cores=1)),
+    ]
     order = sorted(by_role, key=lambda r: -busy.get(r, 0.0))
     out, seen = [], {tuple(sorted(s.items()))}
     for why, cand in [m for r in order for m in by_role[r]] + generic:
         key = tuple(sorted(cand.items()))
-        if key not in seen and valid(cand, cores):
+        if key not in seen and valid(cand, cores, s):
             seen.add(key)
             out.append((why, cand))
     return out
@@ -121,7 +131,13 @@ def measure(base: list[str], settings: dict[str, int], seconds: float) -> tuple[
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", required=True, help="The env to tune for (any train.py --env).")
-    p.add_argument("--seconds", type=float, default=20.0, help="Length of each measured training run.")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="Length of each measured training run (default: 20 s for envs stepping faster than 20k steps/s in one "
+        "process, else 60 s, so that a conv-net learner runs several iterations).",
+    )
     p.add_argument("--max_trials", type=int, default=8, help="Search runs after the default's.")
     p.add_argument("--confirm_rounds", type=int, default=2, help="Final runs of the default and of the pick, each.")
     p.add_argument("--min_gain", type=float, default=0.05, help="A move must beat the best FPS by this fraction.")
@@ -135,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     # flags the user typed are theirs: never tuned
     fixed = {k for k in TUNED_ALL if any(a.startswith(f"--{k}=") for a in extra)}
 
-    ceiling = raw_ceiling(args.env, 1, min(args.seconds, 5.0))
+    ceiling = raw_ceiling(args.env, 1, 5.0)
     print(f"env step cost: {1e6 / ceiling:.0f} us ({ceiling:,.0f} steps/s in one process, random actions)")
+    if args.seconds is None:
+        args.seconds = 20.0 if ceiling > 20_000 else 60.0
     fps, busy = measure(base, start, args.seconds)
     trials = [Trial(start, fps, "defaults", busy)]
     shares = ", ".join(f"{r} {b:.0%}" for r, b in sorted(busy.items()))

@@ -44,6 +44,15 @@ def test_moves_start_with_the_bottleneck_and_are_valid():
     assert not tune.valid({**BASE, "num_envs_per_worker": 3}, 16)  # splits must divide the envs
 
 
+def test_moves_keep_a_presets_learner_threads_on_a_small_machine():
+    # the atari preset has 2 learner threads: on 2 cores the search must still move (it found no move at all before)
+    atari = {**BASE, "num_workers": 2, "num_envs_per_worker": 16, "learner_main_loop_num_cores": 2}
+    ms = tune.moves(atari, {"learner": 0.63, "policy": 0.35, "actor": 0.27}, cores=2)
+    assert ms and ms[0][1]["num_workers"] == 1
+    assert all(s["learner_main_loop_num_cores"] <= 2 and s["policy_workers_per_policy"] == 1 for _, s in ms)
+    assert any(s["learner_main_loop_num_cores"] == 1 for _, s in ms)
+
+
 @pytest.mark.timeout(300)
 def test_tune_cartpole_short(tmp_path, capsys):
     out = tmp_path / "tune.json"
