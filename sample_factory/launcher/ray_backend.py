@@ -189,6 +189,15 @@ def submit(actor_cls, job: Job) -> tuple[Any, Any]:
     return actor, actor.run.remote(job.argv, job.cwd, job.env, str(job.log_path))
 
 
+def kill_actor(ray, actor) -> None:
+    """Stop an experiment actor whose owner is failing: its run's processes first (best effort), then the actor."""
+    try:
+        ray.get(actor.kill.remote(), timeout=10)
+    except Exception:  # noqa: BLE001 - best effort while failing anyway
+        pass
+    ray.kill(actor)
+
+
 def _run(ray, jobs, max_parallel, stop, stop_timeout, on_result) -> list[Result]:
     _check_feasible(ray, jobs)
     actor_cls = ray.remote(max_concurrency=2)(ExperimentActor)  # run() blocks; stop() comes in beside it
@@ -236,11 +245,7 @@ def _run(ray, jobs, max_parallel, stop, stop_timeout, on_result) -> list[Result]
                 on_result(job, result)
     finally:
         for job, actor, result in in_flight.values():  # only when the launcher itself fails
-            try:
-                ray.get(actor.kill.remote(), timeout=10)
-            except Exception:  # noqa: BLE001 - best effort while failing anyway
-                pass
-            ray.kill(actor)
+            kill_actor(ray, actor)
             result.status, result.error = CANCELLED, "the launcher failed while it ran"
             results[job.name] = result
     return [results[j.name] for j in jobs]

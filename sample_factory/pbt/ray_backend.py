@@ -37,7 +37,7 @@ from typing import Any
 from sample_factory.config import Config
 from sample_factory.experiment.folder import prepare_experiment_dir
 from sample_factory.launcher.jobs import Job, LauncherError, StopRequest
-from sample_factory.launcher.ray_backend import ExperimentActor, _check_feasible, _import_ray, submit
+from sample_factory.launcher.ray_backend import ExperimentActor, _check_feasible, _import_ray, kill_actor, submit
 from sample_factory.pbt.members import (
     copy_member_weights,
     latest_checkpoint_info,
@@ -198,11 +198,7 @@ class RayPopulation:
                         pending.append(m)
         finally:
             for _, actor, _ in in_flight.values():  # only when the coordinator itself fails
-                try:
-                    ray.get(actor.kill.remote(), timeout=10)
-                except Exception:  # noqa: BLE001 - best effort while failing anyway
-                    pass
-                ray.kill(actor)
+                kill_actor(ray, actor)
 
     def _collect(self, ray, ref, m: Member, submitted: float) -> dict[str, Any]:
         segment: dict[str, Any] = {"target": m.target, "submitted": submitted}
