@@ -39,8 +39,41 @@ from sample_factory.workers.learner import Learner
 from sample_factory.workers.policy_worker import PolicyWorker
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+class RunLog:
+    """The runner's lines: to stdout, and to <experiment>/sf_log.txt once the folder exists (appended on resume, as
+    Sample Factory does). A stdout whose reader went away (a closed pipe, a killed `tee`, a launcher that died) must
+    not stop a run: its lines then go to the file only."""
+
+    def __init__(self) -> None:
+        self.file: Any = None
+        self.stdout_ok = True
+
+    def __call__(self, msg: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        if self.stdout_ok:
+            try:
+                print(line, flush=True)
+            except BrokenPipeError:
+                self.stdout_ok = False
+                # fd 1 to /dev/null: later writes, and the interpreter's flush at exit, no longer raise
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1)
+                os.close(devnull)
+        if self.file is not None:
+            self.file.write(line + "\n")
+            self.file.flush()
+
+    def open(self, path: Path) -> None:
+        self.close()
+        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run, closed in close()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+log = RunLog()
 
 
 class Runner:
@@ -103,6 +136,7 @@ class Runner:
                 raise FileNotFoundError(f"no experiment at {self.exp_dir}")
         else:
             self.exp_dir, what, self.lock = prepare_experiment_dir(cfg)
+            log.open(self.exp_dir / "sf_log.txt")
         log(f"{what}: {self.exp_dir}")
         cfg.frames_per_env_step = frames_per_env_step(cfg)  # before any component copies cfg
         self.callbacks = make_callbacks(cfg)
@@ -199,9 +233,12 @@ class Runner:
             if os.environ.get("SF_DEBUG"):
                 raise
         finally:
-            self._shutdown()
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
+            try:
+                self._shutdown()
+            finally:
+                log.close()
+                for s, h in old_handlers.items():
+                    signal.signal(s, h)
         return self.exit_code
 
     def _on_signal(self, signum, frame) -> None:

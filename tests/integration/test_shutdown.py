@@ -3,11 +3,13 @@ and leaves no process and no shared-memory object behind."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+import sys
 
 import pytest
 
-from tests.integration.conftest import COMPONENT_NAMES, SIGNALS, progress_env_steps
+from tests.integration.conftest import COMPONENT_NAMES, REPO_ROOT, SIGNALS, progress_env_steps
 
 SHUTDOWN_BOUND_S = 10.0
 
@@ -48,3 +50,30 @@ def test_sigint_clean_shutdown(tmp_path, train_run, group):
 @pytest.mark.timeout(180)
 def test_sigterm_clean_shutdown(tmp_path, train_run):
     _signal_run(tmp_path, train_run, "SIGTERM", group=False)
+
+
+@pytest.mark.timeout(180)
+def test_run_outlives_the_reader_of_its_stdout(tmp_path):
+    """`train.py ... | tee log` with tee killed, or a launcher that died: the runner's next line meets a closed pipe.
+    The run must go on to its budget and exit 0, its lines kept in <experiment>/sf_log.txt (before: BrokenPipeError,
+    the run stopped with exit 1)."""
+    budget = 150_000
+    cmd = [sys.executable, "train.py", "--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}"]
+    cmd += ["--experiment=pipe", f"--train_for_env_steps={budget}", "--report_interval_sec=0.5"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first, proc.stderr.read()
+        proc.stdout.close()  # the reader goes away while the run is starting
+        rc = proc.wait(timeout=150)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 0, err
+    assert "Traceback" not in err, err
+    text = (tmp_path / "pipe" / "sf_log.txt").read_text()
+    assert first.strip() in text  # the file has every line, including those stdout still took
+    done = re.search(r"done: (\d+) env steps", text)
+    assert done and int(done.group(1)) >= budget, text[-2000:]
