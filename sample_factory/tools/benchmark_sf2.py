@@ -45,7 +45,7 @@ from pathlib import Path
 
 from sample_factory.tools.benchmark_atari import raw_ceiling, run_train
 from sample_factory.tools.benchmark_gpu import SF2_ATARI_WORK, machine
-from sample_factory.tools.throwaway_venv import make_venv
+from sample_factory.tools.throwaway_venv import make_venv, run_in
 
 FRAMESKIP = 4
 SF2_INSTALLS = [
@@ -204,7 +204,7 @@ def sf2_venv(path: Path) -> tuple[Path, dict[str, str]]:
 
     py = make_venv(path, SF2_INSTALLS, probe=SF2_PROBE, after_install=register_ale)
     script = f"import json, importlib.metadata as m; print(json.dumps({{p: m.version(p) for p in {PACKAGES!r}}}))"
-    return py, json.loads(subprocess.run([str(py), "-c", script], capture_output=True, text=True, check=True).stdout)
+    return py, json.loads(run_in(py, script).stdout)
 
 
 def _load() -> str:

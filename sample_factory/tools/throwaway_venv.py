@@ -4,15 +4,23 @@ while any other torch spec makes pip download the CUDA build."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
+def run_in(py: Path, source: str) -> subprocess.CompletedProcess:
+    """`source` run by the venv's python `py`, from the venv's folder and without PYTHONPATH: neither this checkout
+    nor the caller's path shadows the venv's packages (Sample Factory 2 is also `sample_factory`)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(py), "-c", source], capture_output=True, text=True, cwd=py.parents[1], env=env)
+
+
 def works(py: Path, probe: str) -> bool:
-    """Whether `probe` (python source) runs without error in the interpreter `py`."""
-    return py.exists() and subprocess.run([str(py), "-c", probe], capture_output=True).returncode == 0
+    """Whether `probe` (python source) runs without error in the venv's python `py`."""
+    return py.exists() and run_in(py, probe).returncode == 0
 
 
 def make_venv(
@@ -37,7 +45,7 @@ def make_venv(
     if after_install is not None:
         after_install(py)
     if probe is not None:
-        out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True)
+        out = run_in(py, probe)
         if out.returncode != 0:
             raise RuntimeError(f"the venv at {path} does not work after installing:\n{out.stderr[-3000:]}")
     return py
