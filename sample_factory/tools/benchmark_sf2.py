@@ -130,6 +130,14 @@ def group_members(pgid: int) -> list[str]:
     ]
 
 
+def start_group(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """`cmd` leading a new process group, output piped as text, SIGINT at its default: a job started in the
+    background by a non-interactive shell (nohup ... &) inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt, so SF2 would not stop on SIGINT."""
+    pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(cmd, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **pipe, **kwargs)
+
+
 def stop_group(proc: subprocess.Popen, grace: float = 60.0) -> tuple[list[str], list[str]]:
     """SIGINT (Ctrl-C) to the process group `proc` leads, up to `grace` s for all of it to end, then SIGKILL to what
     is left: (the processes that needed SIGKILL, those still there after it), as ps lists them."""
@@ -152,8 +160,7 @@ def run_sf2(py: Path, env: str, workers: int, flags: list[str], seconds: float) 
     with tempfile.TemporaryDirectory() as td:
         # not our PYTHONPATH nor our checkout as cwd: both would make `import sample_factory` find this project
         environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        proc = subprocess.Popen(sf2_command(py, env, workers, flags, td), cwd=td, env=environ, **pipe)
+        proc = start_group(sf2_command(py, env, workers, flags, td), cwd=td, env=environ)
         lines: list[str] = []
         first_report = threading.Event()
 

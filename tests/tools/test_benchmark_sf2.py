@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import subprocess
 import sys
 
@@ -78,8 +79,15 @@ def test_stop_group_leaves_nothing():
     assert b.group_members(proc.pid)
     killed, left = b.stop_group(proc, grace=1.0)
     assert killed and left == [] and b.group_members(proc.pid) == []
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
-    assert b.stop_group(proc, grace=10.0) == ([], [])  # a KeyboardInterrupt ends it: nothing killed
+    # A KeyboardInterrupt ends it (nothing killed), even when started by a process that ignores SIGINT, as a
+    # background job of a non-interactive shell does.
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = b.start_group([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"])
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert proc.stdout.readline() == "up\n"
+    assert b.stop_group(proc, grace=10.0) == ([], [])
 
 
 def test_summary_and_report(tmp_path):
