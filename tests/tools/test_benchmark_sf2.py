@@ -29,8 +29,8 @@ SF2_LOG = [
     "24576. Throughput: 0: 147.5. Samples: 8440. Policy #0 lag: (min: 15.0, avg: 21.3, max: 47.0)\x1b[0m",
     "\x1b[36m[2026-11-23 18:18:51,615][08754] Avg episode reward: [(0, '-4.500')]\x1b[0m",
 ]
-# SF2's last line after SIGINT (runner.py: log.info("Collected %r, FPS: %.1f", self.env_steps, fps)).
-SF2_DONE = "\x1b[37m\x1b[1m[2026-11-23 18:18:52,101][08754] Collected {0: 28672}, FPS: 402.3\x1b[0m"
+# SF2's last line after SIGINT, from the benchmark run of 2026-11-23 (as the tool prints it, colour codes removed).
+SF2_DONE = "[2026-11-23 19:24:57,771][26968] Collected {0: 69632}, FPS: 712.0"
 
 
 def test_parse_sf2_log():
@@ -39,7 +39,7 @@ def test_parse_sf2_log():
     # without the final line: frames over the span of the reports, which is SF2's own 300 s window here
     assert r["seconds"] == pytest.approx(60.268) and r["fps"] == pytest.approx(407.8, abs=0.05)
     r = b.parse_sf2_log("\n".join([*SF2_LOG, SF2_DONE]))
-    assert r["fps"] == 402.3 and r["frames"] == 28672
+    assert r["fps"] == 712.0 and r["frames"] == 69632
     assert b.parse_sf2_log("no report") == {}
     assert b.parse_sf2_log(SF2_LOG[0].replace("True", "False"))["unit"] == "env steps"
 
