@@ -24,8 +24,10 @@ from pathlib import Path
 from sample_factory.config import parse_cfg
 from sample_factory.tools.benchmark import REPO
 
-_DONE = re.compile(r"done: (\d+) env (?:steps|frames) in ([\d.]+) s, (\d+) FPS overall")
+_DONE = re.compile(r"done: (\d+) (env steps|env frames) in ([\d.]+) s, (\d+) FPS overall")
 _FPS10 = re.compile(r"FPS 10s/60s/300s: ([\d.]+)/")
+_TRAINED = re.compile(r"samples collected/trained: \d+/(\d+)")
+_REWARD = re.compile(r"policy 0: reward ([-+\w.]+),")
 
 
 def _step_randomly(env_name: str, seconds: float, out) -> None:
@@ -62,7 +64,10 @@ def raw_ceiling(env_name: str, processes: int, seconds: float) -> float:
 
 
 def run_train(args: list[str], seconds: float, repo: Path = REPO) -> tuple[dict, list[str]]:
-    """One timed train.py run of `repo`'s code (another checkout: its own code first on PYTHONPATH)."""
+    """One timed train.py run of `repo`'s code (another checkout: its own code first on PYTHONPATH). The result has
+    env_steps (the run's counter), unit ("env steps" or "env frames"), seconds, fps (overall) and fps10 (the last
+    10 s window) in that unit, samples_trained (agent steps) and reward (policy 0's final mean episode reward);
+    the summary is the final per-component timing."""
     with tempfile.TemporaryDirectory() as td:
         cmd = [sys.executable, str(repo / "train.py"), f"--train_dir={td}", "--experiment=bench"]
         cmd += [f"--train_for_seconds={seconds}", "--report_interval_sec=2", *args]
@@ -72,9 +77,13 @@ def run_train(args: list[str], seconds: float, repo: Path = REPO) -> tuple[dict,
     result = {"rc": proc.returncode, "stderr_tail": proc.stderr.splitlines()[-3:]}
     for line in out:
         if m := _DONE.search(line):
-            result.update(env_steps=int(m.group(1)), seconds=float(m.group(2)), fps=int(m.group(3)))
+            result.update(env_steps=int(m.group(1)), unit=m.group(2), seconds=float(m.group(3)), fps=int(m.group(4)))
         if m := _FPS10.search(line):
             result["fps10"] = float(m.group(1))
+        if m := _TRAINED.search(line):
+            result["samples_trained"] = int(m.group(1))
+        if m := _REWARD.search(line):
+            result["reward"] = float(m.group(1))
     summary = [ln for ln in out if ln.startswith("  ") or "done:" in ln or "remote samplers:" in ln]
     return result, summary
 

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sample_factory.tools import throwaway_venv
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TARGET = 475.0
 
@@ -118,12 +120,7 @@ print(json.dumps({"solved_s": cb.solved[0] if cb.solved else None, "solved_steps
 
 def make_venv(path: Path, constraints: Path) -> Path:
     """A venv at `path` with stable-baselines3, gymnasium and torch (versions from `constraints`); its python."""
-    py = path / "bin" / "python"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-        pip = [str(py), "-m", "pip", "install", "-q", "-c", str(constraints)]
-        subprocess.run([*pip, "torch==2.13.0", "gymnasium", "stable-baselines3"], check=True)
-    return py
+    return throwaway_venv.make_venv(path, [["torch==2.13.0", "gymnasium", "stable-baselines3"]], constraints)
 
 
 def run_sb3(py: Path, limit_s: float, seed: int, eval_every: int = 5000, eval_episodes: int = 10) -> dict:
