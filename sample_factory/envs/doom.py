@@ -16,6 +16,7 @@ Names: `doom_basic`, `doom_health_gathering`, ... (DOOM_ENVS) or any `Vizdoom*-v
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -118,6 +119,23 @@ class EngineWatchdog:
             self.proc.stdin.close()
 
 
+def stop_engine(engine: psutil.Process, instance_id: str, grace_s: float = 3.0) -> None:
+    """After DoomGame.close(): an engine still running is given `grace_s`, then killed, and its /dev/shm files go.
+    A run stopped while its envs were starting once left engines that ignored SIGTERM, with their files."""
+    try:
+        if engine.is_running():  # psutil compares the create time: never a process that took over the pid
+            try:
+                engine.wait(timeout=grace_s)  # our child: this also reaps it
+            except psutil.TimeoutExpired:
+                engine.kill()
+                engine.wait(timeout=5)
+    except psutil.Error:
+        pass
+    for prefix in ("ViZDoomSM", "ViZDoomMQCtr", "ViZDoomMQDoom"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"/dev/shm/{prefix}{instance_id}")
+
+
 def _new_engine(known_pids: set[int]) -> tuple[int, str] | None:
     """(pid, vizdoom instance id) of the engine process our DoomGame.init() just started, None if not found."""
     for child in psutil.Process().children():
@@ -150,6 +168,7 @@ class DoomEnv(gym.Wrapper):
         self.last_obs: dict[str, np.ndarray] | None = None
         self.config_dir = config_dir
         self.watchdog: EngineWatchdog | None = None
+        self.engine: tuple[psutil.Process, str] | None = None  # the running engine process and its instance id
 
     def _convert(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
         out = {"screen": downscale_screen(obs["screen"], *self.size)}
@@ -167,9 +186,12 @@ class DoomEnv(gym.Wrapper):
             if self.watchdog is not None:
                 self.watchdog.disarm()
                 self.watchdog = None
+            self.engine = None
             engine = _new_engine(known)
             if engine is not None:
                 self.watchdog = EngineWatchdog(*engine, self.config_dir)
+                with contextlib.suppress(psutil.Error):
+                    self.engine = (psutil.Process(engine[0]), engine[1])
         self.last_obs = self._convert(obs)
         return self.last_obs, info
 
@@ -192,6 +214,9 @@ class DoomEnv(gym.Wrapper):
         if self.watchdog is not None:
             self.watchdog.disarm()
             self.watchdog = None
+        if self.engine is not None:
+            stop_engine(*self.engine)
+            self.engine = None
         shutil.rmtree(self.config_dir, ignore_errors=True)
 
 

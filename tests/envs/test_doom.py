@@ -298,3 +298,23 @@ def test_killed_process_leaves_no_engine_behind(tmp_path):
             proc.kill()
             proc.wait()
         proc.stdout.close()
+
+
+def test_close_stops_an_engine_that_outlives_the_game_close(tmp_path):
+    """An engine that does not stop when its game closes (seen when a run was stopped while its envs started) is
+    killed by env.close(), and its /dev/shm files removed. Simulated: vizdoom's close does nothing."""
+    _need_vizdoom()
+    shm_before, engines_before = _doom_shm(), _engines()
+    env = make_doom_env(_cfg(), "doom_basic")
+    env.reset(seed=0)
+    engines = [psutil.Process(pid) for pid in _engines() - engines_before]
+    assert len(engines) == 1
+    game_close = env.unwrapped.close
+    env.unwrapped.close = lambda: None  # the engine keeps running and keeps its files
+    try:
+        env.close()
+        assert not _running(engines), "env.close() left the engine running"
+        assert _doom_shm() == shm_before
+    finally:
+        env.unwrapped.close = game_close
+        game_close()  # the game object learns its engine is gone (no error, no hang)
