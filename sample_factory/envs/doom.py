@@ -16,7 +16,9 @@ Names: `doom_basic`, `doom_health_gathering`, ... (DOOM_ENVS) or any `Vizdoom*-v
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import multiprocessing.util
 import os
 import re
 import shutil
@@ -117,6 +119,52 @@ class EngineWatchdog:
         self.proc.wait()
         if self.proc.stdin is not None:
             self.proc.stdin.close()
+
+
+# One per process that makes doom envs, run by `sh` like the watchdog: it acts when our process dies without its
+# normal exit (a crash, SIGKILL), also in the middle of DoomGame.init(), where no engine watchdog is armed yet
+# (a CI run saw an actor segfault there, leaving the message queues the controller had just created). It removes
+# the ViZDoom /dev/shm files that no process maps any more, checked twice a second apart so that another
+# controller's file between its creation and its mmap is never taken; then the process's config dirs.
+_SWEEPER_SH = (
+    "read _; sleep 1; "
+    'unmapped() { for f in "$@"; do [ -e "$f" ] && ! grep -qsF "$f" /proc/[0-9]*/maps && echo "$f"; done; }; '
+    "c=$(unmapped /dev/shm/ViZDoom*); "
+    '[ -n "$c" ] && sleep 1 && for f in $(unmapped $c); do rm -f "$f"; done; '
+    'rm -rf "$1"'
+)
+_sweeper: tuple[int, subprocess.Popen, str] | None = None  # (owner pid, sweeper, config root) for this process
+
+
+def _config_root() -> str:
+    """This process's parent dir of the envs' config dirs, with a sweeper armed for it (see _SWEEPER_SH)."""
+    global _sweeper
+    if _sweeper is None or _sweeper[0] != os.getpid():  # a forked child has its own sweeper
+        root = tempfile.mkdtemp(prefix=f"sf_vizdoom_{os.getpid()}_")
+        proc = subprocess.Popen(
+            ["sh", "-c", _SWEEPER_SH, "sf_doom_sweeper", root],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _sweeper = (os.getpid(), proc, root)
+        atexit.register(_disarm_sweeper)
+        multiprocessing.util.Finalize(None, _disarm_sweeper, exitpriority=0)  # also where atexit never runs
+    return _sweeper[2]
+
+
+def _disarm_sweeper() -> None:
+    """A normal exit (every env closed by then): stop the sweeper without letting it act, and remove the root."""
+    global _sweeper
+    if _sweeper is None or _sweeper[0] != os.getpid():
+        return
+    _, proc, root = _sweeper
+    _sweeper = None
+    proc.kill()
+    proc.wait()
+    if proc.stdin is not None:
+        proc.stdin.close()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def stop_engine(engine: psutil.Process, instance_id: str, grace_s: float = 3.0) -> None:
@@ -269,8 +317,8 @@ def make_doom_env(cfg: Config, env_id: str, render_mode: str | None = None) -> g
     if frame_skip < 1:
         raise ValueError(f"--env_frameskip must be at least 1, got {frame_skip}")
     # The engine writes its own config file, by default ./_vizdoom.ini in the working directory: keep it in a
-    # private temporary dir instead, removed on close (or by the watchdog).
-    config_dir = tempfile.mkdtemp(prefix="sf_vizdoom_")
+    # private temporary dir instead, removed on close (or by the watchdog or the sweeper).
+    config_dir = tempfile.mkdtemp(prefix="env_", dir=_config_root())
     try:
         env = gym.make(
             env_id,

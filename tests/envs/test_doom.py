@@ -1,6 +1,7 @@
 """VizDoom envs (sample_factory/envs/doom.py). Tests that run the game skip when the [vizdoom] extra is missing."""
 
 import math
+import mmap
 import multiprocessing
 import os
 import signal
@@ -318,3 +319,78 @@ def test_close_stops_an_engine_that_outlives_the_game_close(tmp_path):
     finally:
         env.unwrapped.close = game_close
         game_close()  # the game object learns its engine is gone (no error, no hang)
+
+
+def test_a_crash_during_game_init_leaves_no_files(tmp_path):
+    """A process that dies before any engine watchdog is armed (a CI actor segfaulted inside DoomGame.init(), after
+    the controller had made its message queues) leaves nothing: the sweeper removes the ViZDoom /dev/shm files no
+    process maps any more and the process's config dirs, and keeps the files a living process maps.
+    Simulated: the child makes an env (arming the sweeper), creates and maps two queue-like files as vizdoom's
+    controller does, and kills itself with SIGSEGV."""
+    _need_vizdoom()
+    tag = f"SFT{os.getpid()}"
+    theirs = [f"/dev/shm/ViZDoomMQCtr{tag}a", f"/dev/shm/ViZDoomMQDoom{tag}a"]
+    ours = f"/dev/shm/ViZDoomMQCtr{tag}b"  # mapped by this (living) test process: must stay
+    code = textwrap.dedent(
+        f"""
+        import mmap, os, signal
+        from types import SimpleNamespace
+        from sample_factory.envs.doom import _config_root, make_doom_env
+        env = make_doom_env(SimpleNamespace(env_frameskip=4), "doom_basic")
+        maps = []
+        for name in {theirs!r}:
+            fd = os.open(name, os.O_CREAT | os.O_RDWR, 0o644)
+            os.ftruncate(fd, 4096)
+            maps.append(mmap.mmap(fd, 4096))
+        print(_config_root(), flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+        """
+    )
+    fd = os.open(ours, os.O_CREAT | os.O_RDWR, 0o644)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    try:
+        os.ftruncate(fd, 4096)
+        mapped = mmap.mmap(fd, 4096)
+        proc = subprocess.run(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env_vars, timeout=60
+        )
+        assert proc.returncode < 0  # died by a signal (pygame turns SIGSEGV into an abort)
+        root = proc.stdout.split()[0]
+        deadline = time.monotonic() + 15
+        while (any(map(os.path.exists, theirs)) or os.path.exists(root)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [f for f in theirs if os.path.exists(f)], "the crashed process's files were left behind"
+        assert not os.path.exists(root)
+        assert os.path.exists(ours), "the sweeper removed a file that a living process maps"
+        mapped.close()
+    finally:
+        os.close(fd)
+        for name in [*theirs, ours]:
+            if os.path.exists(name):
+                os.unlink(name)
+
+
+def test_a_normal_exit_stops_the_sweeper(tmp_path):
+    """The sweeper of a process that exits normally is stopped at exit (it would otherwise outlive the process by a
+    second or two) and the config root is removed."""
+    _need_vizdoom()
+    code = textwrap.dedent(
+        """
+        from types import SimpleNamespace
+        from sample_factory.envs import doom
+        env = doom.make_doom_env(SimpleNamespace(env_frameskip=4), "doom_basic")
+        env.reset(seed=0)
+        env.close()
+        print(doom._sweeper[1].pid, doom._config_root(), flush=True)
+        """
+    )
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env_vars, timeout=60
+    )
+    assert proc.returncode == 0
+    pid, root = proc.stdout.split()
+    assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
+    assert not os.path.exists(root)
