@@ -48,7 +48,7 @@ lint: venv
 # Each recipe line runs in its own shell and make stops at the first non-zero exit,
 # so a ruff or pytest failure fails `make test` (and therefore CI).
 test: lint
-	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=600
+	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=600 --durations=30
 
 # The full install (make venv / make test) has every extra already; otherwise install only what this run needs.
 $(TRAIN_STAMP): $(VENV_PY) setup.py constraints.txt
