@@ -217,6 +217,10 @@ MUJOCO_ENV_PATTERN = re.compile(
 )
 PRESETS["mujoco"] = {
     "async_rl": False,
+    # 2 workers on any machine: the run is learner-bound (SGD steps of 128 samples), and in synchronous mode every
+    # worker's round goes into one iteration, so more workers would make iterations bigger rather than faster (and
+    # with more than 4, num_workers x 8 envs x rollout 64 would no longer divide the 2,048-sample iteration).
+    "num_workers": 2,
     "num_envs_per_worker": 8,
     "worker_num_splits": 2,
     "rollout": 64,

@@ -23,6 +23,8 @@ the default's, and writes the trials as JSON with `--output`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -121,6 +123,17 @@ def flags_of(settings: dict[str, int]) -> list[str]:
     return [f"--{k}={v}" for k, v in settings.items()]
 
 
+def parses(base: list[str], settings: dict[str, int]) -> bool:
+    """Whether train.py accepts the settings (e.g. a synchronous preset's iteration must be a multiple of a
+    sampling round): a refused candidate costs no trial."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            parse_cfg([*base, *flags_of(settings)])
+    except SystemExit:
+        return False
+    return True
+
+
 def measure(base: list[str], settings: dict[str, int], seconds: float) -> tuple[float, dict[str, float]]:
     result, summary = run_train([*base, *flags_of(settings)], seconds)
     if result["rc"] != 0:
@@ -165,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         cands = [
             (why, c)
             for why, c in moves(best.settings, best.busy, cores)
-            if tuple(sorted(c.items())) not in tried and all(c[k] == start[k] for k in fixed)
+            if tuple(sorted(c.items())) not in tried and all(c[k] == start[k] for k in fixed) and parses(base, c)
         ]
         if not cands:
             break

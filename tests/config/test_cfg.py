@@ -134,6 +134,19 @@ def test_classic_control_preset_applies_only_to_untyped_flags():
     assert cfg.recurrence == 1
 
 
+@pytest.mark.parametrize("env", ["mujoco_halfcheetah", "Hopper-v5", "Walker2d-v4"])
+def test_mujoco_preset_is_synchronous_and_valid_on_a_big_machine(env, monkeypatch):
+    """The synchronous mujoco preset must parse on a machine with many cores (the default num_workers is one per
+    core, and 16 workers' rounds would not divide its 2,048-sample iteration); a typed worker count still wins."""
+    monkeypatch.setattr("multiprocessing.cpu_count", lambda: 16)
+    cfg = parse_cfg([f"--env={env}"])
+    assert cfg.preset == "mujoco" and not cfg.async_rl and not cfg.use_rnn
+    assert cfg.num_workers == 2
+    assert parse_cfg([f"--env={env}", "--num_workers=4"]).num_workers == 4
+    with pytest.raises(SystemExit):
+        parse_cfg([f"--env={env}", "--num_workers=3"])  # 1,536-sample rounds: refused with one line
+
+
 def test_mountain_car_gets_the_classic_preset_plus_exploration():
     """MountainCar's sparse goal: the classic settings, normalized inputs and an entropy bonus (presets.py)."""
     cfg = parse_cfg(["--env=MountainCar-v0"])

@@ -65,3 +65,12 @@ def test_tune_cartpole_short(tmp_path, capsys):
     assert result["trials"][0]["fps"] > 0 and set(result["trials"][0]["busy"]) == {"actor", "policy", "learner"}
     assert all(t["settings"]["num_workers"] == 2 for t in result["trials"])  # typed by the user: not tuned
     assert result["pick_fps"] >= result["defaults_fps"] * 0.999 or result["pick"] == result["defaults"]
+
+
+def test_candidates_train_py_would_refuse_cost_no_trial():
+    """The synchronous mujoco preset needs its 2,048-sample iteration to be a multiple of a sampling round: 3 workers
+    (1,536 per round) are refused by train.py, so the search skips them; 4 workers (2,048) are fine."""
+    base = ["--env=HalfCheetah-v5"]
+    assert not tune.parses(base, {"num_workers": 3})
+    assert tune.parses(base, {"num_workers": 4})
+    assert tune.parses(["--env=CartPole-v1"], {"num_workers": 3})  # asynchronous: any worker count
