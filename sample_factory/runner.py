@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from sample_factory.envs.env_utils import frames_per_env_step, probe_env
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
-from sample_factory.experiment.folder import experiment_dir, prepare_experiment_dir
+from sample_factory.experiment.folder import experiment_dir, folder_entries, prepare_experiment_dir, remove_created
 from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.pbt.controller import PbtController
@@ -135,6 +134,7 @@ class Runner:
             if not (self.exp_dir / "cfg.json").exists():
                 raise FileNotFoundError(f"no experiment at {self.exp_dir}")
         else:
+            before = folder_entries(experiment_dir(cfg))
             self.exp_dir, what, self.lock = prepare_experiment_dir(cfg)
             log.open(self.exp_dir / "sf_log.txt")
         log(f"{what}: {self.exp_dir}")
@@ -149,8 +149,8 @@ class Runner:
             env_info = probe_env(cfg, False if cfg.serial_mode else self.ctx)
             algorithm_class(cfg).check_spaces(cfg, env_info[0], env_info[1])
         except Exception:
-            if what == "new experiment":  # leave nothing behind for a run that never started
-                shutil.rmtree(self.exp_dir, ignore_errors=True)
+            if what == "new experiment":  # leave nothing of ours behind for a run that never started
+                remove_created(self.exp_dir, before)
             raise
         self.obs_space, self.action_space, self.num_agents, reward_shaping = env_info
         # The initial weights are made once here, so policy workers and learners start identical.

@@ -10,6 +10,7 @@ FireReset sits above EpisodicLife so that FIRE is pressed after every lost life,
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -25,6 +26,14 @@ def atari_env_id(name: str) -> str | None:
         return name
     if name.startswith("atari_"):
         game = "".join(part.capitalize() for part in name[len("atari_") :].split("_"))
+        # Sample Factory's names run the words together (atari_beamrider, atari_spaceinvaders): match ALE's
+        # registered ids without case where ale_py has registered them, so both spellings work.
+        wanted = game.lower()
+        with contextlib.suppress(ImportError):
+            import ale_py  # noqa: F401  (registers the ALE/* ids)
+        for env_id in gym.registry:
+            if env_id.startswith("ALE/") and env_id.endswith("-v5") and env_id[4:-3].lower() == wanted:
+                return env_id
         return f"ALE/{game}-v5"
     return None
 

@@ -121,6 +121,25 @@ def merge_for_resume(cfg: Config, saved: dict) -> list[str]:
     return overridden
 
 
+def folder_entries(d: Path) -> set[str] | None:
+    """The names in folder `d`, None when it does not exist: taken before a run touches it (remove_created)."""
+    return set(os.listdir(d)) if d.is_dir() else None
+
+
+def remove_created(d: Path, before: set[str] | None) -> None:
+    """Undo a new run that never started: its folder if the run made it, else only the entries the run added (a
+    folder prepared by someone else, e.g. a benchmark harness's log beside it, keeps its own files)."""
+    if before is None:
+        shutil.rmtree(d, ignore_errors=True)
+        return
+    for name in set(os.listdir(d)) - before if d.is_dir() else ():
+        path = d / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def prepare_experiment_dir(cfg: Config) -> tuple[Path, str, ExperimentLock]:
     """Lock the folder, apply --restart_behavior, merge a resumed cfg, write cfg.json.
     Returns (folder, what happened, the held lock)."""

@@ -51,6 +51,23 @@ def check_steps(env: gym.Env, n: int = 20) -> None:
 
 
 # ---- Atari -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, ale_id",
+    [
+        ("atari_beamrider", "ALE/BeamRider-v5"),  # Sample Factory's spelling
+        ("atari_beam_rider", "ALE/BeamRider-v5"),
+        ("atari_spaceinvaders", "ALE/SpaceInvaders-v5"),
+        ("atari_space_invaders", "ALE/SpaceInvaders-v5"),
+        ("atari_pong", "ALE/Pong-v5"),
+    ],
+)
+def test_atari_names_with_and_without_underscores(name: str, ale_id: str):
+    needs_atari()
+    from sample_factory.envs.atari import atari_env_id
+
+    assert atari_env_id(name) == ale_id
+
+
 @pytest.mark.parametrize("name, n_actions", [("atari_pong", 6), ("ALE/Breakout-v5", 4)])
 def test_atari_make_reset_step(name: str, n_actions: int):
     needs_atari()

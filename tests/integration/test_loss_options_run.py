@@ -9,6 +9,7 @@ Measured on a 2-core machine: 450 reached at 165k env steps (about 20 s) in a fi
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -76,4 +77,18 @@ def test_symmetric_kl_with_box_actions_stops_at_start_with_one_line(tmp_path, tr
     assert "--exploration_loss=symmetric_kl needs discrete actions" in run.output, run.describe()
     assert "Traceback" not in run.output, run.describe()
     assert not (tmp_path / "td" / "x").exists()  # a run that never started leaves no experiment folder
+    run.assert_no_leftovers()
+
+
+@pytest.mark.timeout(120)
+def test_a_run_that_never_started_keeps_the_files_of_a_prepared_folder(tmp_path, train_run):
+    """A benchmark harness makes the experiment folder and its log before train.py: a run that fails at start removes
+    only what it created (it once deleted the harness's log with the folder)."""
+    exp = tmp_path / "td" / "x"
+    exp.mkdir(parents=True)
+    (exp / "benchmark.log").write_text("the harness's log\n")
+    run = train_run(["--num_workers=2", "--exploration_loss=symmetric_kl"], tmp_path / "td", env_id="Pendulum-v1")
+    rc = run.wait(timeout=90)
+    assert rc != 0, run.describe()
+    assert os.listdir(exp) == ["benchmark.log"], run.describe()
     run.assert_no_leftovers()
