@@ -10,7 +10,6 @@ FireReset sits above EpisodicLife so that FIRE is pressed after every lost life,
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -18,6 +17,16 @@ import gymnasium as gym
 from sample_factory.config import Config
 
 NOOP = 0  # ALE's minimal action sets start with NOOP (AtariPreprocessing checks it)
+
+
+def register_ale_envs() -> bool:
+    """Register ale_py's ALE/* ids with gymnasium; False when ale_py is not installed."""
+    try:
+        import ale_py
+    except ImportError:
+        return False
+    gym.register_envs(ale_py)
+    return True
 
 
 def atari_env_id(name: str) -> str | None:
@@ -29,8 +38,7 @@ def atari_env_id(name: str) -> str | None:
         # Sample Factory's names run the words together (atari_beamrider, atari_spaceinvaders): match ALE's
         # registered ids without case where ale_py has registered them, so both spellings work.
         wanted = game.lower()
-        with contextlib.suppress(ImportError):
-            import ale_py  # noqa: F401  (registers the ALE/* ids)
+        register_ale_envs()  # without ale_py nothing matches: the id below, and make_atari_env says what is missing
         for env_id in gym.registry:
             if env_id.startswith("ALE/") and env_id.endswith("-v5") and env_id[4:-3].lower() == wanted:
                 return env_id
@@ -125,11 +133,8 @@ def episodic_life_enabled(cfg: Config) -> bool:
 
 def make_atari_env(cfg: Config, ale_id: str, render_mode: str | None = None) -> gym.Env:
     """The ALE env `ale_id` with the wrappers above; observations are uint8 [framestack, 84, 84]."""
-    try:
-        import ale_py
-    except ImportError:
-        raise ValueError(f"env {ale_id!r} needs an optional package: pip install -e .[atari]") from None
-    gym.register_envs(ale_py)
+    if not register_ale_envs():
+        raise ValueError(f"env {ale_id!r} needs an optional package: pip install -e .[atari]")
     # Frame skipping (with max-pooling of the last two frames) is done by AtariPreprocessing, so the ALE env
     # itself must not skip.
     env = gym.make(
