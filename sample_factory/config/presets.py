@@ -9,7 +9,8 @@ from typing import Any
 # Per env-family presets: used unless the flag is given on the command line; recorded in cfg.json.
 # The classic-control preset is tuned for high FPS on small CPU machines: many cheap envs per worker so
 # each inference request carries a large batch, and several epochs because samples are cheap.
-CLASSIC_CONTROL_ENVS = ("CartPole-v0", "CartPole-v1", "Acrobot-v1", "LunarLander-v3")
+CLASSIC_CONTROL_ENVS = ("CartPole-v0", "CartPole-v1", "Acrobot-v1")
+LUNAR_LANDER_ENVS = ("LunarLander-v3",)
 SPARSE_CLASSIC_CONTROL_ENVS = ("MountainCar-v0",)
 CONTINUOUS_CONTROL_ENVS = ("Pendulum-v1", "MountainCarContinuous-v0", "LunarLanderContinuous-v3")
 PRESETS: dict[str, dict[str, Any]] = {
@@ -60,7 +61,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # --num_workers=2, 30 minutes, one run each, 2026-11-22/23; mean reward at 25 / 30 min):
     #   1 SGD step of 1,024 per 1,024 samples (the earlier preset): -20.2 at 25 min, still flat;
     #   4 minibatches of 256, 1 epoch, fp32: -19.5 / -18.5 (1.84M env steps);
-    #   4 minibatches of 256, 2 epochs, bf16 learner (this preset): -17.0 / -14.4 (1.78M env steps, 990 FPS).
+    #   4 minibatches of 256, 2 epochs, bf16 learner (this preset): -17.0 / -14.4 (1.78M env steps, 990 FPS);
+    #   the same without sticky actions and with 1 learner thread (this preset on 2 cores), 2026-11-24, a slower day:
+    #   -18.1 / -15.4 (1.61M env steps, 895 FPS); per env step alike (-15.4 / -15.6 at 1.61M env steps).
     # bf16 (learner_precision auto: where the hardware runs it natively) makes the conv net's training step 2.2x
     # faster on an AVX512-BF16 CPU (tools/benchmark_learner.py), which pays for the second epoch. On a GPU machine,
     # minibatches of 1,024 keep the learner at the sampler's speed (docs/results.md, "Atari Pong on one H100").
@@ -83,7 +86,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "exploration_loss_coeff": 0.01,
         "max_grad_norm": 0.5,
         "reward_clip": 1.0,
-        "learner_main_loop_num_cores": 2,
+        # No sticky actions, as in the NoFrameskip-v4 setup of the published results that docs/results.md compares
+        # with (CleanRL, Sample Factory, SB3's zoo, Rainbow, Ape-X); ALE's v5 protocol: --env_sticky_actions=0.25.
+        "env_sticky_actions": 0.0,
+        "learner_main_loop_num_cores": 2,  # at most half the cores: preset_values()
     },
 }
 
@@ -94,11 +100,17 @@ PRESETS: dict[str, dict[str, Any]] = {
 # + an entropy bonus that keeps exploring until the goal is found: 0.01: 1 of 2 runs; 0.03: 2 of 2 found the goal
 # but the bonus kept the return at -111..-129; 0.02: 3 of 3 reached -110 in a first probe (first at 1.8M, 1.8M,
 # 2.8M env steps; -104..-107 at 3M, about 50 s per run) and 1 of 3 in the learning suite that followed
-# (docs/results/classic.md; multi-process runs are not deterministic): 4 of 6. Still not reliable: issue #11.
+# (docs/results/classic.md; multi-process runs are not deterministic): 4 of 6, not reliable.
+# 2026-11-24, 3 seeds each, 3M env steps: + gamma 0.999 and a bonus of 0.03: 0 of 3; + GAE with lambda 0.98 instead
+# of V-trace (this preset): 3 of 3 (-110 first after 1.15M / 1.31M / 1.43M env steps, final -102..-104). GAE's
+# lambda < 1 propagates the rare goal reward back through the 200-step episodes with less variance than V-trace's
+# truncated importance-weighted (lambda = 1) returns.
 PRESETS["sparse_classic_control"] = {
     **PRESETS["classic_control"],
     "normalize_input": True,
     "exploration_loss_coeff": 0.02,
+    "with_vtrace": False,
+    "gae_lambda": 0.98,
 }
 
 # VizDoom scenarios whose state is visible in one frame (no memory needed): a feed-forward conv net trained like the
@@ -114,8 +126,26 @@ DOOM_FRAME_ENVS = (
     "doom_take_cover",
 )
 PRESETS["doom_frame"] = {
-    **{k: v for k, v in PRESETS["atari"].items() if k != "reward_clip"},
+    **{k: v for k, v in PRESETS["atari"].items() if k not in ("reward_clip", "env_sticky_actions")},
     "reward_scale": 0.01,
+}
+
+# LunarLander: episodes of up to 1,000 steps whose landing bonus comes at the end, so a longer horizon than CartPole's.
+# Measured 2026-11-24, 2 workers, 3M env steps, 3 seeds each (short budget of the classic suite):
+#   classic_control (V-trace, gamma 0.99, no entropy bonus): 2 of 3 reached 200 (one stuck near -47: it learned to
+#     hover), docs/results/classic.md of 2026-11-23;
+#   + gamma 0.999 and an entropy bonus of 0.01: 3 of 3 (200 first after 1.23M / 1.69M / 2.10M env steps), final
+#     221..254;
+#   + GAE with lambda 0.98 instead of V-trace (this preset; SB3 zoo's lambda and gamma for this env): 3 of 3 (0.98M /
+#     1.53M / 1.66M), final 266..274;
+#   lr 1e-3 with the entropy bonus, gamma 0.99, V-trace: 3 of 3 (1.57M / 1.57M / 1.75M), final 218..249.
+# The entropy bonus is what rescues the hovering seed; GAE 0.98 and gamma 0.999 add the higher final returns.
+PRESETS["lunar_lander"] = {
+    **PRESETS["classic_control"],
+    "gamma": 0.999,
+    "with_vtrace": False,
+    "gae_lambda": 0.98,
+    "exploration_loss_coeff": 0.01,
 }
 
 # --algo=DQN on an env without a family preset: DQN replays single transitions, so no recurrent core.
@@ -183,6 +213,7 @@ PRESETS["atari_dqn"] = {
             "nonlinearity",
             "gamma",
             "reward_clip",
+            "env_sticky_actions",
             "learner_main_loop_num_cores",
         )
     },
@@ -243,15 +274,29 @@ PRESETS["mujoco"] = {
     "max_grad_norm": 0.5,
 }
 
+
+# The learner threads a preset asks for are capped at half the machine's cores, so that the sampler processes keep
+# the rest: on 2 cores, `train.py --env=atari_pong --num_workers=2` collected and trained 1.11x as many frames in
+# 75 s with one learner thread as with the preset's two (208,896 and 204,800 vs 188,416 and 183,040 frames, two
+# alternating runs each, 2026-11-24); the tuner found the same (docs/benchmarks.md, "Throughput auto-tuner").
+def preset_values(name: str, cpu_count: int) -> dict[str, Any]:
+    """The preset's values on a machine with `cpu_count` cores."""
+    values = dict(PRESETS[name])
+    if "learner_main_loop_num_cores" in values:
+        values["learner_main_loop_num_cores"] = min(values["learner_main_loop_num_cores"], max(1, cpu_count // 2))
+    return values
+
+
 # preset -> the envs it applies to, as the config reference lists them
 PRESET_ENVS = {
     "classic_control": ", ".join(CLASSIC_CONTROL_ENVS),
     "continuous_control": ", ".join(CONTINUOUS_CONTROL_ENVS),
     "atari": "atari_*, ALE/*",
+    "lunar_lander": ", ".join(LUNAR_LANDER_ENVS),
     "sparse_classic_control": ", ".join(SPARSE_CLASSIC_CONTROL_ENVS),
     "doom_frame": ", ".join(DOOM_FRAME_ENVS),
     "dqn": "--algo=DQN on envs without a family preset",
-    "classic_control_dqn": ", ".join(CLASSIC_CONTROL_ENVS) + " with --algo=DQN",
+    "classic_control_dqn": ", ".join(CLASSIC_CONTROL_ENVS + LUNAR_LANDER_ENVS) + " with --algo=DQN",
     "atari_dqn": "atari_*, ALE/* with --algo=DQN",
     "mujoco": "mujoco_*, HalfCheetah-v*, Hopper-v*, Walker2d-v*, Ant-v* and the other gymnasium MuJoCo ids",
 }
@@ -263,14 +308,20 @@ def preset_name_for_env(env: str | None, algo: str = "APPO") -> str | None:
     base = _family_preset(env)
     if algo != "DQN":
         return base
-    if base is not None and f"{base}_dqn" in PRESETS:
-        return f"{base}_dqn"
+    if base in _DQN_VARIANT:
+        return _DQN_VARIANT[base]
     return base if base is not None and PRESETS[base].get("use_rnn") is False else "dqn"
+
+
+# family preset -> its DQN variant (LunarLander's PPO horizon settings mean nothing to DQN)
+_DQN_VARIANT = {"classic_control": "classic_control_dqn", "lunar_lander": "classic_control_dqn", "atari": "atari_dqn"}
 
 
 def _family_preset(env: str | None) -> str | None:
     if env in CLASSIC_CONTROL_ENVS:
         return "classic_control"
+    if env in LUNAR_LANDER_ENVS:
+        return "lunar_lander"
     if env in SPARSE_CLASSIC_CONTROL_ENVS:
         return "sparse_classic_control"
     if env in CONTINUOUS_CONTROL_ENVS:

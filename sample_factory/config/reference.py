@@ -29,7 +29,14 @@ def markdown_reference() -> str:
                 tname += " (" + ", ".join(opt.choices) + ")"
             lines.append(f"| {flags} | {tname} | `{opt.default}` | {opt.help} |")
         lines.append("")
-    lines += ["## Presets", "", "Applied by env family to flags not given on the command line; see `cfg.json`.", ""]
+    lines += [
+        "## Presets",
+        "",
+        "Applied by env family to flags not given on the command line; see `cfg.json`. A preset's "
+        "`--learner_main_loop_num_cores` is capped at half the machine's cores (at least 1), so that the samplers "
+        "keep the rest.",
+        "",
+    ]
     for preset, values in PRESETS.items():
         lines += [f"### {preset} ({PRESET_ENVS[preset]})", "", "| flag | value |", "|---|---|"]
         lines += [f"| `--{k}` | `{v}` |" for k, v in values.items()]

@@ -64,7 +64,7 @@ OURS_SAME_WORK = [
     "--with_vtrace=False",
     "--normalize_returns=True",
     "--adam_eps=1e-5",
-    "--env_sticky_actions=0",  # PongNoFrameskip-v4 has no sticky actions
+    "--env_sticky_actions=0",  # PongNoFrameskip-v4 has no sticky actions (the atari preset's value too)
 ]
 CASES = {  # case -> (SF2 flags, our flags), besides --env and --num_workers
     "same work per sample": (["--num_envs_per_worker=8", "--async_rl=True"], OURS_SAME_WORK),
@@ -73,7 +73,8 @@ CASES = {  # case -> (SF2 flags, our flags), besides --env and --num_workers
 DIFFERENCES = [
     "env: SF2 steps PongNoFrameskip-v4 through gymnasium 0.29 wrappers (no-op reset 30, max-and-skip 4, episodic "
     "life, fire reset, reward sign clip, 84x84, grayscale, stack 4); ours ALE/Pong-v5 through gymnasium 1.x "
-    "AtariPreprocessing (the same steps, reward clip to [-1, 1]); sticky actions 0.25 in our own defaults only",
+    "AtariPreprocessing (the same steps, reward clip to [-1, 1]); neither has sticky actions (our atari preset's "
+    "env_sticky_actions=0 since 2026-11-24; 0.25 before)",
     "SF2 normalizes observations with a running mean/std per pixel (normalize_input=True, at inference and in "
     "training); ours only scales uint8 frames by 1/255 (our --normalize_input applies to float observations)",
     "ours trains in bf16 on a CPU with AVX512-BF16 (--learner_precision=auto; weights, optimizer in fp32); SF2 in fp32",

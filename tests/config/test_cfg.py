@@ -1,6 +1,7 @@
 import argparse
 import copy
 import json
+import multiprocessing
 import pickle
 import types
 import typing
@@ -9,6 +10,7 @@ import pytest
 
 from sample_factory.config import PRESETS, Config, Option, all_options, parse_cfg
 from sample_factory.config.fields import OptionFields
+from sample_factory.config.presets import preset_values
 from sample_factory.config.reference import markdown_reference
 
 BASE = ["--env=SomeCustomEnv-v0", "--num_workers=2"]  # an env without a preset: plain defaults apply
@@ -148,13 +150,46 @@ def test_mujoco_preset_is_synchronous_and_valid_on_a_big_machine(env, monkeypatc
 
 
 def test_mountain_car_gets_the_classic_preset_plus_exploration():
-    """MountainCar's sparse goal: the classic settings, normalized inputs and an entropy bonus (presets.py)."""
+    """MountainCar's sparse goal: the classic settings, normalized inputs, an entropy bonus and GAE (presets.py)."""
     cfg = parse_cfg(["--env=MountainCar-v0"])
     assert cfg.preset == "sparse_classic_control"
     assert cfg.normalize_input is True and cfg.exploration_loss_coeff == 0.02
+    assert cfg.with_vtrace is False and cfg.gae_lambda == 0.98
     assert PRESETS["classic_control"]["exploration_loss_coeff"] == 0.0  # the other classic envs are unchanged
     assert cfg.num_envs_per_worker == PRESETS["classic_control"]["num_envs_per_worker"]
     assert parse_cfg(["--env=MountainCar-v0", "--exploration_loss_coeff=0"]).exploration_loss_coeff == 0.0
+
+
+def test_lunar_lander_gets_its_own_horizon_and_the_classic_dqn_preset():
+    """LunarLander: the classic settings with a longer horizon (presets.py); CartPole keeps its preset; DQN on
+    LunarLander still gets the classic DQN preset, not PPO's horizon settings."""
+    cfg = parse_cfg(["--env=LunarLander-v3"])
+    assert cfg.preset == "lunar_lander"
+    assert (cfg.gamma, cfg.with_vtrace, cfg.gae_lambda, cfg.exploration_loss_coeff) == (0.999, False, 0.98, 0.01)
+    assert cfg.learning_rate == PRESETS["classic_control"]["learning_rate"]
+    cartpole = parse_cfg(["--env=CartPole-v1"])
+    assert (cartpole.gamma, cartpole.with_vtrace, cartpole.exploration_loss_coeff) == (0.99, True, 0.0)
+    assert parse_cfg(["--env=LunarLander-v3", "--algo=DQN"]).preset == "classic_control_dqn"
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (3, 1), (4, 2), (16, 2)])
+def test_preset_learner_threads_are_capped_at_half_the_cores(cores, threads, monkeypatch):
+    """The atari preset's 2 learner threads would compete with the samplers on a 2-core machine (presets.py,
+    preset_values); a typed value is taken as given."""
+    monkeypatch.setattr("multiprocessing.cpu_count", lambda: cores)
+    assert parse_cfg(["--env=atari_pong", "--num_workers=2"]).learner_main_loop_num_cores == threads
+    typed = parse_cfg(["--env=atari_pong", "--num_workers=2", "--learner_main_loop_num_cores=2"])
+    assert typed.learner_main_loop_num_cores == 2
+
+
+def test_atari_preset_plays_without_sticky_actions_other_families_keep_the_default():
+    """The atari preset follows the NoFrameskip-v4 setup of the published results; VizDoom has no sticky actions to
+    set, so doom_frame does not copy the atari preset's value."""
+    assert parse_cfg(["--env=atari_pong"]).env_sticky_actions == 0.0
+    assert parse_cfg(["--env=atari_pong", "--algo=DQN"]).env_sticky_actions == 0.0
+    assert parse_cfg(["--env=atari_pong", "--env_sticky_actions=0.25"]).env_sticky_actions == 0.25
+    assert "env_sticky_actions" not in PRESETS["doom_frame"]
+    assert parse_cfg(["--env=CartPole-v1"]).env_sticky_actions == _defaults()["env_sticky_actions"]
 
 
 def test_preset_typed_value_equal_to_default_is_kept():
@@ -360,7 +395,7 @@ def test_cfg_json_round_trip():
 def test_atari_dqn_preset_applies_and_typed_flags_win(env):
     """--algo=DQN on Atari gets the Ape-X/Rainbow-style preset (presets.py: atari_dqn), APPO keeps the atari one, and
     every flag typed on the command line wins over the preset."""
-    preset = PRESETS["atari_dqn"]
+    preset = preset_values("atari_dqn", multiprocessing.cpu_count())  # learner threads capped by the cores
     cfg = parse_cfg([f"--env={env}", "--algo=DQN"])
     assert cfg.preset == "atari_dqn"
     for k, v in preset.items():
