@@ -102,9 +102,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 # 2.8M env steps; -104..-107 at 3M, about 50 s per run) and 1 of 3 in the learning suite that followed
 # (docs/results/classic.md; multi-process runs are not deterministic): 4 of 6, not reliable.
 # 2026-11-24, 3 seeds each, 3M env steps: + gamma 0.999 and a bonus of 0.03: 0 of 3; + GAE with lambda 0.98 instead
-# of V-trace (this preset): 3 of 3 (-110 first after 1.15M / 1.31M / 1.43M env steps, final -102..-104). GAE's
-# lambda < 1 propagates the rare goal reward back through the 200-step episodes with less variance than V-trace's
-# truncated importance-weighted (lambda = 1) returns.
+# of V-trace (this preset): 3 of 3 (-110 first after 1.15M / 1.31M / 1.43M env steps, final -102..-104); the
+# learning suite then 5 of 5. Our reading (not isolated by a test): GAE's lambda < 1 gives lower-variance targets
+# for the rare goal reward than V-trace's returns, which are lambda = 1 on-policy (c-bar 1).
 PRESETS["sparse_classic_control"] = {
     **PRESETS["classic_control"],
     "normalize_input": True,
@@ -278,7 +278,8 @@ PRESETS["mujoco"] = {
 # The learner threads a preset asks for are capped at half the machine's cores, so that the sampler processes keep
 # the rest: on 2 cores, `train.py --env=atari_pong --num_workers=2` collected and trained 1.11x as many frames in
 # 75 s with one learner thread as with the preset's two (208,896 and 204,800 vs 188,416 and 183,040 frames, two
-# alternating runs each, 2026-11-24); the tuner found the same (docs/benchmarks.md, "Throughput auto-tuner").
+# alternating runs each, 2026-11-24), and doom_basic 1.12x (234,688 and 217,088 vs 204,800 and 196,608); the tuner
+# found the same for Pong (docs/benchmarks.md, "Throughput auto-tuner").
 def preset_values(name: str, cpu_count: int) -> dict[str, Any]:
     """The preset's values on a machine with `cpu_count` cores."""
     values = dict(PRESETS[name])
