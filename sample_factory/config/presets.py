@@ -303,6 +303,10 @@ PRESET_ENVS = {
 }
 
 
+# family preset -> its DQN variant (LunarLander's PPO horizon settings mean nothing to DQN)
+_DQN_VARIANT = {"classic_control": "classic_control_dqn", "lunar_lander": "classic_control_dqn", "atari": "atari_dqn"}
+
+
 def preset_name_for_env(env: str | None, algo: str = "APPO") -> str | None:
     """The preset of the env's family; with --algo=DQN its DQN variant where there is one, else the family's
     (when it is feed-forward) or the generic "dqn" preset."""
@@ -312,10 +316,6 @@ def preset_name_for_env(env: str | None, algo: str = "APPO") -> str | None:
     if base in _DQN_VARIANT:
         return _DQN_VARIANT[base]
     return base if base is not None and PRESETS[base].get("use_rnn") is False else "dqn"
-
-
-# family preset -> its DQN variant (LunarLander's PPO horizon settings mean nothing to DQN)
-_DQN_VARIANT = {"classic_control": "classic_control_dqn", "lunar_lander": "classic_control_dqn", "atari": "atari_dqn"}
 
 
 def _family_preset(env: str | None) -> str | None:
