@@ -5,6 +5,7 @@ Components only see channels, so they do not know which of the two drives them."
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -112,8 +113,11 @@ def _configure_process(component: Component, runner_pid: int) -> None:
     torch.set_num_threads(component.num_threads)
 
 
-def process_main(component: Component, heartbeat_interval: float, runner_pid: int) -> None:
-    """Entry point of a spawned component process."""
+def process_main(
+    component: Component, heartbeat_interval: float, runner_pid: int, runner_tmpdir: str | None = None
+) -> None:
+    """Entry point of a spawned component process. `runner_tmpdir`: the runner's multiprocessing temp dir (where
+    the fork server's socket lives), removed here if the runner dies without its own cleanup (SIGKILL, OOM)."""
     terminated: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
     _configure_process(component, runner_pid)
@@ -121,7 +125,7 @@ def process_main(component: Component, heartbeat_interval: float, runner_pid: in
     try:
         with component.timing.add("process_lifetime"):
             try:
-                exit_code = _serve(component, heartbeat_interval, runner_pid, terminated)
+                exit_code = _serve(component, heartbeat_interval, runner_pid, terminated, runner_tmpdir)
             finally:
                 component.finish()
         component.report("timing", dict(component.timing))
@@ -134,7 +138,13 @@ def process_main(component: Component, heartbeat_interval: float, runner_pid: in
     sys.exit(exit_code)
 
 
-def _serve(component: Component, heartbeat_interval: float, runner_pid: int, terminated: list[bool]) -> int:
+def _serve(
+    component: Component,
+    heartbeat_interval: float,
+    runner_pid: int,
+    terminated: list[bool],
+    runner_tmpdir: str | None = None,
+) -> int:
     """Initialize, then handle messages until STOP; returns the process's exit code. Errors are reported here."""
     heartbeat = Heartbeat(component.report, heartbeat_interval)
     next_runner_check = 0.0
@@ -154,6 +164,8 @@ def _serve(component: Component, heartbeat_interval: float, runner_pid: int, ter
             if now > next_runner_check:
                 next_runner_check = now + 0.5
                 if not process_alive(runner_pid):
+                    if runner_tmpdir:  # its exit handlers never ran; every component tries, the first one wins
+                        shutil.rmtree(runner_tmpdir, ignore_errors=True)
                     break
     except Exception as e:
         # Errors whose message says it all (user_facing) travel without a traceback unless SF_DEBUG is set.

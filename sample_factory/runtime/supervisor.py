@@ -21,6 +21,7 @@ next start of a process (a restart) starts a new fork server.
 from __future__ import annotations
 
 import collections
+import multiprocessing.util
 import os
 import signal
 import time
@@ -111,12 +112,15 @@ class Supervisor:
         self.restarts: collections.Counter = collections.Counter()
         self.pending_restarts: dict[ComponentKey, float] = {}  # key -> when to start the replacement
         self.discarded_rollouts = 0
+        # The fork server listens on a socket file in the runner's multiprocessing temp dir (pymp-*), which only the
+        # runner's exit handlers remove: the components remove it when they find the runner gone.
+        self.runner_tmpdir = multiprocessing.util.get_temp_dir() if ctx.get_start_method() == "forkserver" else None
 
     def start(self, component: Component) -> None:
         key = component.key
         proc = self.ctx.Process(
             target=process_main,
-            args=(component, self.cfg.heartbeat_interval, os.getpid()),
+            args=(component, self.cfg.heartbeat_interval, os.getpid(), self.runner_tmpdir),
             name=component.name,
             daemon=False,
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -72,6 +73,18 @@ def _shm_inodes_mapped_by(pid: int) -> set[int]:
     return inodes
 
 
+def _fork_server_tmpdirs(p: psutil.Process) -> set[Path]:
+    """The pymp-* dir of a multiprocessing fork server's socket (bound by the runner before the fork server
+    starts, so it exists when the process is first seen); empty for any other process."""
+    try:
+        if not any("multiprocessing.forkserver" in arg for arg in p.cmdline()):
+            return set()
+        paths = [Path(c.laddr) for c in p.net_connections(kind="unix") if isinstance(c.laddr, str) and c.laddr]
+    except psutil.Error:
+        return set()
+    return {path.parent for path in paths if path.parent.name.startswith("pymp-")}
+
+
 def shm_entries() -> dict[str, int]:
     """name -> inode of every /dev/shm entry."""
     out = {}
@@ -114,6 +127,8 @@ class TrainRun:
         self.stderr_lines: list[str] = []
         self.seen: dict[int, SeenProcess] = {}
         self.shm_inodes: set[int] = set()
+        # the runner's multiprocessing temp dirs (pymp-*), read from the fork server's listening socket
+        self.mp_tmpdirs: set[Path] = set()
         self._lock = threading.Lock()
         self.exited_at: float | None = None
         self._threads = [
@@ -149,9 +164,14 @@ class TrainRun:
             except psutil.Error:
                 continue
             with self._lock:
+                new = c.pid not in self.seen
                 sp = self.seen.setdefault(c.pid, SeenProcess(c.pid, ct))
                 if abs(sp.create_time - ct) < 0.01:
                     sp.names.add(name)
+            if new:
+                tmpdirs = _fork_server_tmpdirs(c)
+                with self._lock:
+                    self.mp_tmpdirs |= tmpdirs
         if scan_maps:
             inodes = set()
             for pid in [self.proc.pid, *(c.pid for c in children)]:
@@ -231,18 +251,26 @@ class TrainRun:
     def assert_no_leftovers(self) -> None:
         """Call after the run has exited: every recorded component process is gone at once (the runner joins
         them), helpers (forkserver, resource tracker) within a short grace, and no /dev/shm object of this run
-        remains."""
+        and no multiprocessing temp dir of the runner (the fork server's socket) remains."""
         assert self.proc.poll() is not None, "the run is still going"
         components = [(pid, names) for pid, names in self.alive_descendants() if names & set(COMPONENT_NAMES)]
         assert not components, f"component processes outlived the runner: {components}"
         deadline = time.monotonic() + HELPER_EXIT_GRACE_S
-        while (self.alive_descendants() or self.leftover_shm()) and time.monotonic() < deadline:
+        while (self.alive_descendants() or self.leftover_shm() or self.leftover_tmpdirs()) and (
+            time.monotonic() < deadline
+        ):
             time.sleep(0.2)
         assert not self.alive_descendants(), f"processes of the run still alive: {self.alive_descendants()}"
         assert not self.leftover_shm(), f"/dev/shm objects of the run left behind: {self.leftover_shm()}"
+        assert not self.leftover_tmpdirs(), f"multiprocessing temp dirs left behind: {self.leftover_tmpdirs()}"
+
+    def leftover_tmpdirs(self) -> list[Path]:
+        with self._lock:
+            return sorted(d for d in self.mp_tmpdirs if d.exists())
 
     def kill(self) -> None:
-        """Last-resort cleanup: SIGKILL the run and every descendant recorded (by pid, checked by create time)."""
+        """Last-resort cleanup: SIGKILL the run and every descendant recorded (by pid, checked by create time), and
+        remove the runner's multiprocessing temp dirs (nobody is left to do it)."""
         self.snapshot_tree(scan_maps=False)
         for sp in [self.main, *list(self.seen.values())]:
             p = sp.handle()
@@ -258,6 +286,8 @@ class TrainRun:
         for s in (self.proc.stdout, self.proc.stderr):
             if s:
                 s.close()
+        for d in self.leftover_tmpdirs():
+            shutil.rmtree(d, ignore_errors=True)
 
     def describe(self, tail: int = 40) -> str:
         lines = self.output.splitlines()

@@ -193,11 +193,13 @@ def test_sigkill_of_the_runner_leaves_no_orphans(tmp_path, start_run):
     run.snapshot_tree()
     tracked = [p for p in psutil.Process(run.proc.pid).children(recursive=True)]
     assert len(tracked) >= 4, tracked
+    # only the runner's exit handlers would remove the fork server's socket dir
+    assert run.mp_tmpdirs and all(d.is_dir() for d in run.mp_tmpdirs), run.mp_tmpdirs
     run.signal(9)  # the runner only, not its process group
     assert run.wait(timeout=10) == -9
     gone, alive = psutil.wait_procs(tracked, timeout=10)
     assert not alive, f"children still alive 10 s after the runner was SIGKILLed: {alive}"
-    run.assert_no_leftovers()  # also: no /dev/shm object of the run is left
+    run.assert_no_leftovers()  # also: no /dev/shm object and no multiprocessing temp dir of the run is left
 
 
 @pytest.mark.timeout(120)
