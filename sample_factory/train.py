@@ -3,16 +3,35 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from sample_factory.config import parse_cfg
 from sample_factory.runner import run
 
 
+def auto_tuned_flags(argv: Sequence[str]) -> list[str]:
+    """The flags tools/auto_tune.py picks for this command (its progress lines reach the user through stderr)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "sample_factory.tools.auto_tune", *argv]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"train.py: error: --auto_tune failed (exit code {proc.returncode}, see above)")
+    return list(json.loads(lines[-1]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg = parse_cfg(argv)
+    if cfg.auto_tune:  # trial runs first (or a cached pick), then this run with the picked sampling settings
+        argv = [*argv, *auto_tuned_flags(argv)]
+        cfg = parse_cfg(argv)
     if cfg.with_pbt and cfg.pbt_backend == "ray":  # a coordinator of separate member runs (pbt/ray_backend.py)
         from sample_factory.pbt.ray_backend import run_population
 

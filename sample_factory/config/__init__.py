@@ -11,6 +11,7 @@ from sample_factory.config.parse import (
     parse_cfg,
     parse_env_overrides,
     parse_eval_policies,
+    strip_flags,
     suggest_flag,
     typed_flags,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "parse_eval_policies",
     "preset_name_for_env",
     "str2bool",
+    "strip_flags",
     "suggest_flag",
     "typed_flags",
 ]

@@ -32,6 +32,10 @@ class OptionFields:
     force_envs_single_thread: bool  # default True
     set_workers_cpu_affinity: bool  # default True
     sampler_only: bool  # default False
+    auto_tune: bool  # default False
+    auto_tune_cache_dir: str  # default '~/.cache/sample_factory/auto_tune'
+    auto_tune_seconds: float | None  # default None
+    auto_tune_max_trials: int  # default 8
     message_queue: str  # default 'socket'; one of socket, faster_fifo
     env_backend: str  # default 'gymnasium'; one of gymnasium, envpool
     env_frameskip: int  # default 4

@@ -105,6 +105,36 @@ OPTIONS: dict[str, list[Option]] = {
         Option("set_workers_cpu_affinity", str2bool, True, "Pin actor workers to CPU cores (psutil)."),
         Option("sampler_only", str2bool, False, "Collect experience without training (throughput measurement)."),
         Option(
+            "auto_tune",
+            str2bool,
+            False,
+            "Before training, pick --num_workers, --num_envs_per_worker, --worker_num_splits, "
+            "--policy_workers_per_policy and --learner_main_loop_num_cores for this machine with the throughput tuner "
+            "(python -m sample_factory.tools.tune: short training runs, minutes) and train with the pick; flags typed "
+            "on the command line are kept, and nothing that changes learning per sample is touched. The pick is "
+            "cached per env, flags and machine in --auto_tune_cache_dir: later runs reuse it at once.",
+        ),
+        Option(
+            "auto_tune_cache_dir",
+            str,
+            "~/.cache/sample_factory/auto_tune",
+            "Where --auto_tune keeps its picks (one JSON file per env, flags and machine; delete it to tune again).",
+        ),
+        Option(
+            "auto_tune_seconds",
+            float,
+            None,
+            "Length of each --auto_tune trial run (default: 20 s for envs stepping faster than 20k steps/s in one "
+            "process, else 60 s).",
+        ),
+        Option(
+            "auto_tune_max_trials",
+            int,
+            8,
+            "--auto_tune's search runs after the defaults' run (then 2 confirmation runs each of the defaults and "
+            "of the pick).",
+        ),
+        Option(
             "message_queue",
             str,
             "socket",

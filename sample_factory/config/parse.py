@@ -62,6 +62,23 @@ def typed_flags(argv: Sequence[str]) -> dict[str, Any]:
     return vars(build_parser(defaults=False).parse_args(list(argv)))
 
 
+def strip_flags(argv: Sequence[str], names: Sequence[str]) -> list[str]:
+    """`argv` without the options `names` (any alias, as --flag=value or --flag value; a bool flag may have no
+    value, then the next token starts with '-' like the next flag)."""
+    wanted = {flag for opt in all_options() if opt.name in names for flag in opt.flags}
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.split("=", 1)[0] in wanted:
+            if "=" not in a and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                i += 1  # its value
+        else:
+            out.append(a)
+        i += 1
+    return out
+
+
 def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     """Parse, apply the env-family preset to flags not typed, and validate. Raises SystemExit on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -232,6 +249,13 @@ def finalize_cfg(cfg: Config) -> Config:
         raise ConfigError(
             "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
         )
+    if cfg.auto_tune and (cfg.serial_mode or (cfg.with_pbt and cfg.pbt_backend == "ray")):
+        raise ConfigError(
+            "--auto_tune tunes a multi-process run: not with --serial_mode or --pbt_backend=ray (tune a single run "
+            "first, e.g. python -m sample_factory.tools.tune, and pass its pick to the population)"
+        )
+    if cfg.auto_tune_seconds is not None and cfg.auto_tune_seconds <= 0:
+        raise ConfigError(f"--auto_tune_seconds must be > 0, got {cfg.auto_tune_seconds}")
     if cfg.with_pbt and cfg.pbt_backend == "ray":
         _check_ray_pbt(cfg)
     _check_replay(cfg)

@@ -25,8 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sample_factory.config import Config
-from sample_factory.config.options import all_options
+from sample_factory.config import Config, strip_flags
 from sample_factory.experiment.checkpoints import list_checkpoints, load_latest_checkpoint, save_checkpoint
 from sample_factory.pbt.population import PolicyPbtState, objective_from_stats, save_pbt_state
 
@@ -52,23 +51,6 @@ _CKPT = re.compile(r"^checkpoint_(\d+)_(\d+)\.pth$")
 
 def member_dir(pop_dir: str | Path, index: int) -> Path:
     return Path(pop_dir) / f"member_{index}"
-
-
-def strip_flags(argv: Sequence[str], names: Sequence[str]) -> list[str]:
-    """`argv` without the options `names` (any alias, as --flag=value or --flag value; a bool flag may have no
-    value, then the next token starts with '-' like the next flag)."""
-    wanted = {flag for opt in all_options() if opt.name in names for flag in opt.flags}
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a.split("=", 1)[0] in wanted:
-            if "=" not in a and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-                i += 1  # its value
-        else:
-            out.append(a)
-        i += 1
-    return out
 
 
 def member_argv(

@@ -30,10 +30,11 @@ import os
 import re
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sample_factory.config import parse_cfg
+from sample_factory.config import parse_cfg, typed_flags
 from sample_factory.tools.benchmark_atari import raw_ceiling, run_train
 
 TUNED = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy")
@@ -141,6 +142,98 @@ def measure(base: list[str], settings: dict[str, int], seconds: float) -> tuple[
     return float(result.get("fps10", 0.0)), busy_fractions(summary)
 
 
+@dataclass
+class TuneResult:
+    """A search's outcome: the defaults' and the pick's settings and FPS (from the confirmation runs when the
+    pick differs), every trial, and the machine it was measured on."""
+
+    env: str
+    cores: int
+    mode: str
+    seconds: float
+    env_steps_per_s_one_process: float
+    trials: list[Trial]
+    confirm: dict[str, list[float]]
+    defaults: dict[str, int]
+    pick: dict[str, int]
+    defaults_fps: float
+    pick_fps: float
+
+    def changed(self) -> dict[str, int]:
+        """The pick's settings that differ from the defaults."""
+        return {k: v for k, v in self.pick.items() if v != self.defaults[k]}
+
+    def to_dict(self) -> dict:
+        return {**self.__dict__, "trials": [t.__dict__ for t in self.trials]}
+
+
+def search(
+    env: str,
+    extra: list[str],
+    seconds: float | None = None,
+    max_trials: int = 8,
+    confirm_rounds: int = 2,
+    min_gain: float = 0.05,
+    mode: str = "train",
+    log: Callable[[str], None] = print,
+) -> TuneResult:
+    """The whole search of the module docstring for `python train.py --env=<env> <extra>` (`extra`: train.py
+    flags; those of TUNED_ALL among them are kept as typed). `seconds`: length of each run (None: by the env's
+    speed)."""
+    cores = len(os.sched_getaffinity(0))
+    base = [f"--env={env}", *extra, *(["--sampler_only=True"] if mode == "sampler" else [])]
+    cfg = parse_cfg(base)  # the defaults: the env's preset, the user's flags, num_workers = cores
+    start = {k: int(getattr(cfg, k)) for k in TUNED_ALL}
+    # flags the user typed are theirs: never tuned
+    fixed = {k for k in TUNED_ALL if k in typed_flags(base)}
+
+    ceiling = raw_ceiling(env, 1, 5.0)
+    log(f"env step cost: {1e6 / ceiling:.0f} us ({ceiling:,.0f} steps/s in one process, random actions)")
+    if seconds is None:
+        seconds = 20.0 if ceiling > 20_000 else 60.0
+    fps, busy = measure(base, start, seconds)
+    trials = [Trial(start, fps, "defaults", busy)]
+    shares = ", ".join(f"{r} {b:.0%}" for r, b in sorted(busy.items()))
+    log(f"defaults {' '.join(flags_of(start))}: {fps:,.0f} FPS; busy: {shares}")
+    best = trials[0]
+    tried = {tuple(sorted(start.items()))}
+    while len(trials) <= max_trials:
+        cands = [
+            (why, c)
+            for why, c in moves(best.settings, best.busy, cores)
+            if tuple(sorted(c.items())) not in tried and all(c[k] == start[k] for k in fixed) and parses(base, c)
+        ]
+        if not cands:
+            break
+        why, settings = cands[0]
+        tried.add(tuple(sorted(settings.items())))
+        try:
+            fps, busy = measure(base, settings, seconds)
+        except RuntimeError as e:
+            log(f"trial {len(trials)}: {why}: failed ({e})")
+            trials.append(Trial(settings, 0.0, f"{why} (failed)"))
+            continue
+        trials.append(Trial(settings, fps, why, busy))
+        kept = fps > best.fps * (1 + min_gain)
+        log(f"trial {len(trials) - 1}: {why}: {fps:,.0f} FPS{' (kept)' if kept else ''}")
+        if kept:
+            best = trials[-1]
+
+    pick = best.settings
+    confirm: dict[str, list[float]] = {"defaults": [], "pick": []}
+    if pick != start:
+        for _ in range(confirm_rounds):
+            confirm["defaults"].append(measure(base, start, seconds)[0])
+            confirm["pick"].append(measure(base, pick, seconds)[0])
+        d, k = statistics.median(confirm["defaults"]), statistics.median(confirm["pick"])
+        if k < d:  # the search's gain did not hold up: the defaults stay
+            log(f"confirmation: the pick ran at {k:,.0f} FPS vs the defaults' {d:,.0f}: keeping the defaults")
+            pick, k = start, d
+    else:
+        d = k = trials[0].fps
+    return TuneResult(env, cores, mode, seconds, ceiling, trials, confirm, start, pick, d, k)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", required=True, help="The env to tune for (any train.py --env).")
@@ -157,82 +250,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=("train", "sampler"), default="train", help="Tune training or collection only.")
     p.add_argument("--output", default=None, help="Also write the trials and the result as JSON here.")
     args, extra = p.parse_known_args(argv)
-    cores = len(os.sched_getaffinity(0))
+    r = search(
+        args.env,
+        extra,
+        args.seconds,
+        args.max_trials,
+        args.confirm_rounds,
+        args.min_gain,
+        args.mode,
+        log=lambda line: print(line, flush=True),
+    )
     base = [f"--env={args.env}", *extra, *(["--sampler_only=True"] if args.mode == "sampler" else [])]
-    cfg = parse_cfg(base)  # the defaults: the env's preset, the user's flags, num_workers = cores
-    start = {k: int(getattr(cfg, k)) for k in TUNED_ALL}
-    # flags the user typed are theirs: never tuned
-    fixed = {k for k in TUNED_ALL if any(a.startswith(f"--{k}=") for a in extra)}
-
-    ceiling = raw_ceiling(args.env, 1, 5.0)
-    print(f"env step cost: {1e6 / ceiling:.0f} us ({ceiling:,.0f} steps/s in one process, random actions)")
-    if args.seconds is None:
-        args.seconds = 20.0 if ceiling > 20_000 else 60.0
-    fps, busy = measure(base, start, args.seconds)
-    trials = [Trial(start, fps, "defaults", busy)]
-    shares = ", ".join(f"{r} {b:.0%}" for r, b in sorted(busy.items()))
-    print(f"defaults {' '.join(flags_of(start))}: {fps:,.0f} FPS; busy: {shares}", flush=True)
-    best = trials[0]
-    tried = {tuple(sorted(start.items()))}
-    while len(trials) <= args.max_trials:
-        cands = [
-            (why, c)
-            for why, c in moves(best.settings, best.busy, cores)
-            if tuple(sorted(c.items())) not in tried and all(c[k] == start[k] for k in fixed) and parses(base, c)
-        ]
-        if not cands:
-            break
-        why, settings = cands[0]
-        tried.add(tuple(sorted(settings.items())))
-        try:
-            fps, busy = measure(base, settings, args.seconds)
-        except RuntimeError as e:
-            print(f"trial {len(trials)}: {why}: failed ({e})", flush=True)
-            trials.append(Trial(settings, 0.0, f"{why} (failed)"))
-            continue
-        trials.append(Trial(settings, fps, why, busy))
-        kept = fps > best.fps * (1 + args.min_gain)
-        print(f"trial {len(trials) - 1}: {why}: {fps:,.0f} FPS{' (kept)' if kept else ''}", flush=True)
-        if kept:
-            best = trials[-1]
-
-    pick = best.settings
-    confirm: dict[str, list[float]] = {"defaults": [], "pick": []}
-    if pick != start:
-        for _ in range(args.confirm_rounds):
-            confirm["defaults"].append(measure(base, start, args.seconds)[0])
-            confirm["pick"].append(measure(base, pick, args.seconds)[0])
-        d, k = statistics.median(confirm["defaults"]), statistics.median(confirm["pick"])
-        if k < d:  # the search's gain did not hold up: the defaults stay
-            print(f"confirmation: the pick ran at {k:,.0f} FPS vs the defaults' {d:,.0f}: keeping the defaults")
-            pick, k = start, d
-    else:
-        d = k = trials[0].fps
-    changed = {key: v for key, v in pick.items() if v != start[key]}
-    print(f"\n{args.env} on {cores} cores, {args.mode} runs of {args.seconds:.0f} s:")
-    print(f"  defaults: {d:,.0f} FPS   python train.py {' '.join(base)}")
-    print(f"  pick:     {k:,.0f} FPS   python train.py {' '.join([*base, *flags_of(changed)])}")
-    print(f"  ratio pick / defaults: {k / d:.2f}" if d > 0 else "  (no FPS measured)")
+    print(f"\n{args.env} on {r.cores} cores, {args.mode} runs of {r.seconds:.0f} s:")
+    print(f"  defaults: {r.defaults_fps:,.0f} FPS   python train.py {' '.join(base)}")
+    print(f"  pick:     {r.pick_fps:,.0f} FPS   python train.py {' '.join([*base, *flags_of(r.changed())])}")
+    print(
+        f"  ratio pick / defaults: {r.pick_fps / r.defaults_fps:.2f}" if r.defaults_fps > 0 else "  (no FPS measured)"
+    )
     if args.output:
-        Path(args.output).write_text(
-            json.dumps(
-                {
-                    "env": args.env,
-                    "cores": cores,
-                    "mode": args.mode,
-                    "seconds": args.seconds,
-                    "env_steps_per_s_one_process": ceiling,
-                    "trials": [t.__dict__ for t in trials],
-                    "confirm": confirm,
-                    "defaults": start,
-                    "pick": pick,
-                    "defaults_fps": d,
-                    "pick_fps": k,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        Path(args.output).write_text(json.dumps(r.to_dict(), indent=2) + "\n")
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sample_factory.config import parse_cfg
+from sample_factory.config import parse_cfg, strip_flags
 from sample_factory.experiment.checkpoints import list_checkpoints, load_latest_checkpoint, save_checkpoint
 from sample_factory.pbt.members import (
     NEVER,
@@ -18,7 +18,6 @@ from sample_factory.pbt.members import (
     latest_checkpoint_info,
     member_argv,
     read_progress,
-    strip_flags,
     transplant_state,
     write_member_state,
 )

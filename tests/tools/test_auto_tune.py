@@ -1,0 +1,96 @@
+"""`train.py --auto_tune=True`: the cache key (what a pick depends on), the refused combinations, and two real runs:
+the first searches (short trials) and trains with the pick, the second reuses the cached pick without a trial; and the
+tool's own command line, which prints the flags to add."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sample_factory.config import ConfigError, parse_cfg
+from sample_factory.tools import auto_tune
+from sample_factory.tools.auto_tune import SPEED_NEUTRAL, cache_key, cache_path
+from sample_factory.tools.tune import TUNED_ALL, TuneResult
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_key_ignores_where_and_how_long_but_not_what_changes_speed():
+    a = cache_key("CartPole-v1", ["--batch_size=1024", "--num_workers", "2"])
+    assert a == cache_key("CartPole-v1", ["--num_workers=2", "--batch_size", "1024"])  # order and form
+    assert a["flags"] == {"batch_size": 1024, "num_workers": 2} and a["cores"] >= 1 and a["host"] is not None
+    assert a != cache_key("CartPole-v1", ["--batch_size=2048", "--num_workers=2"])
+    assert a != cache_key("Acrobot-v1", ["--batch_size=1024", "--num_workers=2"])
+    assert cache_path("/x", a) != cache_path("/x", cache_key("CartPole-v1", ["--num_workers=2"]))
+    assert cache_path("/x", cache_key("ALE/Pong-v5", [])).parent == Path("/x")  # the env's slash is not a folder
+    assert {"experiment", "train_dir", "train_for_env_steps", "seed", "auto_tune"} <= set(SPEED_NEUTRAL)
+    assert not set(TUNED_ALL) & set(SPEED_NEUTRAL)  # the tuned settings themselves are speed
+
+
+@pytest.mark.parametrize("flag", ["--serial_mode=True", "--with_pbt=True --pbt_backend=ray --num_policies=2"])
+def test_refused_where_there_is_no_multi_process_run_to_tune(flag):
+    with pytest.raises(SystemExit):
+        parse_cfg(["--env=CartPole-v1", "--auto_tune=True", *flag.split()])
+    with pytest.raises((SystemExit, ConfigError)):
+        parse_cfg(["--env=CartPole-v1", "--auto_tune=True", "--auto_tune_seconds=0"])
+
+
+def _train(tmp_path: Path, experiment: str, cache: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    cmd = [sys.executable, "train.py", "--env=CartPole-v1", "--num_workers=2", "--auto_tune=True"]
+    cmd += [f"--auto_tune_cache_dir={cache}", "--auto_tune_seconds=5", "--auto_tune_max_trials=1"]
+    cmd += [f"--train_dir={tmp_path / 'td'}", f"--experiment={experiment}", "--train_for_env_steps=20000"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads((tmp_path / "td" / experiment / "cfg.json").read_text())
+
+
+@pytest.mark.timeout(600)
+def test_first_run_tunes_and_trains_with_the_pick_the_second_reuses_it(tmp_path):
+    cache = tmp_path / "cache"
+    first, cfg = _train(tmp_path, "a", cache)
+    files = list(cache.glob("CartPole-v1_*.json"))
+    assert len(files) == 1, files
+    record = json.loads(files[0].read_text())
+    # the tuner's progress reaches the user through stderr; the run's own lines are on stdout as usual
+    assert "auto-tune: measuring this machine" in first.stderr and "trial 1:" in first.stderr, first.stderr[-3000:]
+    assert record["defaults_fps"] > 0 and len(record["result"]["trials"]) == 2
+    assert all(t["settings"]["num_workers"] == 2 for t in record["result"]["trials"])  # typed: never tuned
+    # the run trained with the pick: every tuned setting is the pick's (the defaults' where the pick kept them)
+    pick = record["result"]["pick"]
+    assert {k: cfg[k] for k in TUNED_ALL} == pick, (cfg, pick)
+    assert "done:" in first.stdout
+
+    second, cfg2 = _train(tmp_path, "b", cache)
+    assert "the pick cached in" in second.stderr and "measuring" not in second.stderr, second.stderr[-3000:]
+    assert "trial" not in second.stderr
+    assert {k: cfg2[k] for k in TUNED_ALL} == pick
+
+
+def test_the_tool_prints_the_cached_flags_as_json(tmp_path, capsys, monkeypatch):
+    argv = ["--env=CartPole-v1", "--auto_tune=True", f"--auto_tune_cache_dir={tmp_path}", "--num_workers", "2"]
+    key = cache_key("CartPole-v1", ["--num_workers", "2"])
+    path = cache_path(str(tmp_path), key)
+    record = {"key": key, "changed": {"num_envs_per_worker": 128}, "defaults_fps": 4.0e4, "pick_fps": 5.0e4}
+    path.write_text(json.dumps(record))
+    searched: list[list[str]] = []
+
+    def fake_search(env, flags, seconds, max_trials, log):
+        searched.append(flags)
+        start = {k: 1 for k in TUNED_ALL}
+        return TuneResult(env, 2, "train", 5.0, 1e5, [], {}, start, {**start, "worker_num_splits": 2}, 1.0, 2.0)
+
+    monkeypatch.setattr(auto_tune, "search", fake_search)
+    assert auto_tune.main([*argv, "--experiment=x", "--seed=3"]) == 0  # neither changes the key
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1]) == ["--num_envs_per_worker=128"] and not searched
+    assert "--num_envs_per_worker=128 (50,000 FPS vs the defaults' 40,000)" in err
+
+    path.write_text(json.dumps({**record, "key": {**key, "cores": -1}}))  # another machine's pick: not used
+    assert auto_tune.main(argv) == 0
+    assert searched == [["--num_workers", "2"]]  # the speed flags only
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == ["--worker_num_splits=2"]
+    assert json.loads(path.read_text())["key"] == key  # the new pick replaced the stale one
