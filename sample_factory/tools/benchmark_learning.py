@@ -237,13 +237,15 @@ def save_doc(doc: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def env_table_entry(spec: SuiteEnv, level: str) -> dict:
+def env_table_entry(spec: SuiteEnv, level: str, extra: str = "") -> dict:
+    """The env's settings for the report; `extra`: the user's --extra flags (they may override the budget)."""
     return {
         "threshold": spec.threshold,
         "threshold_source": spec.threshold_source,
         "budget": vars(spec.budget(level)),
         "budget_source": spec.budget_source,
         "extra_flags": list(spec.extra_flags),
+        "passthrough_flags": shlex.split(extra),
         "references": [vars(r) for r in spec.references],
     }
 
@@ -319,8 +321,10 @@ def _row(*cells: Any) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def _budget_text(b: dict) -> str:
-    return f"{b['env_steps']:,} env steps or {b['seconds']:,} s"
+def _budget_text(b: dict, passthrough: list[str] | None = None) -> str:
+    text = f"{b['env_steps']:,} env steps or {b['seconds']:,} s"
+    overrides = [f for f in passthrough or [] if f.startswith(("--train_for_env_steps", "--train_for_seconds"))]
+    return f"{text}, overridden by {' '.join(overrides)}" if overrides else text
 
 
 def _reference_text(refs: Sequence[dict], with_source: bool) -> str:
@@ -384,7 +388,7 @@ def render_markdown(doc: dict, pngs: dict[str, str]) -> str:
             _row(
                 env,
                 s["seeds"],
-                _budget_text(info["budget"]),
+                _budget_text(info["budget"], info.get("passthrough_flags")),
                 final,
                 _fmt(thr, "g"),
                 reached,
@@ -401,10 +405,12 @@ def render_markdown(doc: dict, pngs: dict[str, str]) -> str:
             f"## {env}",
             "",
             f"- Threshold: {_fmt(info['threshold'], 'g')}. Source: {info['threshold_source']}.",
-            f"- Budget `{level}`: {_budget_text(b)} per run, {b['seeds']} seed(s) by default. "
-            f"Source: {info['budget_source']}.",
+            f"- Budget `{level}`: {_budget_text(b, info.get('passthrough_flags'))} per run, {b['seeds']} seed(s) by "
+            f"default. Source: {info['budget_source']}.",
             f"- Extra train flags: {' '.join(info['extra_flags']) or 'none (the env family preset applies)'}",
         ]
+        if info.get("passthrough_flags"):
+            lines.append(f"- Passed with `--extra` (after the flags above): {' '.join(info['passthrough_flags'])}")
         for r in info["references"]:
             value = r["source"] if r["value"] is None else f"{r['value']:g} (source: {r['source']})"
             lines.append(f"- Compare: {r['label']}: {value}")
@@ -548,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m sample_factory.tools.benchmark_learning " + shlex.join(argv)
     doc.update(suite=args.suite, budget=args.budget, machine=machine_info())
     doc["commands"] = [*[c for c in doc.get("commands", []) if c != command], command]
-    doc.setdefault("envs", {}).update({spec.env: env_table_entry(spec, args.budget) for spec in envs})
+    doc.setdefault("envs", {}).update({spec.env: env_table_entry(spec, args.budget, args.extra) for spec in envs})
     doc.setdefault("runs", runs)
     ok = True
     old_handler = signal.signal(signal.SIGTERM, _terminate_on_sigterm)

@@ -178,6 +178,22 @@ def test_render_markdown_table():
     assert "src-thr" in md and "src-budget" in md and "![E-v0" in md and "(demo_E-v0.png)" in md
     seed_rows = [line for line in md.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
     assert len(seed_rows) == 2 and "| 800 | 1.00 |" in seed_rows[0] and "| n/a | n/a |" in seed_rows[1]
+    assert "Passed with `--extra`" not in md
+
+
+def test_render_markdown_names_the_extra_flags_and_a_budget_they_override():
+    doc = _doc()
+    doc["envs"]["E-v0"]["passthrough_flags"] = ["--train_for_env_steps=5000", "--lr_schedule=linear_decay"]
+    md = bl.render_markdown(doc, {})
+    row = next(line for line in md.splitlines() if line.startswith("| E-v0 |"))
+    assert "| 1,000 env steps or 60 s, overridden by --train_for_env_steps=5000 |" in row
+    assert (
+        "- Passed with `--extra` (after the flags above): --train_for_env_steps=5000 --lr_schedule=linear_decay" in md
+    )
+    assert bl.env_table_entry(bl.SUITES["classic"][0], "short", "--seed=3 --x='a b'")["passthrough_flags"] == [
+        "--seed=3",
+        "--x=a b",
+    ]
 
 
 def test_write_report_plots(tmp_path):
