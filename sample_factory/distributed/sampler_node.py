@@ -20,6 +20,7 @@ import collections
 import copy
 import multiprocessing
 import os
+import shutil
 import socket
 import threading
 import time
@@ -247,4 +248,7 @@ class SamplerNode:
 
             self.supervisor.stop_all(("actor", "policy"), drain, self.cfg.shutdown_timeout_sec, hurry=lambda: False)
             self.channels.close()
+            if self.supervisor.runner_tmpdir:
+                # The learner node kills this actor next (no exit handlers run): the fork server's socket dir goes now.
+                shutil.rmtree(self.supervisor.runner_tmpdir, ignore_errors=True)
         return {"failed": self.failed, "unsent_rollouts": self.pending_rollouts}

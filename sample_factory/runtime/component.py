@@ -125,7 +125,7 @@ def process_main(
     try:
         with component.timing.add("process_lifetime"):
             try:
-                exit_code = _serve(component, heartbeat_interval, runner_pid, terminated, runner_tmpdir)
+                exit_code = _serve(component, heartbeat_interval, runner_pid, terminated)
             finally:
                 component.finish()
         component.report("timing", dict(component.timing))
@@ -135,16 +135,14 @@ def process_main(
         exit_code = 1
     finally:
         sys.stdout.flush()
+        # Whichever way this component ended (the runner's pid gone, or its channels broken first), a dead runner's
+        # exit handlers never ran: every component that outlives it tries, the first one wins.
+        if runner_tmpdir and not process_alive(runner_pid):
+            shutil.rmtree(runner_tmpdir, ignore_errors=True)
     sys.exit(exit_code)
 
 
-def _serve(
-    component: Component,
-    heartbeat_interval: float,
-    runner_pid: int,
-    terminated: list[bool],
-    runner_tmpdir: str | None = None,
-) -> int:
+def _serve(component: Component, heartbeat_interval: float, runner_pid: int, terminated: list[bool]) -> int:
     """Initialize, then handle messages until STOP; returns the process's exit code. Errors are reported here."""
     heartbeat = Heartbeat(component.report, heartbeat_interval)
     next_runner_check = 0.0
@@ -164,8 +162,6 @@ def _serve(
             if now > next_runner_check:
                 next_runner_check = now + 0.5
                 if not process_alive(runner_pid):
-                    if runner_tmpdir:  # its exit handlers never ran; every component tries, the first one wins
-                        shutil.rmtree(runner_tmpdir, ignore_errors=True)
                     break
     except Exception as e:
         # Errors whose message says it all (user_facing) travel without a traceback unless SF_DEBUG is set.
