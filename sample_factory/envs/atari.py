@@ -136,13 +136,16 @@ def make_atari_env(cfg: Config, ale_id: str, render_mode: str | None = None) -> 
     if not register_ale_envs():
         raise ValueError(f"env {ale_id!r} needs an optional package: pip install -e .[atari]")
     # Frame skipping (with max-pooling of the last two frames) is done by AtariPreprocessing, so the ALE env
-    # itself must not skip.
+    # itself must not skip. AtariPreprocessing reads the screens it keeps from the emulator itself and drops the
+    # observation of each inner step: a grayscale one costs a third of an RGB one (env steps 1.1x faster, same
+    # frames; rendering still reads RGB).
     env = gym.make(
         ale_id,
         frameskip=1,
         repeat_action_probability=cfg.env_sticky_actions,
         full_action_space=False,
         render_mode=render_mode,
+        obs_type="grayscale",
     )
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=30, frame_skip=cfg.env_frameskip, screen_size=84, grayscale_obs=True, scale_obs=False

@@ -292,3 +292,34 @@ def test_mujoco_make_reset_step(name: str):
         check_steps(env)
     finally:
         env.close()
+
+
+def test_atari_frames_are_those_of_an_rgb_emulator(monkeypatch):
+    """The ALE env is made with grayscale observations (AtariPreprocessing drops the inner ones; grayscale is
+    cheaper): the frames, rewards and ends of episodes are those of the same env made with RGB ones, and rendering
+    stays RGB."""
+    needs_atari()
+    cfg = parse_cfg(["--env=atari_breakout", "--env_sticky_actions=0"])
+    env = make_env(cfg, render_mode="rgb_array")
+    make = gym.make
+    monkeypatch.setattr(gym, "make", lambda *args, **kwargs: make(*args, **{**kwargs, "obs_type": "rgb"}))
+    rgb = make_env(cfg, render_mode="rgb_array")
+    try:
+        assert env.unwrapped._obs_type == "grayscale" and rgb.unwrapped._obs_type == "rgb"
+        a, _ = env.reset(seed=3)
+        b, _ = rgb.reset(seed=3)
+        assert np.array_equal(a, b)
+        rng = np.random.default_rng(0)
+        for _ in range(300):
+            action = int(rng.integers(4))
+            ra, rb = env.step(action), rgb.step(action)
+            assert np.array_equal(ra[0], rb[0]) and ra[1:4] == rb[1:4]
+            if ra[2] or ra[3]:
+                a, _ = env.reset(seed=4)
+                b, _ = rgb.reset(seed=4)
+                assert np.array_equal(a, b)
+        frame = env.render()
+        assert frame.shape == (210, 160, 3) and np.array_equal(frame, rgb.render())
+    finally:
+        env.close()
+        rgb.close()
