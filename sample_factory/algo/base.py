@@ -37,8 +37,9 @@ def learning_rate_at(cfg: Config, env_steps: int) -> float:
     return cfg.learning_rate
 
 
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The torch.autocast dtype for --learner_precision on `device`, or None for plain fp32."""
+def reduced_precision_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The reduced-precision dtype for --learner_precision (autocast) or --inference_precision on `device`, or None
+    for plain fp32."""
     if precision == "fp32":
         return None
     if precision == "bf16":
@@ -70,7 +71,7 @@ class Algorithm(ABC):
 
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         self.cfg, self.model, self.device = cfg, model, device
-        self.autocast_dtype = autocast_dtype(cfg.learner_precision, device)  # None: plain fp32
+        self.autocast_dtype = reduced_precision_dtype(cfg.learner_precision, device)  # None: plain fp32
         self.skipped_updates = 0  # SGD steps skipped for a NaN/inf loss or gradient, in total (a reported stat)
         self.consecutive_skipped = 0  # ... in a row: the learner stops the run above --max_nonfinite_updates
         self.stop_check: Callable[[], bool] | None = None  # set by the learner: has it been asked to stop?

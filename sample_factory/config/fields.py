@@ -31,6 +31,8 @@ class OptionFields:
     decorrelate_experience_max_seconds: float  # default 0.0
     force_envs_single_thread: bool  # default True
     set_workers_cpu_affinity: bool  # default True
+    default_niceness: int  # default 0
+    actor_worker_niceness: int  # default 10
     sampler_only: bool  # default False
     auto_tune: bool  # default False
     auto_tune_cache_dir: str  # default '~/.cache/sample_factory/auto_tune'
@@ -77,6 +79,7 @@ class OptionFields:
     max_nonfinite_updates: int  # default 20
     learner_main_loop_num_cores: int  # default 1
     learner_precision: str  # default 'fp32'; one of fp32, bf16, auto
+    inference_precision: str  # default 'fp32'; one of fp32, bf16, auto
     torch_compile_learner: bool  # default False
     torch_compile_worker: bool  # default False
     torch_compile_dynamo_backend: str  # default 'inductor'

@@ -103,6 +103,22 @@ OPTIONS: dict[str, list[Option]] = {
             "force_envs_single_thread", str2bool, True, "Limit native thread pools in actor workers (threadpoolctl)."
         ),
         Option("set_workers_cpu_affinity", str2bool, True, "Pin actor workers to CPU cores (psutil)."),
+        Option(
+            "default_niceness",
+            int,
+            0,
+            "Niceness of the learner and policy-worker processes (0: the runner's); actor workers run "
+            "--actor_worker_niceness above it. Below 0 needs root or CAP_SYS_NICE.",
+        ),
+        Option(
+            "actor_worker_niceness",
+            int,
+            10,
+            "How much nicer than --default_niceness the actor workers run (at most 19, never below the runner's; "
+            "Sample Factory uses 10): where busy processes outnumber the cores, the learner and inference, which "
+            "the others wait for, get the CPU first and the envs use what is left (measured in docs/benchmarks.md). "
+            "0: every process at the same priority.",
+        ),
         Option("sampler_only", str2bool, False, "Collect experience without training (throughput measurement)."),
         Option(
             "auto_tune",
@@ -289,6 +305,16 @@ OPTIONS: dict[str, list[Option]] = {
             "bfloat16 (weights, gradients, optimizer, distributions and losses stay fp32); on a CPU with AVX512-BF16 "
             "the Atari conv net trains 2.5x faster. auto: bf16 where the training device runs it natively (a GPU "
             "with bf16, a CPU that oneDNN reports bf16 support for), else fp32.",
+            choices=("fp32", "bf16", "auto"),
+        ),
+        Option(
+            "inference_precision",
+            str,
+            "fp32",
+            "Precision of the policy workers' conv encoders. bf16: their weights and activations are bfloat16 (a "
+            "copy converted at each weight update; MLP encoders, cores, heads and action sampling stay fp32); on a "
+            "CPU with AVX512-BF16 the Atari conv net infers 1.5-1.8x faster at batches of 8-32. auto: bf16 where the "
+            "inference device runs it natively, as for --learner_precision.",
             choices=("fp32", "bf16", "auto"),
         ),
         Option(

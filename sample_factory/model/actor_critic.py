@@ -133,6 +133,13 @@ class ActorCritic(nn.Module):
             with torch.no_grad():
                 self.policy_head.bias[self.num_params :] = math.log(cfg.initial_stddev)
 
+    def run_conv_encoders_in(self, dtype: torch.dtype) -> bool:
+        """Inference copy: conv encoders compute in `dtype` (ConvEncoder.run_in); False when there is none."""
+        convs = [m for m in self.modules() if isinstance(m, ConvEncoder)]
+        for m in convs:
+            m.run_in(dtype)
+        return bool(convs)
+
     def _initialize(self, kind: str) -> None:
         if kind == "torch_default":
             return

@@ -37,6 +37,7 @@ class Component:
 
     role = "component"
     num_threads = 1  # torch threads in this role's process
+    niceness: int | None = None  # the process's niceness (set_niceness); None: the runner's
 
     def __init__(self, index: Any, inbox: Channel, report_channel: Channel):
         self.index = index
@@ -111,6 +112,20 @@ def _configure_process(component: Component, runner_pid: int) -> None:
     # Ctrl+C reaches the whole process group: children wait for the runner's orderly STOP instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(component.num_threads)
+    if component.niceness is not None:
+        set_niceness(component.niceness, component.report)
+
+
+def set_niceness(niceness: int, report: Reporter) -> None:
+    """This process's niceness to `niceness`; lowering it needs root or CAP_SYS_NICE, and without either the process
+    keeps the niceness it has and says so."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if niceness == current:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+    except OSError:
+        report("note", f"niceness {niceness} not allowed (needs root or CAP_SYS_NICE): running at {current}")
 
 
 def process_main(

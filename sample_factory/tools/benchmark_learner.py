@@ -6,9 +6,10 @@ default, vs channels_last = NHWC, which the model uses) and precision (fp32 vs -
 interleaved over --rounds so that a noisy machine affects all variants alike, and prints medians and ratios to
 the NCHW fp32 step. Runs on --device (cpu by default).
 
---compile adds the channels_last variants with torch.compile'd encoders (--torch_compile_learner: static shapes,
-compiled in the warm-up steps, which are not timed) and times inference (--torch_compile_worker: dynamic shapes, no
-grad) at the batch sizes of --inference_batches, eager vs compiled.
+--inference times the policy worker's forward pass (no grad) at the batch sizes of --inference_batches: fp32 against
+the conv encoder in bf16 (--inference_precision=bf16). --compile adds the channels_last variants with
+torch.compile'd encoders (--torch_compile_learner: static shapes, compiled in the warm-up steps, which are not timed)
+and, to the inference timing, fp32 compiled for dynamic shapes (--torch_compile_worker).
 """
 
 from __future__ import annotations
@@ -81,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=10, help="Timed steps per variant (after 2 warm-up steps).")
     p.add_argument("--device", default="cpu", help="torch device.")
     p.add_argument("--compile", action="store_true", help="Also time torch.compile'd encoders (training, inference).")
-    p.add_argument("--inference_batches", default="8,32,128", help="Batch sizes of the --compile inference timing.")
+    p.add_argument(
+        "--inference",
+        action="store_true",
+        help="Also time inference, fp32 vs bf16 conv encoder (--inference_precision).",
+    )
+    p.add_argument("--inference_batches", default="8,16,32,128", help="Batch sizes of the inference timing.")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -99,15 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"  {name:20s} median {med * 1e3:7.1f} ms (min {min(ts) * 1e3:6.1f})  speed-up {base / med:4.2f}x")
-    if args.compile:
-        time_inference([int(b) for b in args.inference_batches.split(",")], args.rounds, device)
+    if args.inference or args.compile:
+        time_inference([int(b) for b in args.inference_batches.split(",")], args.rounds, device, args.compile)
     return 0
 
 
-def time_inference(batches: list[int], rounds: int, device: torch.device) -> None:
-    """Policy-worker inference (channels_last fp32, no grad), eager vs compiled for dynamic shapes."""
-    models = {"eager": make_model(True, device), "compiled": make_model(True, device, compiled=True, dynamic=True)}
-    print(f"inference (forward, no grad) of the atari model, {device}, eager vs compiled (dynamic shapes):")
+def time_inference(batches: list[int], rounds: int, device: torch.device, compiled: bool) -> None:
+    """Policy-worker inference (channels_last, no grad) at each batch size: fp32, the conv encoder in bf16
+    (--inference_precision=bf16), and with `compiled` fp32 compiled for dynamic shapes (--torch_compile_worker)."""
+    models = {"fp32": make_model(True, device), "bf16": make_model(True, device)}
+    models["bf16"].run_conv_encoders_in(torch.bfloat16)
+    if compiled:
+        models["compiled"] = make_model(True, device, compiled=True, dynamic=True)
+    print(f"inference (forward, no grad) of the atari model, {device}, {' / '.join(models)}:")
     with torch.inference_mode():
         for batch in batches:
             obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8, device=device)
@@ -120,11 +130,9 @@ def time_inference(batches: list[int], rounds: int, device: torch.device) -> Non
                         torch.cuda.synchronize()
                     if r >= 2:
                         times[name].append(time.perf_counter() - t0)
-            eager, comp = (statistics.median(times[n]) for n in models)
-            print(
-                f"  batch {batch:4d}: eager {eager * 1e3:7.2f} ms  compiled {comp * 1e3:7.2f} ms  "
-                f"speed-up {eager / comp:4.2f}x"
-            )
+            med = {name: statistics.median(ts) for name, ts in times.items()}
+            cells = "  ".join(f"{name} {t * 1e3:7.2f} ms ({med['fp32'] / t:4.2f}x)" for name, t in med.items())
+            print(f"  batch {batch:4d}: {cells}")
 
 
 if __name__ == "__main__":

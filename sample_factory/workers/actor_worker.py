@@ -19,6 +19,7 @@ learner copies out only the columns its policy acted in.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -84,6 +85,10 @@ class ActorWorker(Component):
         super().__init__(index, channels.actor[index], channels.report)
         self.gen = int(buffers.generation[index])  # > 0 when this worker replaces a crashed one
         self.cfg, self.buffers, self.channels = cfg, buffers, channels
+        # never below the runner's niceness: lowering it needs privileges, and a user's `nice` stays in effect
+        self.niceness = max(
+            os.getpriority(os.PRIO_PROCESS, 0), min(cfg.default_niceness + cfg.actor_worker_niceness, 19)
+        )
         self.rollout = cfg.rollout  # T: env steps per slot
         self.num_splits = cfg.worker_num_splits
         self.num_policies = cfg.num_policies

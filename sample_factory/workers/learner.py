@@ -86,6 +86,7 @@ class Learner(Component):
         self.cfg, self.policy_id, self.buffers, self.channels = cfg, policy_id, buffers, channels
         self.weights, self.obs_space, self.action_space = weights, obs_space, action_space
         self.num_threads = cfg.learner_main_loop_num_cores
+        self.niceness = cfg.default_niceness or None  # 0: the runner's
         slot_samples = buffers.spec.samples_per_slot
         # trajectories (slot columns) one iteration trains on: whole slots' worth
         slots_per_iteration = math.ceil(cfg.batch_size * cfg.num_batches_per_epoch / slot_samples)

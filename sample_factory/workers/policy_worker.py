@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from sample_factory.algo.base import reduced_precision_dtype
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY
@@ -47,6 +48,7 @@ class PolicyWorker(Component):
         self.cfg, self.policy_id, self.buffers, self.channels = cfg, policy_id, buffers, channels
         self.weights, self.obs_space, self.action_space = weights, obs_space, action_space
         self.num_splits = cfg.worker_num_splits
+        self.niceness = cfg.default_niceness or None  # 0: the runner's
         self.multi_policy = cfg.num_policies > 1
         self.answer_area = policy_id * cfg.policy_workers_per_policy + worker_idx  # first index of answer_*
         # (actor_idx, split_idx) -> (gen, seq) of the latest request this worker answered: it answers each once
@@ -67,7 +69,10 @@ class PolicyWorker(Component):
     def init(self) -> None:
         self.device = torch_device(self.cfg.device)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
-        self.version = self.weights.load_into(self.model)
+        dtype = reduced_precision_dtype(self.cfg.inference_precision, self.device)
+        if dtype is not None and self.model.run_conv_encoders_in(dtype):
+            self.report("note", f"policy worker: conv encoders infer in {str(dtype).removeprefix('torch.')}")
+        self.version = self.weights.load_into(self.model)  # converts to the model's dtypes
         if compile_for_role(self.model, self.cfg, "worker", lambda line: self.report("note", line)):
             warm_up(self.model, self.obs_space, self.device, rows=4, train=False)
         self.algo = algorithm_class(self.cfg)  # the class: how to act (act, values), no training state

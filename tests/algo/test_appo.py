@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sample_factory.algo.appo import APPOAlgorithm
-from sample_factory.algo.base import ActResult, Algorithm, autocast_dtype
+from sample_factory.algo.base import ActResult, Algorithm, reduced_precision_dtype
 from sample_factory.algo.registry import ALGORITHMS, algorithm_class, make_algorithm
 from sample_factory.config import parse_cfg
 from sample_factory.config.options import all_options
@@ -235,10 +235,10 @@ def test_act_respects_the_action_mask():
 
 def test_autocast_dtype_choices():
     cpu = torch.device("cpu")
-    assert autocast_dtype("fp32", cpu) is None
-    assert autocast_dtype("bf16", cpu) is torch.bfloat16
+    assert reduced_precision_dtype("fp32", cpu) is None
+    assert reduced_precision_dtype("bf16", cpu) is torch.bfloat16
     native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert autocast_dtype("auto", cpu) is (torch.bfloat16 if native else None)
+    assert reduced_precision_dtype("auto", cpu) is (torch.bfloat16 if native else None)
 
 
 @pytest.mark.parametrize("name", ["gru_vtrace_normalized", "gaussian_gae_unclipped"])

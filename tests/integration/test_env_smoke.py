@@ -5,8 +5,9 @@ Skipped, naming the extra, when the family's package is not installed."""
 from __future__ import annotations
 
 import pytest
+import torch
 
-from tests.integration.conftest import progress_samples_trained
+from tests.integration.conftest import TrainRun, progress_samples_trained
 
 # Small on purpose: the first SGD step must come well inside the 15 s on a loaded 2-core machine.
 SMALL = [
@@ -20,7 +21,7 @@ SMALL = [
 ]
 
 
-def smoke(train_run, tmp_path, env_id: str, extra: tuple[str, ...] = ()) -> None:
+def smoke(train_run, tmp_path, env_id: str, extra: tuple[str, ...] = ()) -> TrainRun:
     run = train_run([*SMALL, *extra], tmp_path / "td", env_id=env_id)
     rc = run.wait(timeout=120)
     assert rc == 0, run.describe()
@@ -28,6 +29,7 @@ def smoke(train_run, tmp_path, env_id: str, extra: tuple[str, ...] = ()) -> None
     assert trained > 0, f"nothing trained\n{run.describe()}"
     assert run.checkpoints(), f"no checkpoint written\n{run.describe()}"
     run.assert_no_leftovers()
+    return run
 
 
 @pytest.mark.timeout(180)
@@ -35,7 +37,10 @@ def test_atari_smoke(tmp_path, train_run):
     pytest.importorskip("ale_py", reason="Atari needs the [atari] extra: pip install -e .[atari]")
     pytest.importorskip("cv2", reason="Atari needs the [atari] extra (opencv-python-headless): pip install -e .[atari]")
     # Breakout has lives and needs FIRE: the run goes through the episodic-life and fire-reset wrappers.
-    smoke(train_run, tmp_path, "ALE/Breakout-v5")
+    run = smoke(train_run, tmp_path, "ALE/Breakout-v5")
+    # the atari preset's --inference_precision=auto: bf16 conv inference where the CPU runs bf16 natively
+    bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert ("conv encoders infer in bfloat16" in run.output) == bf16, run.describe()
 
 
 @pytest.mark.timeout(180)

@@ -9,6 +9,7 @@ import torch
 from sample_factory.algo.distributions import CategoricalDist, DiagGaussianDist
 from sample_factory.config import parse_cfg
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.runtime.shared_buffers import SharedWeights
 
 CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 CARTPOLE_ACT = gym.spaces.Discrete(2)
@@ -297,3 +298,37 @@ def test_conv_weights_are_channels_last_and_compute_the_same(arch):
         for c in fresh.towers[0].encoder.convs.modules()
         if isinstance(c, torch.nn.Conv2d)
     )
+
+
+def test_conv_encoders_infer_in_bf16_close_to_fp32():
+    """--inference_precision=bf16: the policy worker's copy computes its conv encoders in bf16 (weights converted
+    as published weights load) and hands fp32 features to the heads; actions' logits and values stay close to the
+    fp32 model's. MLP-only models have nothing to convert."""
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    cfg = parse_cfg(["--env=SomeCustomEnv-v0", "--use_rnn=False"])
+    m = ActorCritic(cfg, frames, gym.spaces.Discrete(6)).eval()
+    weights = SharedWeights.for_model(m)
+    weights.publish(m, version=3)
+    inference = ActorCritic(cfg, frames, gym.spaces.Discrete(6)).eval()
+    assert inference.run_conv_encoders_in(torch.bfloat16)
+    assert weights.load_into(inference) == 3
+    enc = inference.towers[0].encoder
+    convs = [c for c in enc.convs.modules() if isinstance(c, torch.nn.Conv2d)]
+    assert all(c.weight.dtype == torch.bfloat16 for c in convs)
+    assert all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs)
+    assert inference.policy_head.weight.dtype == torch.float32  # heads stay fp32
+    obs = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    before = obs.clone()
+    with torch.inference_mode():
+        params, values, _ = inference.forward_step(obs, None)
+        ref_params, ref_values, _ = m.forward_step(obs, None)
+    assert params.dtype == values.dtype == torch.float32
+    assert torch.equal(obs, before)
+    torch.testing.assert_close(params, ref_params, atol=0.02, rtol=0.05)
+    torch.testing.assert_close(values, ref_values, atol=0.02, rtol=0.05)
+    assert not torch.equal(params, ref_params)  # bf16 really ran
+    # float frames with the fp32 weights: scaled out of place, the caller's tensor untouched
+    floats = obs.float()
+    m.towers[0].encoder(floats)
+    assert torch.equal(floats, before.float())
+    assert not _model().run_conv_encoders_in(torch.bfloat16)

@@ -27,5 +27,12 @@ def test_compile_adds_compiled_variants_and_inference(capsys, monkeypatch):
     for name in benchmark_learner.COMPILED_VARIANTS:
         assert re.search(rf"{name}\s+median\s+[\d.]+ ms .* speed-up [\d.]+x", out), out
     for batch in (2, 3):
-        assert re.search(rf"batch\s+{batch}: eager\s+[\d.]+ ms\s+compiled\s+[\d.]+ ms\s+speed-up [\d.]+x", out), out
+        assert re.search(rf"batch\s+{batch}: fp32 .* \(1.00x\)\s+bf16 .* compiled\s+[\d.]+ ms \([\d.]+x\)", out), out
     assert "running it eagerly" not in out
+
+
+def test_inference_times_fp32_against_bf16(capsys):
+    assert benchmark_learner.main(["--batch=4", "--rounds=1", "--inference", "--inference_batches=2"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"batch\s+2: fp32\s+[\d.]+ ms \(1.00x\)\s+bf16\s+[\d.]+ ms \([\d.]+x\)$", out, re.M), out
+    assert "compiled" not in out.split("inference")[1]
