@@ -80,7 +80,8 @@ DIFFERENCES = [
     "ours trains in bf16 on a CPU with AVX512-BF16 (--learner_precision=auto; weights, optimizer in fp32) and runs "
     "its conv encoder's inference in bf16 (--inference_precision=auto, since 2026-11-24); SF2 does both in fp32",
     "SF2 decays the learning rate linearly over 10M frames (under 1% within these runs); ours keeps it constant",
-    "SF2 pins each rollout worker to one core (set_workers_cpu_affinity=True); ours does not pin",
+    "alike: both pin each rollout worker to one core (set_workers_cpu_affinity=True, both defaults), and both run them "
+    "at niceness 10 above the learner (ours since 2026-11-24: --actor_worker_niceness; SF2 with more than one worker)",
     "SF2 counts frames when its learner has trained on them, ours when the workers collected them",
     "own defaults: SF2's Atari example is synchronous PPO with 1 env per worker, Nature CNN, rollout 128, 4 epochs "
     "x 4 minibatches of 256; our atari preset is asynchronous with 16 envs per worker in 2 splits, rollout 32, "
