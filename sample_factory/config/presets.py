@@ -63,7 +63,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     #   4 minibatches of 256, 1 epoch, fp32: -19.5 / -18.5 (1.84M env steps);
     #   4 minibatches of 256, 2 epochs, bf16 learner (this preset): -17.0 / -14.4 (1.78M env steps, 990 FPS);
     #   the same without sticky actions and with 1 learner thread (this preset on 2 cores), 2026-11-24, a slower day:
-    #   -18.1 / -15.4 (1.61M env steps, 895 FPS); per env step alike (-15.4 / -15.6 at 1.61M env steps).
+    #   -18.1 / -15.4 (1.61M env steps, 895 FPS); per env step alike (-15.4 / -15.6 at 1.61M env steps);
+    #   the same with bf16 inference, actor workers at niceness 10 and grayscale ALE screens, 2026-11-24:
+    #   -15.5 / -8.3 (1.97M env steps, 1,099 FPS; -10 after 29.4 min).
     # To +18 on 2 cores: 83 minutes (4.86M env steps, one seed, 2026-11-24) with `--num_workers=1
     # --lr_schedule=linear_decay --train_for_env_steps=10000000` (CleanRL's schedule; docs/results.md). The learning
     # rate stays constant here because a linear decay needs the run's length, which a preset cannot know.
