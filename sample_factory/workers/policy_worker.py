@@ -140,18 +140,16 @@ class PolicyWorker(Component):
         cols = [self._columns(r.slot, r.t) for r in requests]
         counts = torch.tensor([len(c) for c in cols])
         rows = torch.tensor([r.actor_idx * self.num_splits + r.split_idx for r in requests])  # [R] split rows
-        # one row per (request, column): flat indices into the [S, T+1, n] slot tensors and the [W, R, n] answers
-        si = torch.tensor([r.slot for r in requests]).repeat_interleave(counts)
-        ti = torch.tensor([r.t for r in requests]).repeat_interleave(counts)
+        # one row per (request, column): flat indices into the [W, R, n] answers
         ri = rows.repeat_interleave(counts)
         ci = torch.cat(cols)
         N = ci.numel()
         if N:
-            obs = {k: v[si, ti, ci].to(dev, non_blocking=True) for k, v in b.obs.items()}  # {key: [N, *shape]}
-            h = None
+            obs = {k: self._rows(v, requests, cols).to(dev, non_blocking=True) for k, v in b.obs.items()}
+            h = None  # obs: {key: [N, *shape]}
             if self.model.recurrent:
-                keep = (~b.is_first[si, ti, ci]).unsqueeze(-1)  # [N, 1]
-                h = (b.rnn_states[si, ti, ci] * keep).to(dev)
+                keep = (~self._rows(b.is_first, requests, cols)).unsqueeze(-1)  # [N, 1]
+                h = (self._rows(b.rnn_states, requests, cols) * keep).to(dev)
             # each row's agent: global column (actor, split, column) as a fraction of all agents (Ape-X epsilons)
             split_of = torch.tensor([r.actor_idx * self.num_splits + r.split_idx for r in requests])
             agent = split_of.repeat_interleave(counts) * b.spec.agents_per_split + ci
@@ -177,6 +175,18 @@ class PolicyWorker(Component):
             self.channels.actor[actor_idx].put(ActionsReady.wire(splits, gen, self.policy_id, w))
         self.requests_served += len(requests)
         self.batches += 1
+
+    def _rows(self, v: torch.Tensor, requests: list[Request], cols: list[torch.Tensor]) -> torch.Tensor:
+        """[N, ...] copy of the rows of a slot tensor v [S, T+1, n, ...] at each request's (slot, t) and columns, in
+        request order. A slice (or index_select) per request, then one cat: advanced indexing over (slot, t, column)
+        copied Atari frames 15-17x slower (8 rows: 142 us against 9 us; 1 thread), a tenth of the policy worker's
+        time. Always a copy: the model (a custom encoder, say) may change its input in place, and the learner reads
+        these buffers."""
+        parts = [
+            v[r.slot, r.t] if c is self.all_columns else v[r.slot, r.t].index_select(0, c)
+            for r, c in zip(requests, cols)
+        ]
+        return torch.cat(parts)
 
     def _final_values(self, request: Request) -> None:
         """V(final observation) of this policy's agents whose episode was truncated at step t - 1 (value
