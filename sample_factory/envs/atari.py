@@ -1,10 +1,11 @@
-"""Atari through ale-py (the [atari] extra) and gymnasium's own wrappers: no-op reset, frame skip 4 with
-max-pooling, 84x84 grayscale, frame stack 4, sticky actions; plus our episodic-life and fire-reset wrappers.
+"""Atari through ale-py (the [atari] extra): no-op reset, frame skip 4 with max-pooling, 84x84 grayscale, frame stack
+4, sticky actions (atari_frames.py: gymnasium's AtariPreprocessing and FrameStackObservation, the same frames for less
+work); plus episodic-life and fire-reset wrappers.
 Frames stay uint8 until the model scales them.
 
 Names: `atari_<game>` (atari_pong, atari_breakout, atari_space_invaders, ...) or any `ALE/<Game>-v5` id.
 
-Wrapper order: ALE -> AtariPreprocessing -> EpisodicLife (training only) -> FireReset -> FrameStackObservation.
+Wrapper order: ALE -> AleFrameSkip -> EpisodicLife (training only) -> FireReset -> FrameStack.
 FireReset sits above EpisodicLife so that FIRE is pressed after every lost life, not only after a new game.
 """
 
@@ -15,6 +16,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from sample_factory.config import Config
+from sample_factory.envs.atari_frames import AleFrameSkip, FrameStack
 
 NOOP = 0  # ALE's minimal action sets start with NOOP (AtariPreprocessing checks it)
 
@@ -135,10 +137,9 @@ def make_atari_env(cfg: Config, ale_id: str, render_mode: str | None = None) -> 
     """The ALE env `ale_id` with the wrappers above; observations are uint8 [framestack, 84, 84]."""
     if not register_ale_envs():
         raise ValueError(f"env {ale_id!r} needs an optional package: pip install -e .[atari]")
-    # Frame skipping (with max-pooling of the last two frames) is done by AtariPreprocessing, so the ALE env
-    # itself must not skip. AtariPreprocessing reads the screens it keeps from the emulator itself and drops the
-    # observation of each inner step: a grayscale one costs a third of an RGB one (env steps 1.1x faster, same
-    # frames; rendering still reads RGB).
+    # Frame skipping (with max-pooling of the last two frames) is done by AleFrameSkip, so the ALE env itself must
+    # not skip. AleFrameSkip reads the screens it keeps from the emulator; the env's own observation is read only at
+    # resets, where grayscale is cheaper than RGB (rendering still reads RGB).
     env = gym.make(
         ale_id,
         frameskip=1,
@@ -147,11 +148,9 @@ def make_atari_env(cfg: Config, ale_id: str, render_mode: str | None = None) -> 
         render_mode=render_mode,
         obs_type="grayscale",
     )
-    env = gym.wrappers.AtariPreprocessing(
-        env, noop_max=30, frame_skip=cfg.env_frameskip, screen_size=84, grayscale_obs=True, scale_obs=False
-    )
+    env = AleFrameSkip(env, frame_skip=cfg.env_frameskip, noop_max=30, size=84)
     if episodic_life_enabled(cfg):
         env = EpisodicLife(env)
     if "FIRE" in env.unwrapped.get_action_meanings():
         env = FireReset(env)
-    return gym.wrappers.FrameStackObservation(env, cfg.env_framestack)
+    return FrameStack(env, cfg.env_framestack)

@@ -72,8 +72,9 @@ CASES = {  # case -> (SF2 flags, our flags), besides --env and --num_workers
 }
 DIFFERENCES = [
     "env: SF2 steps PongNoFrameskip-v4 through gymnasium 0.29 wrappers (no-op reset 30, max-and-skip 4, episodic "
-    "life, fire reset, reward sign clip, 84x84, grayscale, stack 4); ours ALE/Pong-v5 through gymnasium 1.x "
-    "AtariPreprocessing (the same steps, reward clip to [-1, 1]); neither has sticky actions (our atari preset's "
+    "life, fire reset, reward sign clip, 84x84, grayscale, stack 4); ours ALE/Pong-v5 through AleFrameSkip and "
+    "FrameStack (the frames of gymnasium 1.x's AtariPreprocessing, reward clip to [-1, 1]); neither has sticky "
+    "actions (our atari preset's "
     "env_sticky_actions=0 since 2026-11-24; 0.25 before)",
     "SF2 normalizes observations with a running mean/std per pixel (normalize_input=True, at inference and in "
     "training); ours only scales uint8 frames by 1/255 (our --normalize_input applies to float observations)",
