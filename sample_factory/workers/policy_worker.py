@@ -145,8 +145,9 @@ class PolicyWorker(Component):
         ci = torch.cat(cols)
         N = ci.numel()
         if N:
+            # {key: [N, *shape]}
             obs = {k: self._rows(v, requests, cols).to(dev, non_blocking=True) for k, v in b.obs.items()}
-            h = None  # obs: {key: [N, *shape]}
+            h = None
             if self.model.recurrent:
                 keep = (~self._rows(b.is_first, requests, cols)).unsqueeze(-1)  # [N, 1]
                 h = (self._rows(b.rnn_states, requests, cols) * keep).to(dev)
