@@ -25,24 +25,42 @@ class AleFrameSkip(gym.Wrapper):
 
     def __init__(self, env: gym.Env, frame_skip: int = 4, noop_max: int = 30, size: int = 84):
         super().__init__(env)
-        import cv2  # the [atari] extra's: imported where an Atari env is made, as AtariPreprocessing does
-
-        self.cv2 = cv2
         if env.spec is not None and env.spec.kwargs.get("frameskip", 1) != 1:
             raise ValueError("AleFrameSkip skips frames itself: make the ALE env with frameskip=1")
-        self.ale = env.unwrapped.ale
-        # the env's action index -> ALE action: the game's minimal set, or all 18 (full_action_space=True)
-        minimal = self.ale.getMinimalActionSet()
-        self.actions = minimal if len(minimal) == env.action_space.n else self.ale.getLegalActionSet()
+        self._bind_emulator()
         self.frame_skip, self.noop_max, self.size = frame_skip, noop_max, (size, size)
         h, w = self.ale.getScreenDims()
         self.screens = np.empty((2, h, w), dtype=np.uint8)  # [0]: the last frame, [1]: the one before
         self.observation_space = gym.spaces.Box(0, 255, (size, size), np.uint8)
 
+    def _bind_emulator(self) -> None:
+        self.ale = self.env.unwrapped.ale
+        # the env's action index -> ALE action: the game's minimal set, or all 18 (full_action_space=True)
+        minimal = self.ale.getMinimalActionSet()
+        self.actions = minimal if len(minimal) == self.env.action_space.n else self.ale.getLegalActionSet()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Serial-mode snapshots pickle the envs. The ALE env pickles as its constructor arguments (a new game), so the
+        # emulator's state (with its sticky-action RNG) and the env's generator (no-op counts) travel here.
+        state = {k: v for k, v in self.__dict__.items() if k not in ("ale", "actions")}
+        state["emulator"] = self.ale.cloneState(include_rng=True)
+        state["np_random"] = self.env.unwrapped.np_random
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        emulator, np_random = state.pop("emulator"), state.pop("np_random")
+        self.__dict__.update(state)
+        self._bind_emulator()
+        self.ale.restoreState(emulator)
+        self.env.unwrapped.np_random = np_random
+
     def _observation(self) -> np.ndarray:
         if self.frame_skip > 1:
             np.maximum(self.screens[0], self.screens[1], out=self.screens[0])
-        return self.cv2.resize(self.screens[0], self.size, interpolation=self.cv2.INTER_AREA)
+        import cv2  # the [atari] extra's, imported where it is used (as AtariPreprocessing does); an attribute
+        # holding the module would make the env unpicklable
+
+        return cv2.resize(self.screens[0], self.size, interpolation=cv2.INTER_AREA)
 
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         ale, a, skip = self.ale, self.actions[action], self.frame_skip

@@ -3,6 +3,8 @@ pipeline they replace): the same observations, rewards, episode ends and lives, 
 
 from __future__ import annotations
 
+import pickle
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -107,5 +109,34 @@ def test_frame_skip_wants_an_unskipped_env():
     try:
         with pytest.raises(ValueError, match="frameskip=1"):
             AleFrameSkip(env)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("sticky", [0.0, 0.25])
+def test_pickled_env_goes_on_as_the_original(sticky):
+    """Serial-mode snapshots pickle the envs: a copy continues the original's trajectory (emulator, sticky-action
+    RNG, no-op generator, frame stack, lives), through episode ends and resets."""
+    needs_atari()
+    cfg = parse_cfg(["--env=atari_breakout", f"--env_sticky_actions={sticky}"])
+    env = make_env(cfg)
+    try:
+        env.reset(seed=5)
+        rng = np.random.default_rng(5)
+        for _ in range(40):
+            env.step(int(rng.integers(4)))
+        copy = pickle.loads(pickle.dumps(env))
+        ends = 0
+        try:
+            for i in range(600):
+                action = int(rng.integers(4))
+                a, b = env.step(action), copy.step(action)
+                assert np.array_equal(a[0], b[0]) and a[1:4] == b[1:4] and a[4]["lives"] == b[4]["lives"], f"step {i}"
+                if a[2] or a[3]:
+                    ends += 1
+                    assert np.array_equal(env.reset()[0], copy.reset()[0])
+            assert ends >= 2
+        finally:
+            copy.close()
     finally:
         env.close()
