@@ -129,14 +129,31 @@ def test_best_saved_only_on_improvement():
     assert [decode(m).metric_value for m in sent] == [8.5]
 
 
-def test_exact_serial_resume(tmp_path, capsys):
-    """train 8000, stop, resume to 20000  ==  train 20000: identical final checkpoint, bit for bit."""
-    assert train(tmp_path, "split", "--train_for_env_steps=8000") == 0
+ATARI = [
+    "--env=atari_breakout",  # lives (episodic life) and FIRE resets
+    "--env_sticky_actions=0.25",  # the emulator's RNG must travel too
+    "--num_envs_per_worker=2",
+    "--batch_size=64",
+    "--num_batches_per_epoch=1",
+    "--num_epochs=1",
+    "--use_rnn=False",
+]
+
+
+@pytest.mark.parametrize(
+    "flags,first,total",
+    [([], 8000, 20000), (ATARI, 2048, 4096)],  # Atari budgets in frames: 512 and 1,024 agent steps
+    ids=["cartpole", "atari"],
+)
+def test_exact_serial_resume(tmp_path, capsys, flags, first, total):
+    """train N, stop, resume to N + M  ==  train N + M: identical final checkpoint, bit for bit (Atari: the emulator
+    state travels with the env in the snapshot, envs/atari_frames.py)."""
+    assert train(tmp_path, "split", *flags, f"--train_for_env_steps={first}") == 0
     capsys.readouterr()
-    assert train(tmp_path, "split", "--train_for_env_steps=20000") == 0
+    assert train(tmp_path, "split", *flags, f"--train_for_env_steps={total}") == 0
     out = capsys.readouterr().out
     assert re.search(r"exact resume from the serial snapshot at \d+ env steps", out), out
-    assert train(tmp_path, "straight", "--train_for_env_steps=20000") == 0
+    assert train(tmp_path, "straight", *flags, f"--train_for_env_steps={total}") == 0
 
     (a_path,), (b_path,) = (list_checkpoints(tmp_path / e / "checkpoint_p0")[-1:] for e in ("split", "straight"))
     assert a_path.name == b_path.name
