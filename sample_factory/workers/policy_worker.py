@@ -152,8 +152,7 @@ class PolicyWorker(Component):
                 keep = (~self._rows(b.is_first, requests, cols)).unsqueeze(-1)  # [N, 1]
                 h = (self._rows(b.rnn_states, requests, cols) * keep).to(dev)
             # each row's agent: global column (actor, split, column) as a fraction of all agents (Ape-X epsilons)
-            split_of = torch.tensor([r.actor_idx * self.num_splits + r.split_idx for r in requests])
-            agent = split_of.repeat_interleave(counts) * b.spec.agents_per_split + ci
+            agent = ri * b.spec.agents_per_split + ci
             rank = agent.float() / max(self.num_agents - 1, 1)  # [N]
             actions, log_probs, values, h_new = self.algo.act(
                 self.cfg, self.model, obs, h, obs.get(ACTION_MASK_KEY), self.deterministic, agent_rank=rank
