@@ -4,7 +4,6 @@ when to stop and shuts everything down. It steps no env and trains nothing."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
@@ -28,6 +27,7 @@ from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.pbt.controller import PbtController
 from sample_factory.runtime.component import Component, ComponentKey, SerialDriver
 from sample_factory.runtime.device import resolve_device_name
+from sample_factory.runtime.fork_server import mp_context
 from sample_factory.runtime.heartbeat import enable_stack_dumps
 from sample_factory.runtime.messages import REPORT, Channels, Report, SaveBest, SaveNow
 from sample_factory.runtime.serial_snapshot import load_snapshot, save_snapshot
@@ -507,16 +507,6 @@ class Runner:
         log(self.progress.line())
         log(self.progress.final_summary(elapsed))
         log(f"experiment folder: {self.exp_dir}")
-
-
-def mp_context():
-    """forkserver with torch preloaded: children start in well under a second, and none inherits a parent that
-    used torch's thread pool (a forked child running a multi-threaded op after that deadlocks)."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "sample_factory.runner"])
-        return ctx
-    return multiprocessing.get_context("spawn")
 
 
 def run(cfg: Config) -> int:

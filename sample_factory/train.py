@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sample_factory.config import parse_cfg
-from sample_factory.runner import run
+from sample_factory.runtime.fork_server import start_early
 
 
 def auto_tuned_flags(argv: Sequence[str]) -> list[str]:
@@ -36,6 +36,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sample_factory.pbt.ray_backend import run_population
 
         return run_population(cfg, argv)
+    if not cfg.serial_mode:
+        start_early()  # its imports overlap with the runner's (imported only now)
+    from sample_factory.runner import run
+
     return run(cfg)
 
 

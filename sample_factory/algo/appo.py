@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from sample_factory.algo.base import Algorithm, forward_autocast, learning_rate_at
+from sample_factory.algo.base import Algorithm, forward_autocast, learning_rate_at, make_adam
 from sample_factory.algo.distributions import has_uniform_distribution
 from sample_factory.algo.losses import (
     clipped_value_loss,
@@ -86,12 +86,7 @@ class APPOAlgorithm(Algorithm):
 
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         super().__init__(cfg, model, device)
-        self.optimizer = torch.optim.Adam(
-            model.parameters(),
-            lr=cfg.learning_rate,
-            betas=(cfg.adam_beta1, cfg.adam_beta2),
-            eps=cfg.adam_eps,
-        )
+        self.optimizer = make_adam(cfg, model.parameters())
         # IMPALA-style replay (--replay_proportion with --exp_replayer=uniform): whole trajectories, V-trace corrected
         self.replay = None
         if cfg.exp_replayer == "uniform":

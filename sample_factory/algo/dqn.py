@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, learning_rate_at
+from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, learning_rate_at, make_adam
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
 from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY
@@ -101,9 +101,7 @@ class DQNAlgorithm(Algorithm):
         super().__init__(cfg, model, device)
         if model.recurrent:
             raise ValueError("--algo=DQN needs a feed-forward model (--use_rnn=False)")
-        self.optimizer = torch.optim.Adam(
-            model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps
-        )
+        self.optimizer = make_adam(cfg, model.parameters())
         self.target = copy.deepcopy(model).to(device)
         self.target.requires_grad_(False)
         self.replay: ReplayBuffer | None = None  # built from the first batch (its shapes)

@@ -16,8 +16,8 @@ def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
         return x.mean()
     mask = mask.to(dtype=torch.bool)
     # torch.where (rather than x * mask) so NaN/inf in masked-out entries cannot leak into the result or its grad.
-    total = torch.where(mask, x, torch.zeros_like(x)).sum()
-    count = mask.sum().clamp(min=1).to(dtype=x.dtype)
+    total = torch.where(mask, x, 0.0).sum()
+    count = mask.sum(dtype=x.dtype).clamp_(min=1)
     return total / count
 
 

@@ -96,7 +96,7 @@ class SamplerNode:
         self.weights.publish_flat(torch.from_numpy(np.array(flat)), version)
         self.channels = Channels(cfg.num_workers, 1, cfg.message_queue)
         self.max_pending = spec.num_slots  # copies held at most: one node's worth of slots
-        # forkserver with the components' modules preloaded, as on the learner node (runner.mp_context)
+        # forkserver with the components' modules preloaded, as on the learner node (runtime/fork_server.py)
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(
             ["torch", "sample_factory.workers.actor_worker", "sample_factory.workers.policy_worker"]

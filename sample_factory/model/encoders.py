@@ -12,8 +12,9 @@ import torch
 from torch import Tensor, nn
 
 from sample_factory.config import Config
+from sample_factory.model.activations import Tanh
 
-NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
+NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": Tanh}
 
 # (out channels, kernel, stride) per conv layer
 CONV_ARCHITECTURES = {

@@ -10,6 +10,11 @@ the NCHW fp32 step. Runs on --device (cpu by default).
 the conv encoder in bf16 (--inference_precision=bf16). --compile adds the channels_last variants with
 torch.compile'd encoders (--torch_compile_learner: static shapes, compiled in the warm-up steps, which are not timed)
 and, to the inference timing, fp32 compiled for dynamic shapes (--torch_compile_worker).
+
+--mlp times one whole APPO training iteration (algo/appo.py: V-trace, 4 epochs x 2 minibatches, Adam) of the
+classic_control preset on a CartPole-shaped batch of 2,048 samples, with each CPU fast path on its own and all
+together against torch's plain ops: tanh through the sigmoid identity (model/activations.py), the returns' loop in
+numpy (algo/returns.py), fused Adam (algo/base.py::make_adam).
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from sample_factory.algo import returns
+from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import parse_cfg
+from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_encoders
 from sample_factory.model.encoders import ConvEncoder
@@ -88,8 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         help="Also time inference, fp32 vs bf16 conv encoder (--inference_precision).",
     )
     p.add_argument("--inference_batches", default="8,16,32,128", help="Batch sizes of the inference timing.")
+    p.add_argument("--mlp", action="store_true", help="Time a CartPole APPO iteration instead (CPU fast paths).")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.mlp:
+        time_mlp_iteration(args.rounds)
+        return 0
     device = torch.device(args.device)
     variants = {**VARIANTS, **(COMPILED_VARIANTS if args.compile else {})}
     steps = {name: make_step(*flags, args.batch, device) for name, flags in variants.items()}
@@ -133,6 +145,68 @@ def time_inference(batches: list[int], rounds: int, device: torch.device, compil
             med = {name: statistics.median(ts) for name, ts in times.items()}
             cells = "  ".join(f"{name} {t * 1e3:7.2f} ms ({med['fp32'] / t:4.2f}x)" for name, t in med.items())
             print(f"  batch {batch:4d}: {cells}")
+
+
+def time_mlp_iteration(rounds: int) -> None:
+    """One APPO iteration (gather excluded) of the classic_control preset's MLP on a random CartPole batch, per
+    combination of the CPU fast paths, interleaved over `rounds`."""
+    cfg = parse_cfg(["--env=CartPole-v1"])
+    obs_space, action_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
+    torch.manual_seed(0)
+    model = ActorCritic(cfg, obs_space, action_space).train()
+    algo = make_algorithm(cfg, model, torch.device("cpu"))
+    M, T = cfg.batch_size // cfg.rollout, cfg.rollout  # trajectories [M, T(+1)]
+    g = torch.Generator().manual_seed(0)
+    batch = {
+        "obs": {"obs": torch.randn(M, T + 1, 4, generator=g)},
+        "rnn_states": torch.zeros(M, T + 1, 1),
+        "is_first": torch.zeros(M, T + 1, dtype=torch.bool),
+        "active": torch.ones(M, T, dtype=torch.bool),
+        "actions": torch.randint(0, 2, (M, T + 1), generator=g),
+        "log_probs": torch.full((M, T + 1), -0.69),
+        "values": torch.randn(M, T + 1, generator=g),
+        "policy_version": torch.zeros(M, T + 1, dtype=torch.int64),
+        "policy_id": torch.zeros(M, T + 1, dtype=torch.int64),
+        "rewards": torch.ones(M, T),
+        "dones": torch.rand(M, T, generator=g) < 0.01,
+        "truncated": torch.zeros(M, T, dtype=torch.bool),
+        "final_values": torch.zeros(M, T),
+    }
+    adams = {fused: make_adam_like(algo.optimizer, fused) for fused in (False, True)}
+    fast_tanh_min = activations.FAST_TANH_MIN_ELEMENTS
+    combos = {  # name: (fast tanh, numpy loop, fused adam)
+        "torch ops": (False, False, False),
+        "fast tanh": (True, False, False),
+        "numpy returns loop": (False, True, False),
+        "fused Adam": (False, False, True),
+        "all (the default)": (True, True, True),
+    }
+    times: dict[str, list[float]] = {name: [] for name in combos}
+    try:
+        for r in range(rounds + 2):
+            for name, (fast_tanh, numpy_loop, fused) in combos.items():
+                activations.FAST_TANH_MIN_ELEMENTS = fast_tanh_min if fast_tanh else 1 << 62
+                returns.NUMPY_LOOP = numpy_loop
+                algo.optimizer = adams[fused]
+                t0 = time.perf_counter()
+                algo.train(batch, 0, 0)
+                if r >= 2:
+                    times[name].append(time.perf_counter() - t0)
+    finally:
+        activations.FAST_TANH_MIN_ELEMENTS, returns.NUMPY_LOOP = fast_tanh_min, True
+    base = statistics.median(times["torch ops"])
+    threads = torch.get_num_threads()
+    print(f"one APPO iteration of the classic_control preset ({cfg.batch_size} samples, {threads} thread(s)):")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        rate = cfg.batch_size / med
+        print(f"  {name:20s} median {med * 1e3:6.2f} ms ({rate:9,.0f} samples/s)  speed-up {base / med:4.2f}x")
+
+
+def make_adam_like(opt: torch.optim.Adam, fused: bool) -> torch.optim.Adam:
+    d = opt.defaults
+    params = [p for g in opt.param_groups for p in g["params"]]
+    return torch.optim.Adam(params, lr=d["lr"], betas=d["betas"], eps=d["eps"], fused=fused)
 
 
 if __name__ == "__main__":

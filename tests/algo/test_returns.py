@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from sample_factory.algo import returns
 from sample_factory.algo.returns import calculate_gae, calculate_vtrace
 
 T, B = 17, 5
@@ -123,3 +124,42 @@ def test_no_grad_and_bad_shapes():
     assert not vs.requires_grad and not adv.requires_grad
     with pytest.raises(ValueError):
         calculate_gae(rewards, dones, values[:T], gamma=0.99, gae_lambda=0.95)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_reverse_recurrence_numpy_loop_is_bit_identical_to_the_torch_loop(monkeypatch, dtype):
+    # The CPU path runs the loop in numpy; the same multiply-then-add per element must give the very same bits,
+    # for transposed (non-contiguous) inputs as the learner passes them ([B, T] tensors read as [T, B]).
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(B, T, generator=g, dtype=dtype).T  # [T, B], not contiguous
+    coefs = torch.rand(B, T, generator=g, dtype=dtype).T
+    fast = returns.reverse_recurrence(x, coefs)
+    monkeypatch.setattr(returns, "NUMPY_LOOP", False)
+    slow = returns.reverse_recurrence(x, coefs)
+    assert fast.dtype == slow.dtype == dtype and fast.shape == (T, B)
+    assert torch.equal(fast, slow)
+    expected = [0.0] * B  # the definition, in python floats
+    for t in reversed(range(T)):
+        expected = [x[t, b].item() + coefs[t, b].item() * expected[b] for b in range(B)]
+        assert torch.allclose(fast[t].double(), torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_vtrace_and_gae_identical_with_either_loop(monkeypatch):
+    rewards, dones, values, log_rhos = _random_batch(7)
+    fast = (
+        *calculate_vtrace(rewards, dones, values, log_rhos, 0.99),
+        *calculate_gae(rewards, dones, values, 0.99, 0.95),
+    )
+    monkeypatch.setattr(returns, "NUMPY_LOOP", False)
+    slow = (
+        *calculate_vtrace(rewards, dones, values, log_rhos, 0.99),
+        *calculate_gae(rewards, dones, values, 0.99, 0.95),
+    )
+    for a, b in zip(fast, slow):
+        assert torch.equal(a, b)
+
+
+def test_reverse_recurrence_keeps_bfloat16_on_the_torch_loop():
+    x = torch.randn(T, B).bfloat16()
+    out = returns.reverse_recurrence(x, torch.full((T, B), 0.5).bfloat16())
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()

@@ -36,3 +36,15 @@ def test_inference_times_fp32_against_bf16(capsys):
     out = capsys.readouterr().out
     assert re.search(r"batch\s+2: fp32\s+[\d.]+ ms \(1.00x\)\s+bf16\s+[\d.]+ ms \([\d.]+x\)$", out, re.M), out
     assert "compiled" not in out.split("inference")[1]
+
+
+def test_mlp_times_each_cpu_fast_path_and_restores_them(capsys):
+    from sample_factory.algo import returns
+    from sample_factory.model import activations
+
+    before = (activations.FAST_TANH_MIN_ELEMENTS, returns.NUMPY_LOOP)
+    assert benchmark_learner.main(["--mlp", "--rounds=1"]) == 0
+    out = capsys.readouterr().out
+    for name in ("torch ops", "fast tanh", "numpy returns loop", "fused Adam", "all \\(the default\\)"):
+        assert re.search(rf"{name}\s+median\s+[\d.]+ ms \(\s*[\d,]+ samples/s\)\s+speed-up [\d.]+x", out), out
+    assert (activations.FAST_TANH_MIN_ELEMENTS, returns.NUMPY_LOOP) == before
