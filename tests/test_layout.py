@@ -41,7 +41,8 @@ ALLOWED: dict[str, set[str]] = {
     },
     # remote samplers on Ray: the same workers and runtime on other nodes; the runner imports it only with Ray
     "distributed": {"config", "runtime", "algo", "model", "envs", "experiment", "workers"},
-    "train": {"config", "runner", "pbt"},
+    # the launcher starts the fork server (runtime/fork_server.py) before it imports the runner
+    "train": {"config", "runtime", "runner", "pbt"},
     # runs train.py as a subprocess command: it needs none of the training code, only the folder conventions
     "launcher": {"config", "experiment"},
     "tools": {

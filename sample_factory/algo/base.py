@@ -77,6 +77,8 @@ class Algorithm(ABC):
 
     # Slot tensors train() reads ("obs" for the observation dict); the learner copies only these out.
     required_buffers: ClassVar[tuple[str, ...]]
+    # Whether `act` reads agent_rank: policy workers compute the ranks only for algorithms that do.
+    uses_agent_rank: ClassVar[bool] = False
 
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         self.cfg, self.model, self.device = cfg, model, device
@@ -162,7 +164,7 @@ class Algorithm(ABC):
         """obs {key: [N, *shape]}, rnn_states [N, H] (already reset where an episode starts), action_mask [N, A]
         (nonzero = allowed) -> the actions to take, with what training needs about them. agent_rank [N]: each
         row's agent (env column) as a fraction i / (num agents - 1) in [0, 1], for per-agent exploration (Ape-X's
-        epsilons); the actor-critic sampling here ignores it."""
+        epsilons), passed only where the class sets `uses_agent_rank`; the actor-critic sampling here ignores it."""
         params, values, new_rnn_states = model.forward_step(obs, rnn_states)
         dist = model.distribution(params, action_mask)
         actions = dist.mode() if deterministic else dist.sample()

@@ -83,6 +83,7 @@ class DQNAlgorithm(Algorithm):
     importance_weight. Per iteration: sgd_steps, replay_size, replay_ratio (replayed / sampled transitions since
     learning started), beta, epsilon_min/max, target_updates, lr, skipped_updates, samples."""
 
+    uses_agent_rank = True  # Ape-X: each agent explores with its own epsilon
     required_buffers = (
         "obs",
         "is_first",
