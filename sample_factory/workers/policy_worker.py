@@ -62,6 +62,7 @@ class PolicyWorker(Component):
         self.model: ActorCritic | None = None
         self.version = -1  # of the weights in self.model
         self.deterministic = False
+        self.agent_ranks = False  # set from the algorithm class in init
         # Shared views (bind_views): actor generations [num_workers], latest request numbers [num_workers, splits]
         self.generation: np.ndarray | None = None
         self.request_seq: np.ndarray | None = None
@@ -78,6 +79,7 @@ class PolicyWorker(Component):
         if compile_for_role(self.model, self.cfg, "worker", lambda line: self.report("note", line)):
             warm_up(self.model, self.obs_space, self.device, rows=4, train=False)
         self.algo = algorithm_class(self.cfg)  # the class: how to act (act, values), no training state
+        self.agent_ranks = self.algo.uses_agent_rank  # whether act() reads them (DQN's per-agent exploration)
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
         self.bind_views()
         self.activity = "waiting for requests"
@@ -153,7 +155,7 @@ class PolicyWorker(Component):
             if self.model.recurrent:
                 keep = (~self._rows(b.is_first, requests, cols)).unsqueeze(-1)  # [N, 1]
                 h = (self._rows(b.rnn_states, requests, cols) * keep).to(dev)
-            rank = self._agent_rank(rows, cols) if self.algo.uses_agent_rank else None
+            rank = self._agent_rank(rows, cols) if self.agent_ranks else None
             actions, log_probs, values, h_new = self.algo.act(
                 self.cfg, self.model, obs, h, obs.get(ACTION_MASK_KEY), self.deterministic, agent_rank=rank
             )  # values: real scale, as the buffers hold them

@@ -35,7 +35,6 @@ class Recorder:
 
     def __init__(self, worker, disguise: bool):
         self.algo, self.disguise = worker.algo, disguise
-        self.uses_agent_rank = worker.algo.uses_agent_rank
         self.answers: list[ActResult] = []
         self.during = None
         worker.algo = self

@@ -48,7 +48,6 @@ def served(tmp_path):
             return result
 
         worker.algo = type("Recording", (), {"act": staticmethod(recording_act), "values": worker.algo.values})
-        worker.algo.uses_agent_rank = act.__self__.uses_agent_rank
         msgs = runner.channels.policy[0].get_many(block=False)
         requests = [decode(m) for m in msgs]
         assert len(requests) == WORKERS * SPLITS
