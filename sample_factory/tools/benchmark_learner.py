@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from sample_factory.algo import returns
+from sample_factory.algo.base import make_adam
 from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import parse_cfg
 from sample_factory.model import activations
@@ -172,7 +173,7 @@ def time_mlp_iteration(rounds: int) -> None:
         "truncated": torch.zeros(M, T, dtype=torch.bool),
         "final_values": torch.zeros(M, T),
     }
-    adams = {fused: make_adam_like(algo.optimizer, fused) for fused in (False, True)}
+    adams = {fused: make_adam(cfg, model.parameters(), fused) for fused in (False, True)}
     fast_tanh_min = activations.FAST_TANH_MIN_ELEMENTS
     combos = {  # name: (fast tanh, numpy loop, fused adam)
         "torch ops": (False, False, False),
@@ -201,12 +202,6 @@ def time_mlp_iteration(rounds: int) -> None:
         med = statistics.median(ts)
         rate = cfg.batch_size / med
         print(f"  {name:20s} median {med * 1e3:6.2f} ms ({rate:9,.0f} samples/s)  speed-up {base / med:4.2f}x")
-
-
-def make_adam_like(opt: torch.optim.Adam, fused: bool) -> torch.optim.Adam:
-    d = opt.defaults
-    params = [p for g in opt.param_groups for p in g["params"]]
-    return torch.optim.Adam(params, lr=d["lr"], betas=d["betas"], eps=d["eps"], fused=fused)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ class PolicyWorker(Component):
         # Shared views (bind_views): actor generations [num_workers], latest request numbers [num_workers, splits]
         self.generation: np.ndarray | None = None
         self.request_seq: np.ndarray | None = None
-        self.answer_np: dict[str, np.ndarray] = {}  # answer tensors [W, splits, n, ...] by name
+        self.answer_np: dict[str, np.ndarray] = {}  # this worker's area [splits, n, ...] of each answer tensor
         self.answer_version_np: np.ndarray | None = None  # [W, splits] versions of the answers
 
     def init(self) -> None:
@@ -91,7 +91,7 @@ class PolicyWorker(Component):
         self.generation = b.generation.numpy()
         self.request_seq = b.request_seq.numpy()
         names = ("answer_actions", "answer_log_probs", "answer_values", "answer_rnn_states")
-        self.answer_np = {name: getattr(b, name).numpy() for name in names}
+        self.answer_np = {name: getattr(b, name).numpy()[self.answer_area] for name in names}
         self.answer_version_np = b.answer_version.numpy()
 
     def on_messages(self, msgs: list[tuple]) -> None:
@@ -196,7 +196,7 @@ class PolicyWorker(Component):
             n = self.all_columns.numel()
             for name, values in answers.items():
                 dtype = getattr(self.buffers, name).dtype  # a model's bf16 outputs, say: numpy has no bf16
-                area, v = self.answer_np[name][w], values.to("cpu", dtype).numpy()
+                area, v = self.answer_np[name], values.to("cpu", dtype).numpy()
                 for k, row in enumerate(rows):
                     area[row] = v[k * n : (k + 1) * n]
             return
