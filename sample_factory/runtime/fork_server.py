@@ -3,9 +3,10 @@ start in well under a second, and none inherits a parent that used torch's threa
 multi-threaded op after that deadlocks). Kept free of torch imports: `start_early` runs before the launcher imports
 anything heavy, so the fork server's imports overlap with the runner's own.
 
-torch._dynamo is preloaded because the first torch.optim optimizer a learner builds imports it (its param-group
-methods are wrapped to keep dynamo out); that took 1.1 s on a 2-core machine, between the learner's start and its
-first SGD step. Measured on CartPole (docs/benchmarks.md, "Startup"): the first SGD step 1 s earlier."""
+torch._dynamo is not preloaded: nothing on a run's path imports it (1.0-1.1 s on a 2-core machine, as long as
+torch's own import). torch.optim's optimizers would, so the learners' Adam is algo/optim.py's `FusedAdam`; only
+--torch_compile_* imports it, in the process that compiles. Measured on CartPole (docs/benchmarks.md, "Startup"):
+the first trained samples 1.8 s after launch instead of 2.9 s (when the fork server preloaded dynamo)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import multiprocessing
 import multiprocessing.forkserver
 from typing import Any
 
-PRELOAD = ["torch", "torch._dynamo", "sample_factory.runner"]  # imported once, in the fork server
+PRELOAD = ["torch", "sample_factory.runner"]  # imported once, in the fork server
 
 
 def mp_context() -> Any:
