@@ -24,6 +24,7 @@ from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoin
 from sample_factory.experiment.folder import experiment_dir, folder_entries, prepare_experiment_dir, remove_created
 from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.model.precision import resolve_auto_precision
 from sample_factory.pbt.controller import PbtController
 from sample_factory.runtime.component import Component, ComponentKey, SerialDriver
 from sample_factory.runtime.device import resolve_device_name
@@ -155,6 +156,7 @@ class Runner:
         self.obs_space, self.action_space, self.num_agents, reward_shaping = env_info
         # The initial weights are made once here, so policy workers and learners start identical.
         model = ActorCritic(cfg, self.obs_space, self.action_space)
+        resolve_auto_precision(cfg, model, self.obs_space, log)  # before any component gets a copy of cfg
         spec = make_buffer_spec(cfg, self.obs_space, self.action_space, model.rnn_state_size, self.num_agents)
         if cfg.sampler_nodes > 0 and not cfg.evaluation_run:  # Ray is optional: imported only here
             from sample_factory.distributed.remote_samplers import RemoteSamplers

@@ -69,8 +69,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # To +18 on 2 cores: 83 minutes (4.86M env steps, one seed, 2026-11-24) with `--num_workers=1
     # --lr_schedule=linear_decay --train_for_env_steps=10000000` (CleanRL's schedule; docs/results.md). The learning
     # rate stays constant here because a linear decay needs the run's length, which a preset cannot know.
-    # bf16 (learner_precision auto: where the hardware runs it natively) makes the conv net's training step 2.2x
-    # faster on an AVX512-BF16 CPU (tools/benchmark_learner.py), which pays for the second epoch. On a GPU machine,
+    # bf16 (learner_precision auto: where it times faster, model/precision.py) made the conv net's training step 2.2x
+    # faster on an AMD EPYC (tools/benchmark_learner.py), which paid for the second epoch there; on an Intel Xeon
+    # whose bf16 is slower, auto keeps fp32 (Pong 1.36x the frames/s of bf16 there, 2026-11-24). On a GPU machine,
     # minibatches of 1,024 keep the learner at the sampler's speed (docs/results.md, "Atari Pong on one H100").
     "atari": {
         "num_envs_per_worker": 16,
@@ -80,7 +81,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_batches_per_epoch": 4,
         "num_epochs": 2,
         "learner_precision": "auto",
-        "inference_precision": "auto",  # the conv net's inference 1.5-1.8x faster in bf16 (docs/benchmarks.md)
+        "inference_precision": "auto",  # bf16 where it times faster (model/precision.py; docs/benchmarks.md)
         "use_rnn": False,
         "encoder_conv_architecture": "convnet_simple",
         "encoder_mlp_layers": [512],

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     solved = [r["solved_s"] for r in runs if r["solved_s"] is not None]
     fps = statistics.median(r.get("fps", 0) for r in runs)
-    print(f"\ncommand: python train.py --env={args.env} --num_workers={args.num_workers}")
+    print(f"\ncommand: python train.py --env={args.env} --num_workers={args.num_workers}", *extra)
     print(
         f"median training FPS (overall): {fps:,.0f}  (target {args.target_fps:,.0f}: ratio {fps / args.target_fps:.2f})"
     )

@@ -78,8 +78,9 @@ DIFFERENCES = [
     "env_sticky_actions=0 since 2026-11-24; 0.25 before)",
     "SF2 normalizes observations with a running mean/std per pixel (normalize_input=True, at inference and in "
     "training); ours only scales uint8 frames by 1/255 (our --normalize_input applies to float observations)",
-    "ours trains in bf16 on a CPU with AVX512-BF16 (--learner_precision=auto; weights, optimizer in fp32) and runs "
-    "its conv encoder's inference in bf16 (--inference_precision=auto, since 2026-11-24); SF2 does both in fp32",
+    "ours trains and runs its conv encoder's inference in bf16 where that times faster on the CPU at the run's start "
+    "(--learner_precision=auto, --inference_precision=auto; weights and optimizer stay fp32; the run's log says which "
+    "was taken); SF2 does both in fp32",
     "SF2 decays the learning rate linearly over 10M frames (under 1% within these runs); ours keeps it constant",
     "alike: both pin each rollout worker to one core (set_workers_cpu_affinity=True, both defaults), and both run them "
     "at niceness 10 above the learner (ours since 2026-11-24: --actor_worker_niceness; SF2 with more than one worker)",
