@@ -76,7 +76,10 @@ def test_killed_actor_is_restarted_and_the_replay_keeps_its_data(tmp_path, start
     after = rows[len(before) :]
     sizes = [r["replay_size"] for r in rows]
     assert sizes == sorted(sizes), sizes  # never shrank
-    assert all(r["sgd_steps"] > 0 for r in after), [(r["replay_size"], r["sgd_steps"]) for r in after]
+    # The run's last iteration may be cut by the stop before its first SGD step (`should_stop`): that row may read 0
+    # (seen once in a fresh-clone CI run). Waiting for --learning_starts again would show in the rows before it.
+    idle = [(i, r["replay_size"], r["sgd_steps"]) for i, r in enumerate(after[:-1]) if r["sgd_steps"] == 0]
+    assert len(after) >= 5 and not idle, f"{len(after)} iterations after the kill; without SGD steps: {idle}"
     assert after[-1]["replay_size"] > at_kill["replay_size"] and after[-1]["env_steps"] > at_kill["env_steps"]
 
 
