@@ -88,19 +88,23 @@ def test_learning_lstm(tmp_path, train_run):
 
 # Ape-X DQN with the classic_control_dqn preset; the reported return is the least-exploring third of the agents'
 # (epsilon <= 0.006), as RLlib reports Ape-X. Target 475 over the last 100 episodes; the run stops there. The preset's
-# tuning run reached it at 347k env steps (128 s, 2 shared cores); its lr decays over the budget.
+# tuning run reached it at 347k env steps (128 s, 2 shared cores); its lr decays over the budget. Its runs have a long
+# tail: 2026-11-24, of 8 runs with this budget 7 reached 475 at 221k-540k env steps (median 369k) and one did not
+# (a collapse, 417 at 700k); two fresh-clone CI runs with a budget of 500k needed a second attempt, then failed both
+# (peaks 431 and 460). With 700k and 2 attempts, one failure in 8 per run makes a spurious failure about 1 in 60; a
+# regression that stops DQN from learning fails both.
 DQN_TARGET = 475.0
-DQN_BUDGET = 500_000
+DQN_BUDGET = 700_000
 
 
-@pytest.mark.timeout(700)
+@pytest.mark.timeout(900)
 def test_learning_dqn(tmp_path, train_run):
     learn(
         train_run,
         tmp_path,
         ["--algo=DQN", f"--stop_at_reward={DQN_TARGET}"],
         DQN_BUDGET,
-        timeout=320,
+        timeout=420,
         target=DQN_TARGET,
     )
 
