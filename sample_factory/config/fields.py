@@ -39,7 +39,7 @@ class OptionFields:
     auto_tune_seconds: float | None  # default None
     auto_tune_max_trials: int  # default 8
     message_queue: str  # default 'socket'; one of socket, faster_fifo
-    env_backend: str  # default 'gymnasium'; one of gymnasium, envpool
+    env_backend: str  # default 'auto'; one of auto, gymnasium, gymnasium_vector, envpool
     env_frameskip: int  # default 4
     env_episodic_life: bool  # default True
     env_framestack: int  # default 4

@@ -162,10 +162,12 @@ OPTIONS: dict[str, list[Option]] = {
         Option(
             "env_backend",
             str,
-            "gymnasium",
-            "How an actor worker steps the envs of a split: gymnasium (one python env each) or envpool (one "
-            "batched EnvPool call per split; Atari and MuJoCo names, needs the [envpool] extra).",
-            choices=("gymnasium", "envpool"),
+            "auto",
+            "How an actor worker steps the envs of a split: gymnasium (one python env each), gymnasium_vector "
+            "(gymnasium's own batched numpy implementation of the env, one call per split: CartPole), envpool (one "
+            "batched EnvPool call per split; Atari and MuJoCo names, needs the [envpool] extra), or auto: "
+            "gymnasium_vector where the env has one, else gymnasium.",
+            choices=("auto", "gymnasium", "gymnasium_vector", "envpool"),
         ),
         Option(
             "env_frameskip", int, 4, "Atari and VizDoom: frames per agent step (Atari max-pools over the last two)."

@@ -16,7 +16,9 @@ CONTINUOUS_CONTROL_ENVS = ("Pendulum-v1", "MountainCarContinuous-v0", "LunarLand
 PRESETS: dict[str, dict[str, Any]] = {
     "classic_control": {
         "num_envs_per_worker": 64,
-        "worker_num_splits": 2,
+        # One split: each request carries all 64 envs of a worker. On 2 cores (CartPole, gymnasium_vector backend,
+        # 2026-11-25) 2 splits ran at 75k FPS and 1 split at 95k, 475 reached after 4.1 s vs 3.6 s (medians of 3).
+        "worker_num_splits": 1,
         "rollout": 32,
         "batch_size": 2048,
         "num_batches_per_epoch": 2,

@@ -145,11 +145,26 @@ def default_reward_shaping(env: gym.Env) -> dict[str, float] | None:
     return {k: float(v) for k, v in getter().items()}
 
 
+def env_backend(cfg: Config) -> str:
+    """--env_backend with auto resolved: gymnasium_vector where gymnasium has a batched implementation of the env
+    that we run with same-step autoreset (envs/vector_group.py: CartPole), else gymnasium."""
+    if cfg.env_backend != "auto":
+        return cfg.env_backend
+    from sample_factory.envs.vector_group import VECTOR_ENVS
+
+    return "gymnasium_vector" if cfg.env in VECTOR_ENVS else "gymnasium"
+
+
 def _env_info(cfg: Config) -> EnvInfo:
-    if cfg.env_backend == "envpool":
+    backend = env_backend(cfg)
+    if backend == "envpool":
         from sample_factory.envs.envpool_group import envpool_spaces
 
         return EnvInfo(*envpool_spaces(cfg), 1)
+    if backend == "gymnasium_vector":
+        from sample_factory.envs.vector_group import vector_spaces
+
+        return EnvInfo(*vector_spaces(cfg), 1)
     env = make_env(cfg)
     try:
         return EnvInfo(env.observation_space, env.action_space, env_num_agents(env), default_reward_shaping(env))

@@ -1,14 +1,49 @@
-"""Activation layers. `Tanh` is nn.Tanh with a faster CPU path: torch's CPU tanh kernel runs several times slower
-than its sigmoid (172 vs 28 us on a [1056, 64] float32 tensor on the 2-core test machine, torch 2.13), which made
-tanh the largest single cost of an MLP training step (the classic_control and mujoco presets use tanh)."""
+"""Activation layers. `Tanh` is nn.Tanh with a second CPU path, tanh(x) = 2 * sigmoid(2x) - 1, taken where it is
+faster. Which is faster depends on the CPU: on the AMD EPYC of the early measurements torch's float32 tanh kernel ran
+several times slower than its sigmoid (172 vs 28 us on a [1056, 64] tensor, torch 2.13), which made tanh the
+largest single cost of an MLP training step; on an Intel Xeon (AVX-512) torch's tanh was the faster, 44 vs 114 us on
+[2048, 64]. So each process times both once, at the first large tensor, and keeps the faster (the classic_control
+and mujoco presets use tanh)."""
 
 from __future__ import annotations
+
+import time
 
 import torch
 from torch import Tensor, nn
 
 # Below this many elements torch's own kernel wins: the identity below takes three kernels instead of one.
 FAST_TANH_MIN_ELEMENTS = 4096
+# The identity must be this much faster than torch's kernel to be used.
+MIN_SPEEDUP = 1.3
+# None: decided by `identity_pays` on first use; True / False: forced (tests, benchmark_learner).
+USE_IDENTITY: bool | None = None
+
+
+def _identity(x: Tensor) -> Tensor:
+    return torch.sigmoid(x * 2).mul_(2).sub_(1)
+
+
+def time_both(reps: int = 15) -> tuple[float, float]:
+    """Best of `reps` (interleaved) seconds for torch.tanh and for the identity on a [256, 64] float32 tensor, with
+    this process's thread settings: about 1 ms in all."""
+    x = torch.randn(256, 64)
+    best = [float("inf"), float("inf")]
+    for _ in range(reps):
+        for k, fn in enumerate((torch.tanh, _identity)):
+            t0 = time.perf_counter()
+            fn(x)
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best[0], best[1]
+
+
+def identity_pays() -> bool:
+    """Whether the sigmoid identity is used for large float32 CPU tensors in this process (timed once)."""
+    global USE_IDENTITY
+    if USE_IDENTITY is None:
+        torch_s, identity_s = time_both()
+        USE_IDENTITY = identity_s * MIN_SPEEDUP <= torch_s
+    return USE_IDENTITY
 
 
 class _TanhFromSigmoid(torch.autograd.Function):
@@ -17,7 +52,7 @@ class _TanhFromSigmoid(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
-        y = torch.sigmoid(x * 2).mul_(2).sub_(1)
+        y = _identity(x)
         ctx.save_for_backward(y)
         return y
 
@@ -28,10 +63,13 @@ class _TanhFromSigmoid(torch.autograd.Function):
 
 
 def tanh(x: Tensor) -> Tensor:
-    """torch.tanh(x), through the sigmoid identity for float32 CPU tensors large enough for it to pay. Other
-    dtypes keep torch's kernel: in bfloat16 the identity would lose the relative precision near 0."""
-    if x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() >= FAST_TANH_MIN_ELEMENTS:
-        return _TanhFromSigmoid.apply(x)
+    """torch.tanh(x), through the sigmoid identity for float32 CPU tensors large enough for it to pay, on a CPU
+    where it is faster. Other dtypes keep torch's kernel: in bfloat16 the identity would lose the relative
+    precision near 0."""
+    if x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() >= FAST_TANH_MIN_ELEMENTS and identity_pays():
+        if x.requires_grad and torch.is_grad_enabled():
+            return _TanhFromSigmoid.apply(x)
+        return _identity(x)  # inference: no autograd node to build
     return torch.tanh(x)
 
 

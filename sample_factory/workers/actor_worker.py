@@ -29,7 +29,7 @@ import psutil
 from sample_factory.algo.dqn import REPORTED_RANK
 from sample_factory.config import Config
 from sample_factory.envs.env_group import EnvGroup
-from sample_factory.envs.env_utils import make_env
+from sample_factory.envs.env_utils import env_backend, make_env
 from sample_factory.experiment.callbacks import (
     EpisodeEnd,
     call_hook,
@@ -165,10 +165,15 @@ class ActorWorker(Component):
         cfg, n = self.cfg, self.cfg.num_envs_per_worker // self.num_splits
         first = (self.index * self.num_splits + s) * n
         ids = list(range(first, first + n))
-        if cfg.env_backend == "envpool":
+        backend = env_backend(cfg)
+        if backend == "envpool":
             from sample_factory.envs.envpool_group import make_envpool_group
 
             return make_envpool_group(cfg, n, None if base_seed is None else base_seed + first, ids)
+        if backend == "gymnasium_vector":
+            from sample_factory.envs.vector_group import make_vector_group
+
+            return make_vector_group(cfg, n, base_seed, ids)
         envs, seeds = [], []
         for env_idx in ids:
             envs.append(make_env(cfg, {"worker_index": self.index, "split": s, "env_index": env_idx}))

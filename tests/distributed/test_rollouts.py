@@ -43,7 +43,15 @@ ACTIONS = gym.spaces.Discrete(3)
 
 def _cfg(*extra: str):
     return parse_cfg(
-        ["--env=CartPole-v1", "--num_workers=2", "--num_envs_per_worker=4", "--rollout=8", "--batch_size=32", *extra]
+        [
+            "--env=CartPole-v1",
+            "--num_workers=2",
+            "--num_envs_per_worker=4",
+            "--worker_num_splits=2",
+            "--rollout=8",
+            "--batch_size=32",
+            *extra,
+        ]
     )
 
 

@@ -25,6 +25,8 @@ def check_artifacts(run: TrainRun) -> None:
     cfg = json.loads((run.exp_dir / "cfg.json").read_text())
     assert cfg["env"] == "CartPole-v1"
     assert cfg["preset"] == "classic_control"
+    # the default backend: cfg.json keeps auto, the runner says what it resolved to (CartPole: gymnasium's batch)
+    assert cfg["env_backend"] == "auto" and "--env_backend=auto: gymnasium_vector" in run.output, run.describe()
     typed = {a[2:].split("=", 1)[0] for a in run.argv}
     for key, value in PRESETS["classic_control"].items():
         if key not in typed:

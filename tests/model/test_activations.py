@@ -10,7 +10,13 @@ def _large(seed: int = 0) -> torch.Tensor:
     return torch.randn(FAST_TANH_MIN_ELEMENTS // 64 + 3, 64, generator=g) * 3  # past the threshold, saturating too
 
 
-def test_fast_path_matches_torch_tanh_and_its_gradient():
+@pytest.fixture
+def identity(monkeypatch):
+    """The sigmoid identity forced on, whatever this CPU's timing chose."""
+    monkeypatch.setattr(activations, "USE_IDENTITY", True)
+
+
+def test_fast_path_matches_torch_tanh_and_its_gradient(identity):
     x = _large()
     x_ref = x.clone().requires_grad_(True)
     x.requires_grad_(True)
@@ -24,7 +30,7 @@ def test_fast_path_matches_torch_tanh_and_its_gradient():
     assert torch.allclose(x.grad, x_ref.grad, atol=2e-6, rtol=0)
 
 
-def test_saturation_and_non_finite_inputs():
+def test_saturation_and_non_finite_inputs(identity):
     x = _large()
     x[0, :4] = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0])
     x[1, :2] = torch.tensor([1e4, -1e4])
@@ -43,11 +49,14 @@ def test_other_inputs_use_torch_tanh_exactly(x):
     assert torch.equal(tanh(x), torch.tanh(x))
 
 
-def test_inference_mode_and_module(monkeypatch):
+def test_inference_mode_and_module(identity, monkeypatch):
     x = _large()
     with torch.inference_mode():
         y = Tanh()(x)
     assert not y.requires_grad and (y - torch.tanh(x)).abs().max().item() <= 3e-7
+    assert not torch.equal(y, torch.tanh(x))  # the identity was used (it rounds differently somewhere)
+    with torch.no_grad():
+        assert Tanh()(x.clone().requires_grad_(True)).grad_fn is None
     monkeypatch.setattr(activations, "FAST_TANH_MIN_ELEMENTS", 10**12)  # the switch benchmarks use
     assert torch.equal(Tanh()(x), torch.tanh(x))
 
@@ -61,3 +70,38 @@ def test_tanh_encoders_use_it():
     enc = MlpEncoder(gym.spaces.Box(-1, 1, (4,), np.float32), [64, 64], "tanh")
     assert sum(isinstance(m, Tanh) for m in enc.modules()) == 2
     assert not any(isinstance(m, torch.nn.Tanh) for m in enc.modules())
+
+
+def test_the_faster_path_is_timed_once_per_process(monkeypatch):
+    calls = []
+
+    def timed(torch_s: float, identity_s: float):
+        def time_both():
+            calls.append(1)
+            return torch_s, identity_s
+
+        return time_both
+
+    x = _large()
+    # torch's kernel 4x slower (the AMD EPYC): the identity, decided at the first large tensor, then kept
+    monkeypatch.setattr(activations, "USE_IDENTITY", None)
+    monkeypatch.setattr(activations, "time_both", timed(172e-6, 40e-6))
+    small = torch.randn(8, 8)
+    assert torch.equal(tanh(small), torch.tanh(small))
+    assert not calls  # small tensors never need the choice
+    assert not torch.equal(tanh(x), torch.tanh(x)) and activations.USE_IDENTITY is True
+    tanh(x)
+    assert len(calls) == 1
+    # the identity 4x slower (the Intel Xeon): torch's kernel
+    monkeypatch.setattr(activations, "USE_IDENTITY", None)
+    monkeypatch.setattr(activations, "time_both", timed(10e-6, 40e-6))
+    assert torch.equal(tanh(x), torch.tanh(x)) and activations.USE_IDENTITY is False
+    # within MIN_SPEEDUP: torch's kernel (one kernel, fewer surprises)
+    monkeypatch.setattr(activations, "USE_IDENTITY", None)
+    monkeypatch.setattr(activations, "time_both", timed(50e-6, 40e-6))
+    assert torch.equal(tanh(x), torch.tanh(x)) and activations.USE_IDENTITY is False
+
+
+def test_time_both_measures_both_kernels():
+    torch_s, identity_s = activations.time_both(reps=3)
+    assert 0 < torch_s < 0.1 and 0 < identity_s < 0.1
