@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from sample_factory.envs.actions import action_converter, sample_action
-from sample_factory.envs.spaces import ACTION_MASK_KEY, alloc_obs, as_obs_dict, obs_fields
+from sample_factory.envs.spaces import ACTION_MASK_KEY, OBS_KEY, alloc_obs, as_obs_dict, obs_fields
 
 
 class EnvError(RuntimeError):
@@ -266,3 +266,56 @@ class EnvGroup:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+class BatchedEnvGroup:
+    """What the groups of one batched single-agent env share (envs/envpool_group.py, envs/vector_group.py): the
+    arrays of `EnvGroup`'s interface with one row per env, and the checks of the observations a batch returns.
+    `source` names the batch in error messages."""
+
+    source = "a batched env"
+
+    def _init_arrays(self, n: int, obs_shape: tuple, obs_dtype: Any, env_ids: list[int] | None, seed: int | None):
+        self.n = self.num_envs = n
+        self.num_agents = 1
+        self.env_ids = env_ids if env_ids is not None else list(range(n))
+        self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
+        self.check_finite = np.issubdtype(self.obs_dtype, np.floating)
+        self.obs = {OBS_KEY: np.zeros((n, *self.obs_shape), dtype=self.obs_dtype)}
+        self.final_obs = {OBS_KEY: np.zeros((n, *self.obs_shape), dtype=self.obs_dtype)}
+        self.rewards = np.zeros(n, dtype=np.float32)
+        self.dones = np.zeros(n, dtype=bool)
+        self.truncated = np.zeros(n, dtype=bool)
+        self.active = np.ones(n, dtype=bool)
+        self.first = self.dones  # single-agent: an episode starts exactly where one ended
+        self.env_reset = self.dones
+        self.finished_columns: list[int] = []
+        self.finished_infos: list[dict] = []
+        self.episode_return = np.zeros(n, dtype=np.float64)
+        self.episode_len = np.zeros(n, dtype=np.int64)
+        self.rng = np.random.default_rng(seed)
+
+    def _clear_step(self, episodes: bool = False) -> None:
+        """No step outcome pending (after a reset or the decorrelation steps); `episodes`: the statistics too."""
+        self.rewards[:] = 0.0
+        self.dones[:] = False
+        self.truncated[:] = False
+        if episodes:
+            self.episode_return[:] = 0.0
+            self.episode_len[:] = 0
+
+    def _put_obs(self, rows: np.ndarray | None, obs: np.ndarray, where: str) -> None:
+        """Check a batch of observations [k, *shape] and write them into `obs` at `rows` (every row when None)."""
+        if obs.shape[1:] != self.obs_shape or obs.dtype != self.obs_dtype:
+            raise EnvError(
+                f"{self.source} {where} returned observations {obs.dtype}{list(obs.shape[1:])}, "
+                f"expected {self.obs_dtype}{list(self.obs_shape)}"
+            )
+        if self.check_finite and not np.isfinite(obs).all():
+            bad = int(np.argwhere(~np.isfinite(obs.reshape(len(obs), -1)))[0][0])
+            env = self.env_ids[bad if rows is None else int(rows[bad])]
+            raise EnvError(f"env {env}: {where} returned a NaN or inf observation")
+        if rows is None:
+            self.obs[OBS_KEY][:] = obs
+        else:
+            self.obs[OBS_KEY][rows] = obs

@@ -21,7 +21,7 @@ import numpy as np
 
 from sample_factory.config import Config
 from sample_factory.envs.atari import atari_env_id, episodic_life_enabled
-from sample_factory.envs.env_group import EnvError
+from sample_factory.envs.env_group import BatchedEnvGroup, EnvError
 from sample_factory.envs.env_utils import MUJOCO_NAMES
 from sample_factory.envs.spaces import OBS_KEY
 
@@ -128,37 +128,24 @@ def info_row(info: dict, j: int) -> dict:
     return {k: info_row(v, j) if isinstance(v, dict) else v[j] for k, v in info.items()}
 
 
-class EnvPoolGroup:
+class EnvPoolGroup(BatchedEnvGroup):
     """One EnvPool batch with the semantics of `EnvGroup`: after `step`, `obs[OBS_KEY][i]` is what env i acts on
     next (the first observation of a new episode where dones[i]); `final_obs` holds the last observation of
     episodes that ended by truncation. Episode statistics are per whole game: with episodic life a lost life ends
     the training episode (dones) but not the game."""
 
+    source = "envpool"
+
     def __init__(
         self, env: Any, family: str, episodic_life: bool, env_ids: list[int] | None = None, seed: int | None = None
     ):
         self.env = env
-        self.n = self.num_envs = n = int(env.config["num_envs"])
-        self.num_agents = 1
-        self.env_ids = env_ids if env_ids is not None else list(range(n))
+        n = int(env.config["num_envs"])
+        self._init_arrays(n, env.observation_space.shape, env.observation_space.dtype, env_ids, seed)
         self.atari = family == "atari"
         self.episodic_life = episodic_life and self.atari
-        space = env.observation_space
-        self.obs_shape, self.obs_dtype = tuple(space.shape), np.dtype(space.dtype)
-        self.check_finite = np.issubdtype(self.obs_dtype, np.floating)
-        self.obs = {OBS_KEY: np.zeros((n, *self.obs_shape), dtype=self.obs_dtype)}
-        self.final_obs = {OBS_KEY: np.zeros((n, *self.obs_shape), dtype=self.obs_dtype)}
-        self.rewards = np.zeros(n, dtype=np.float32)
-        self.dones = np.zeros(n, dtype=bool)
-        self.truncated = np.zeros(n, dtype=bool)
-        self.active = np.ones(n, dtype=bool)
-        self.first = self.dones  # single-agent: an episode starts exactly where one ended
-        self.env_reset = self.dones
-        self.episode_return = np.zeros(n, dtype=np.float64)
-        self.episode_len = np.zeros(n, dtype=np.int64)
         self.action_space = _action_space(env.action_space, family)
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
-        self.rng = np.random.default_rng(seed)
         # Placeholder actions of the resetting call (envpool ignores them).
         self._idle_actions = np.zeros((n, *self.action_space.shape), dtype=np.int32 if self.discrete else np.float64)
 
@@ -172,11 +159,7 @@ class EnvPoolGroup:
         obs, info = self.env.reset()
         rows = info["env_id"]
         self._put_obs(rows, obs, "reset")
-        self.rewards[:] = 0.0
-        self.dones[:] = False
-        self.truncated[:] = False
-        self.episode_return[:] = 0.0
-        self.episode_len[:] = 0
+        self._clear_step(episodes=True)
 
     def random_steps(self, counts: list[int]) -> None:
         """Env i takes counts[i] random actions (decorrelates episodes). Episodes that end on the way are not
@@ -185,9 +168,7 @@ class EnvPoolGroup:
         for k in range(int(counts.max(initial=0))):
             ids = np.flatnonzero(counts > k).astype(np.int32)
             self._step_ids(self._random_actions(len(ids)), ids)
-        self.rewards[:] = 0.0
-        self.dones[:] = False
-        self.truncated[:] = False
+        self._clear_step()
 
     def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
         """Step every env with actions [n, *act_shape]; return (return, length) of the episodes (whole games) that
@@ -245,17 +226,6 @@ class EnvPoolGroup:
             obs, _, _, _, info = self.env.step(self._idle_actions[: len(ended)], ended.astype(np.int32))
             self._put_obs(info["env_id"], obs, "reset")
         return finished
-
-    def _put_obs(self, rows: np.ndarray, obs: np.ndarray, where: str) -> None:
-        if obs.shape[1:] != self.obs_shape or obs.dtype != self.obs_dtype:
-            raise EnvError(
-                f"envpool {where} returned observations {obs.dtype}{list(obs.shape[1:])}, "
-                f"expected {self.obs_dtype}{list(self.obs_shape)}"
-            )
-        if self.check_finite and not np.isfinite(obs).all():
-            bad = int(rows[np.argwhere(~np.isfinite(obs.reshape(len(rows), -1)))[0][0]])
-            raise EnvError(f"env {self.env_ids[bad]}: {where} returned a NaN or inf observation")
-        self.obs[OBS_KEY][rows] = obs
 
     def _random_actions(self, k: int) -> np.ndarray:
         space = self.action_space

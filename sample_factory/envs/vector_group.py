@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
 from sample_factory.config import Config
-from sample_factory.envs.env_group import EnvError
+from sample_factory.envs.env_group import BatchedEnvGroup, EnvError
 from sample_factory.envs.spaces import OBS_KEY
 
 
@@ -77,44 +77,26 @@ def make_vector_group(cfg: Config, num_envs: int, base_seed: int | None, env_ids
     return VectorEnvGroup(cls(num_envs=num_envs, **kwargs), env_ids, seed)
 
 
-class VectorEnvGroup:
+class VectorEnvGroup(BatchedEnvGroup):
     """One batched env with the semantics of `EnvGroup`: after `step`, `obs[OBS_KEY][i]` is what env i acts on next
     (the first observation of a new episode where dones[i]); `final_obs` holds the last observation of episodes
     that ended by truncation."""
 
+    source = "gymnasium's batched env"
+
     def __init__(self, env: SameStepCartPole, env_ids: list[int] | None = None, seed: int | None = None):
         self.env = env
-        self.n = self.num_envs = n = int(env.num_envs)
-        self.num_agents = 1
-        self.env_ids = env_ids if env_ids is not None else list(range(n))
-        self.seed = seed
         space = env.single_observation_space
-        self.obs_shape, self.obs_dtype = tuple(space.shape), np.dtype(space.dtype)
-        self.obs = {OBS_KEY: np.zeros((n, *self.obs_shape), dtype=self.obs_dtype)}
-        self.final_obs = {OBS_KEY: np.zeros((n, *self.obs_shape), dtype=self.obs_dtype)}
-        self.rewards = np.zeros(n, dtype=np.float32)
-        self.dones = np.zeros(n, dtype=bool)
-        self.truncated = np.zeros(n, dtype=bool)
-        self.active = np.ones(n, dtype=bool)
-        self.first = self.dones  # single-agent: an episode starts exactly where one ended
-        self.env_reset = self.dones
-        self.finished_columns: list[int] = []
-        self.finished_infos: list[dict] = []
-        self.episode_return = np.zeros(n, dtype=np.float64)
-        self.episode_len = np.zeros(n, dtype=np.int64)
+        self._init_arrays(int(env.num_envs), space.shape, space.dtype, env_ids, seed)
+        self.seed = seed
         self.action_space = env.single_action_space
-        self.rng = np.random.default_rng(seed)
 
     # --- the group's API --------------------------------------------------------------------------------------
 
     def reset(self) -> None:
         obs, _ = self.env.reset(seed=self.seed)
-        self._put_obs(np.arange(self.n), obs, "reset")
-        self.rewards[:] = 0.0
-        self.dones[:] = False
-        self.truncated[:] = False
-        self.episode_return[:] = 0.0
-        self.episode_len[:] = 0
+        self._put_obs(None, obs, "reset")
+        self._clear_step(episodes=True)
 
     def random_steps(self, counts: list[int]) -> None:
         """Env i takes counts[i] random actions (decorrelates episodes). The batch steps together: env i takes
@@ -133,10 +115,8 @@ class VectorEnvGroup:
             new_episode = restart | term | trunc
             self.episode_return[new_episode] = 0.0
             self.episode_len[new_episode] = 0
-            self._put_obs(np.arange(self.n), obs, "step")
-        self.rewards[:] = 0.0
-        self.dones[:] = False
-        self.truncated[:] = False
+            self._put_obs(None, obs, "step")
+        self._clear_step()
 
     def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
         """Step every env with actions [n]; return the (return, length) of the episodes that ended."""
@@ -172,17 +152,3 @@ class VectorEnvGroup:
 
     def close(self) -> None:
         self.env.close()
-
-    def _put_obs(self, rows: np.ndarray | None, obs: np.ndarray, where: str) -> None:
-        if obs.shape[1:] != self.obs_shape or obs.dtype != self.obs_dtype:
-            raise EnvError(
-                f"{where} returned observations {obs.dtype}{list(obs.shape[1:])}, "
-                f"expected {self.obs_dtype}{list(self.obs_shape)}"
-            )
-        if not np.isfinite(obs).all():
-            bad = int(np.argwhere(~np.isfinite(obs.reshape(len(obs), -1)))[0][0])
-            raise EnvError(f"env {self.env_ids[bad]}: {where} returned a NaN or inf observation")
-        if rows is None:
-            self.obs[OBS_KEY][:] = obs
-        else:
-            self.obs[OBS_KEY][rows] = obs
