@@ -169,7 +169,7 @@ class ActorWorker(Component):
         if backend == "envpool":
             from sample_factory.envs.envpool_group import make_envpool_group
 
-            return make_envpool_group(cfg, n, None if base_seed is None else base_seed + first, ids)
+            return make_envpool_group(cfg, n, base_seed, ids)  # it adds each env id itself
         if backend == "gymnasium_vector":
             from sample_factory.envs.vector_group import make_vector_group
 
