@@ -42,17 +42,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _die_with_parent(int(args[0]))
     me = os.getpid()
-    # the guard is single-threaded, so a preexec_fn is safe here
-    child = subprocess.Popen(args[1:], preexec_fn=lambda: _die_with_parent(me))
+    child: subprocess.Popen | None = None
+    early: list[int] = []  # signals that came while the child was being started
 
     def forward(signum: int, frame: object) -> None:
+        if child is None:
+            early.append(signum)
+            return
         try:
             child.send_signal(signum)
         except ProcessLookupError:
             pass
 
+    # Handlers first, then the child: a signal that comes while the child starts is passed on once it exists, not
+    # taken by Python's default handler (which would end the guard and leave the run behind). The child's
+    # dispositions then start as the default ones (exec resets handled signals), even where the guard was started
+    # with SIGINT ignored (a background job of a non-interactive shell).
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, forward)
+    # the guard is single-threaded, so a preexec_fn is safe here
+    child = subprocess.Popen(args[1:], preexec_fn=lambda: _die_with_parent(me))
+    for signum in early:
+        forward(signum, None)
     rc = child.wait()
     return rc if rc >= 0 else 128 - rc
 

@@ -168,5 +168,21 @@ def test_guard_passes_exit_codes_and_signals():
     p.send_signal(signal.SIGINT)  # forwarded: the child dies of it, and the guard reports 128 + SIGINT
     assert p.wait(timeout=10) == 130
     p.stdout.close()
+    # started with SIGINT ignored (a background job of a non-interactive shell; dispositions survive exec): the run
+    # still gets the default one, so the forwarded Ctrl+C ends it
+    p = subprocess.Popen(
+        [*guarded(), sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        assert p.stdout.readline().strip() == "up"
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=10) == 130
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
     # a guard whose starter is not its parent (the starter died before it ran) exits at once
     assert subprocess.call([*guarded(starter_pid=1), "sleep", "30"], timeout=10) == 143
