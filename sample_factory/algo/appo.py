@@ -52,6 +52,7 @@ class PreparedBatch(NamedTuple):
     active: Tensor  # [M, T] bool: the agent took part in the step
     own: Tensor  # [M, T] bool: active steps of the policy being trained
     valid: Tensor  # [M, T] bool: own steps not older than --max_policy_lag (the loss mask)
+    all_valid: bool  # every step is valid: the losses take plain means (1 op each instead of a masked mean's 6)
     gae_advantages: Tensor | None  # [M, T] with --with_vtrace=False (from behaviour values, once per iteration)
     gae_returns: Tensor | None  # [M, T]
 
@@ -133,7 +134,7 @@ class APPOAlgorithm(Algorithm):
             for mb in torch.tensor_split(perm, min(self.cfg.num_batches_per_epoch, M)):
                 if self.should_stop():  # the learner must save and exit: keep the steps taken, drop the rest
                     break
-                if not p.valid[mb].any():
+                if not p.all_valid and not p.valid[mb].any():
                     # Nothing to learn from (all past --max_policy_lag, inactive or another policy's): a step
                     # would still move the weights by Adam's momentum and advance the policy version.
                     continue
@@ -181,6 +182,7 @@ class APPOAlgorithm(Algorithm):
         if not cfg.with_vtrace:
             adv, ret = calculate_gae(rewards.T, dones.T, old_values.T, cfg.gamma, cfg.gae_lambda)
             gae_adv, gae_ret = adv.T, ret.T
+        valid = (lag <= cfg.max_policy_lag) & own
         return PreparedBatch(
             obs=obs,
             rnn_states=b["rnn_states"][:, : T + 1],
@@ -194,7 +196,8 @@ class APPOAlgorithm(Algorithm):
             lag=lag,
             active=b["active"],
             own=own,
-            valid=(lag <= cfg.max_policy_lag) & own,
+            valid=valid,
+            all_valid=bool(valid.all()),
             gae_advantages=gae_adv,
             gae_returns=gae_ret,
         )
@@ -224,7 +227,7 @@ class APPOAlgorithm(Algorithm):
             targets, adv = vs.T, pg_adv.T  # [B, T]
         else:
             targets, adv = p.gae_returns[mb], p.gae_advantages[mb]
-        mask = p.valid[mb].reshape(-1)  # [B*T]
+        mask = None if p.all_valid else p.valid[mb].reshape(-1)  # [B*T]; None: every sample counts
         adv = adv.reshape(-1)  # [B*T]
         if cfg.normalize_advantage:
             adv = normalize_advantages(adv, mask)
@@ -237,7 +240,7 @@ class APPOAlgorithm(Algorithm):
             clip_mode=cfg.ppo_clip_mode,
             ratio_clamp=cfg.ppo_ratio_clamp,
         )
-        model.update_returns_normalizer(targets[mask.view(B, T)])
+        model.update_returns_normalizer(targets if mask is None else targets[mask.view(B, T)])
         value_loss = clipped_value_loss(
             values[:, :T].reshape(-1),
             model.normalize_values(p.old_values[mb, :T]).reshape(-1),

@@ -91,6 +91,7 @@ class Algorithm(ABC):
         self.skipped_updates = 0  # SGD steps skipped for a NaN/inf loss or gradient, in total (a reported stat)
         self.consecutive_skipped = 0  # ... in a row: the learner stops the run above --max_nonfinite_updates
         self.stop_check: Callable[[], bool] | None = None  # set by the learner: has it been asked to stop?
+        self._params: list[torch.nn.Parameter] | None = None  # the model's, listed at the first step
 
     def should_stop(self) -> bool:
         """Whether the learner has been asked to stop. `train` asks between SGD steps and, if so, returns early:
@@ -137,13 +138,19 @@ class Algorithm(ABC):
         """Backward and optimizer step, with gradient clipping at --max_grad_norm. A NaN/inf loss or gradient
         norm is never applied: the step is skipped and counted. Returns the gradient norm (before clipping), or
         None when the step was skipped."""
-        params = self.model.parameters
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.cfg.max_grad_norm > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params(), self.cfg.max_grad_norm)
-        else:
-            grad_norm = torch.sqrt(sum((p.grad**2).sum() for p in params() if p.grad is not None))
+        # The parameter list is walked once per algorithm, not per step: model.parameters() recurses through the
+        # modules, and clip_grad_norm_ did so three times a step (0.3 of a CartPole minibatch's 2.5 ms on CPU).
+        if self._params is None:
+            self._params = list(self.model.parameters())
+        # torch.nn.utils.clip_grad_norm_'s arithmetic on CPU and CUDA tensors of one device, without its grouping
+        # by device and dtype (another 0.2 ms a step there).
+        grads = [p.grad for p in self._params if p.grad is not None]
+        norms = torch._foreach_norm(grads) if grads else [loss.new_zeros(())]
+        grad_norm = torch.linalg.vector_norm(torch.stack(norms))  # all gradients as one vector
+        if self.cfg.max_grad_norm > 0 and grads:
+            torch._foreach_mul_(grads, torch.clamp(self.cfg.max_grad_norm / (grad_norm + 1e-6), max=1.0))
         if not (math.isfinite(float(loss.detach())) and math.isfinite(float(grad_norm))):
             self.skipped_updates += 1
             self.consecutive_skipped += 1

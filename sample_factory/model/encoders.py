@@ -23,6 +23,15 @@ CONV_ARCHITECTURES = {
 }
 
 
+def run_layers(layers: nn.Sequential, x: Tensor) -> Tensor:
+    """layers(x), calling each layer's `forward` directly (nested Sequentials too). nn.Module.__call__ (hook and
+    tracing checks) costs about 4 us a layer, most of a small MLP's inference: the classic_control model on 64 rows
+    took 70 us through the modules and 31 us through their forwards (1 thread). Our layers register no hooks."""
+    for layer in layers:
+        x = run_layers(layer, x) if type(layer) is nn.Sequential else layer.forward(x)
+    return x
+
+
 def _mlp(in_size: int, layers: list[int], nonlinearity: str) -> tuple[nn.Sequential, int]:
     mods: list[nn.Module] = []
     for size in layers:
@@ -44,7 +53,7 @@ class MlpEncoder(nn.Module):
     def forward(self, obs: Tensor) -> Tensor:
         if self.one_hot:
             obs = torch.nn.functional.one_hot(obs.long(), self.one_hot)
-        return self.net(obs.float())
+        return run_layers(self.net, obs.float())
 
 
 class _ResidualBlock(nn.Module):
@@ -118,7 +127,7 @@ class ConvEncoder(nn.Module):
         x = obs.contiguous(memory_format=layout).to(self.compute_dtype)  # [B, C, H, W]
         if self.scale != 1.0:
             x = x.mul_(self.scale) if obs.dtype != self.compute_dtype else x * self.scale
-        return self.mlp(self.convs(x)).float()
+        return run_layers(self.mlp, run_layers(self.convs, x)).float()
 
 
 class DictEncoder(nn.Module):

@@ -271,3 +271,32 @@ def test_minibatch_without_valid_samples_takes_no_step():
     assert version == 100 and stats["sgd_steps"] == 0
     assert all(torch.equal(a, b) for a, b in zip(before, algo.model.parameters(), strict=True))
     assert stats["dropped_samples"] == stats["samples"] > 0
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.0, 0.05, 1e6])
+def test_guarded_step_clips_as_torch_clip_grad_norm(max_grad_norm):
+    """The step's norm and clipped gradients equal torch.nn.utils.clip_grad_norm_'s on the same loss (no clipping with
+    --max_grad_norm=0, where the norm is still returned); Adam then gets exactly those gradients."""
+    algo = _algo(f"--max_grad_norm={max_grad_norm}")
+    ref = _algo(f"--max_grad_norm={max_grad_norm}")
+
+    def loss(model):
+        return sum((p * (i + 1)).sum() ** 2 for i, p in enumerate(model.parameters()))
+
+    for _ in range(2):  # the second step runs on the listed parameters too
+        ref.optimizer.zero_grad(set_to_none=True)
+        loss(ref.model).backward()
+        params = list(ref.model.parameters())
+        if max_grad_norm > 0:
+            expected = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        else:
+            expected = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
+        grads = [p.grad.clone() for p in params]
+        ref.optimizer.step()
+        grad_norm = algo.guarded_step(loss(algo.model), algo.optimizer)
+        assert torch.allclose(grad_norm, expected, rtol=1e-6), (grad_norm, expected)
+        assert all(torch.allclose(p.grad, g, rtol=1e-6) for p, g in zip(algo.model.parameters(), grads, strict=True))
+        assert all(torch.equal(a, b) for a, b in zip(algo.model.parameters(), ref.model.parameters(), strict=True))
+    if 0 < max_grad_norm < 1:
+        clipped = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in algo.model.parameters()]))
+        assert float(clipped) == pytest.approx(max_grad_norm, rel=1e-4)

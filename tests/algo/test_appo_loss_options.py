@@ -150,3 +150,31 @@ def test_defaults_as_sample_factory():
     assert (cfg.exploration_loss, cfg.kl_loss_coeff, cfg.ppo_clip_mode) == ("entropy", 0.0, "symmetric")
     assert cfg.ppo_ratio_clamp == 20.0  # Sample Factory 2 clamps to [0.05, 20]
     assert cfg.max_policy_lag == 1000 and cfg.decorrelate_experience_max_seconds == 0.0
+
+
+@pytest.mark.parametrize(
+    "flags", [(), ("--exploration_loss_coeff=0.01", "--kl_loss_coeff=0.5", "--normalize_returns=True")]
+)
+def test_all_valid_batches_take_plain_means_with_the_masked_losses_values(flags):
+    """A batch whose steps are all valid trains with plain means (prepare sets all_valid); the loss, its gradient and
+    every stat equal the masked means' over the same all-true mask. A batch with a stale step keeps the mask."""
+    results = []
+    for masked in (False, True):  # plain means, then the masked means over the same mask; fresh models (normalizers)
+        torch.manual_seed(0)
+        cfg = parse_cfg([*SMALL, "--use_rnn=False", *flags])
+        algo = make_algorithm(cfg, ActorCritic(cfg, VEC, DISCRETE), torch.device("cpu"))
+        batch = make_batch(VEC, DISCRETE, 0, version=5)
+        batch["active"][:] = True  # the fixture has inactive steps (multi-agent)
+        p = algo.prepare(batch, 5, None)
+        assert p.all_valid and bool(p.valid.all())
+        loss, stats = algo.minibatch_loss(p._replace(all_valid=not masked), torch.arange(p.is_first.shape[0]))
+        loss.backward()
+        grads = [q.grad.clone() for q in algo.model.parameters()]
+        results.append((loss.item(), {k: v.item() for k, v in stats.items()}, grads))
+    (loss_a, stats_a, grads_a), (loss_b, stats_b, grads_b) = results
+    assert loss_a == pytest.approx(loss_b, rel=1e-5, abs=1e-7)
+    assert stats_a.keys() == stats_b.keys()
+    assert all(stats_a[k] == pytest.approx(stats_b[k], rel=1e-5, abs=1e-7) for k in stats_a), (stats_a, stats_b)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-7) for a, b in zip(grads_a, grads_b, strict=True))
+    batch["policy_version"][0, 0] = 5 - cfg.max_policy_lag - 1  # one step too old
+    assert not algo.prepare(batch, 5, None).all_valid
