@@ -51,7 +51,7 @@ def test_killed_actor_is_restarted_and_the_replay_keeps_its_data(tmp_path, start
     the replay never shrinks and the learner never waits for --learning_starts again (an emptied or rebuilt buffer
     would show as a smaller size and iterations without SGD steps)."""
     logs = tmp_path / "log"
-    run = start_dqn(start_run, tmp_path / "td", logs, "--train_for_seconds=35")
+    run = start_dqn(start_run, tmp_path / "td", logs, "--train_for_seconds=120")
     assert run.wait_until(lambda: len(learning_rows(logs)) >= 3, timeout=90), run.describe()
     actor = wait_component(run, "sf_actor_1", 5)
     before = train_rows(logs)
@@ -66,6 +66,7 @@ def test_killed_actor_is_restarted_and_the_replay_keeps_its_data(tmp_path, start
 
     wait_component(run, "sf_actor_1", 30, exclude=(actor.pid,))  # the replacement
     assert run.wait_until(restarted_and_trained, timeout=60), run.describe()
+    run.signal(SIGNALS["SIGINT"])  # seen what it needs: stop (the time limit only caps a stall)
     assert finish(run, 90) == 0, run.describe()
     assert re.search(r"actor 1 died \(exit code -9.*restarting it \(1 of", run.output), run.describe()
 
