@@ -112,8 +112,17 @@ def _configure_process(component: Component, runner_pid: int) -> None:
     # Ctrl+C reaches the whole process group: children wait for the runner's orderly STOP instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(component.num_threads)
+    flush_denormals()
     if component.niceness is not None:
         set_niceness(component.niceness, component.report)
+
+
+def flush_denormals() -> None:
+    """Denormal floats (below 1.2e-38) computed as zero on this CPU (FTZ/DAZ; no effect on CUDA). Adam's moment
+    estimates of weights whose gradient stays zero (dead ReLU units) decay into that range, where x86 arithmetic is
+    many times slower: the fused Adam step of the classic_control_dqn network took 0.45 ms with them against 0.06 ms
+    flushed. Values that small carry nothing a network or a return can use."""
+    torch.set_flush_denormal(True)
 
 
 def set_niceness(niceness: int, report: Reporter) -> None:

@@ -35,6 +35,24 @@ def test_sum_tree_samples_in_proportion_to_priorities():
     assert freq[7] == 0 and freq[0] == pytest.approx(10.0 / tree.total, abs=0.01)
 
 
+@pytest.mark.parametrize("capacity", [1, 2, 5, 1000])
+def test_sum_tree_every_node_is_the_sum_of_its_children_after_updates(capacity):
+    """Batches of updates with repeated indices (a priority update of a minibatch that drew an item twice: the last
+    value wins, as numpy assignment does) keep every internal node the sum of its two children."""
+    rng = np.random.default_rng(capacity)
+    tree = SumTree(capacity)
+    leaves = np.zeros(tree.leaves)
+    for _ in range(50):
+        idx = rng.integers(0, capacity, size=rng.integers(1, 40))
+        prio = rng.random(len(idx))
+        tree.set(idx, prio)
+        leaves[idx] = prio  # numpy's last-write-wins, as in the tree's leaves
+        np.testing.assert_array_equal(tree.tree[tree.leaves :], leaves)
+        for node in range(1, tree.leaves):
+            assert tree.tree[node] == tree.tree[2 * node] + tree.tree[2 * node + 1], node
+        assert tree.total == pytest.approx(leaves.sum())
+
+
 def test_sum_tree_find_is_the_prefix_sum_search():
     tree = SumTree(5)
     tree.set(np.arange(5), np.array([1.0, 0.0, 2.0, 3.0, 0.5]))
