@@ -26,7 +26,7 @@ from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.precision import resolve_auto_precision
 from sample_factory.pbt.controller import PbtController
-from sample_factory.runtime.component import Component, ComponentKey, SerialDriver, flush_denormals
+from sample_factory.runtime.component import Component, ComponentKey, SerialDriver
 from sample_factory.runtime.device import resolve_device_name
 from sample_factory.runtime.fork_server import mp_context
 from sample_factory.runtime.heartbeat import enable_stack_dumps
@@ -259,7 +259,6 @@ class Runner:
         if self.cfg.serial_mode:
             # Every component shares this process; its thread count is the learner's.
             torch.set_num_threads(self.cfg.learner_main_loop_num_cores)
-            flush_denormals()  # as in every component process
             if self._restore_serial_snapshot():
                 self.driver = SerialDriver(self.components)
             else:

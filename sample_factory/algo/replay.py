@@ -100,7 +100,7 @@ class SumTree:
         return self.tree[self.leaves + np.asarray(idx)]
 
     def set(self, idx: np.ndarray, priorities: np.ndarray) -> None:
-        nodes = self.leaves + np.asarray(idx, dtype=np.int64)
+        nodes = self.leaves + np.atleast_1d(np.asarray(idx, dtype=np.int64))
         if nodes.size == 0:
             return
         self.tree[nodes] = priorities

@@ -38,6 +38,7 @@ class Component:
     role = "component"
     num_threads = 1  # torch threads in this role's process
     niceness: int | None = None  # the process's niceness (set_niceness); None: the runner's
+    flushes_denormals = True  # denormal floats computed as zero in this role's process (flush_denormals)
 
     def __init__(self, index: Any, inbox: Channel, report_channel: Channel):
         self.index = index
@@ -112,7 +113,8 @@ def _configure_process(component: Component, runner_pid: int) -> None:
     # Ctrl+C reaches the whole process group: children wait for the runner's orderly STOP instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(component.num_threads)
-    flush_denormals()
+    if component.flushes_denormals:
+        flush_denormals()
     if component.niceness is not None:
         set_niceness(component.niceness, component.report)
 
@@ -121,7 +123,9 @@ def flush_denormals() -> None:
     """Denormal floats (below 1.2e-38) computed as zero on this CPU (FTZ/DAZ; no effect on CUDA). Adam's moment
     estimates of weights whose gradient stays zero (dead ReLU units) decay into that range, where x86 arithmetic is
     many times slower: the fused Adam step of the classic_control_dqn network took 0.45 ms with them against 0.06 ms
-    flushed. Values that small carry nothing a network or a return can use."""
+    flushed. Values that small carry nothing a network or a return can use. The learner and policy worker processes
+    only: the actor workers' envs (numpy, MuJoCo, Box2D physics in the same threads) keep IEEE arithmetic, so they
+    step exactly as the env package does on its own; serial mode, which steps envs in the runner's process, too."""
     torch.set_flush_denormal(True)
 
 

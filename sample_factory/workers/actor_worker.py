@@ -80,6 +80,7 @@ class Split:
 
 class ActorWorker(Component):
     role = "actor"
+    flushes_denormals = False  # the envs' own arithmetic, exactly (runtime/component.py::flush_denormals)
 
     def __init__(self, cfg: Config, index: int, buffers: TrajectoryBuffers, channels: Channels):
         super().__init__(index, channels.actor[index], channels.report)

@@ -300,3 +300,16 @@ def test_guarded_step_clips_as_torch_clip_grad_norm(max_grad_norm):
     if 0 < max_grad_norm < 1:
         clipped = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in algo.model.parameters()]))
         assert float(clipped) == pytest.approx(max_grad_norm, rel=1e-4)
+
+
+def test_guarded_step_with_parameters_the_loss_does_not_reach():
+    """Parameters without a gradient (a loss over the value head only) are left out of the norm and the clipping,
+    as clip_grad_norm_ leaves them; Adam moves only the ones with a gradient."""
+    algo = _algo("--max_grad_norm=0.01")
+    before = {n: p.detach().clone() for n, p in algo.model.named_parameters()}
+    head = algo.model.value_head
+    grad_norm = algo.guarded_step((head.weight.sum() + head.bias.sum()) * 10, algo.optimizer)
+    expected = torch.linalg.vector_norm(torch.stack([torch.full_like(head.weight, 10.0).norm(), torch.tensor(10.0)]))
+    assert torch.allclose(grad_norm, expected)
+    moved = {n for n, p in algo.model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved == {"value_head.weight", "value_head.bias"}

@@ -289,3 +289,10 @@ def test_observation_memory_is_committed_as_the_buffer_fills():
     b, t = s.indices // T, s.indices % T
     torch.testing.assert_close(s.obs["obs"], obs[b, t])
     del buf
+
+
+def test_sum_tree_takes_a_scalar_index():
+    tree = SumTree(4)
+    tree.set(2, 1.5)
+    tree.set(np.int64(0), 0.5)
+    assert tree.total == pytest.approx(2.0) and list(tree.get(np.arange(4))) == [0.5, 0.0, 1.5, 0.0]
