@@ -64,6 +64,7 @@ def vector_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
     """Observation and action space of one env (not batched), those of the gymnasium env."""
     cls, kwargs = _vector_class(cfg)
     env = cls(num_envs=1, **kwargs)
+    env.close()
     return env.single_observation_space, env.single_action_space
 
 
