@@ -237,7 +237,7 @@ class Learner(Component):
         self.activity = "copying a batch"
         with self.timing.add("copy_batch"):
             columns = None if self.cfg.num_policies == 1 else [p.cols for p in taken]
-            batch = self.buffers.gather([p.slot for p in taken], columns, self.batch_keys)
+            batch = self.buffers.gather([p.slot for p in taken], columns, self.batch_keys, self.device.type == "cuda")
             if self.cfg.async_rl or self.cfg.sampler_only:
                 self._return_slots(taken)  # collection continues while we train
         if self.cfg.num_policies == 1:
