@@ -111,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algo", default="APPO", choices=("APPO", "DQN"), help="With --loop: the algorithm.")
     p.add_argument("--env", default="atari_pong", help="With --loop: whose preset gives the model and the batch.")
     p.add_argument("--iterations", type=int, default=4, help="With --loop: timed training iterations.")
+    p.add_argument(
+        "--train_flags",
+        default="",
+        help='With --loop: train.py flags on top of the preset, e.g. "--batch_size=256 --rollout=128".',
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.loop:

@@ -81,7 +81,8 @@ def synchronize(device: torch.device) -> None:
 def measure(algo_name: str, env: str, device: torch.device, iterations: int, extra: list[str] | None = None) -> dict:
     """Time `iterations` training iterations of the real loop after one warm-up (DQN: after filling the buffer to
     --learning_starts), count their host syncs, and time the isolated SGD step on one of their minibatches."""
-    cfg = parse_cfg([f"--env={env}", f"--algo={algo_name}", "--seed=1", *(extra or [])])
+    where = "gpu" if device.type == "cuda" else "cpu"  # the preset as a run on this device gets it
+    cfg = parse_cfg([f"--env={env}", f"--algo={algo_name}", "--seed=1", f"--device={where}", *(extra or [])])
     obs_space, action_space = spaces_for(env)
     torch.manual_seed(0)
     model = ActorCritic(cfg, obs_space, action_space).to(device).train()
@@ -125,6 +126,7 @@ def measure(algo_name: str, env: str, device: torch.device, iterations: int, ext
         "isolated_ms_per_sgd_step": round(isolated * 1e3, 3),
         "loop_over_isolated": round(loop_s_plain / max(steps, 1) / isolated, 3),
         "threads": torch.get_num_threads(),
+        "train_flags": " ".join(extra or []),
     }
 
 
@@ -167,7 +169,7 @@ def time_isolated(algo, cfg: Config, batch: dict, device: torch.device, repeats:
 def main(args) -> int:
     """Called by benchmark_learner's --loop."""
     device = torch.device(args.device)
-    result = measure(args.algo, args.env, device, args.iterations)
+    result = measure(args.algo, args.env, device, args.iterations, args.train_flags.split())
     r = result
     print(
         f"{r['algo']} learner loop on {r['device_name']} ({args.env}, {r['samples_per_iteration']} samples an "
