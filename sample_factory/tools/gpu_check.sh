@@ -40,8 +40,8 @@ nproc
 
 case "${1:-quick}" in
 quick)
-  step cuda_tests 150 $PY -m pytest -q -p no:cacheprovider -x tests/algo/test_transfer.py tests/tools/test_benchmark_learner.py \
-    tests/integration/test_cuda.py -k "cuda or gpu or transfer or loop or graph"
+  step cuda_tests 120 $PY -m pytest -q -p no:cacheprovider tests/algo/test_transfer.py tests/integration/test_cuda.py \
+    tests/workers/test_inference_graphs.py -k "transfer or learner_loop or graph"
   for algo in APPO DQN; do
     step "learner_loop_$algo" 90 $PY -m sample_factory.tools.benchmark_learner --loop --algo=$algo --device=cuda \
       --env=atari_pong --iterations=6 --threads=2
@@ -52,7 +52,13 @@ quick)
     --env=atari_pong --iterations=4 --threads=2 \
     --train_flags="--rollout=128 --batch_size=256 --num_batches_per_epoch=4 --num_epochs=4"
   tail -n 1 "$OUT/learner_loop_APPO_256.log" >>"$OUT/learner_loop.jsonl"
-  step sgd_step 60 $PY -m sample_factory.tools.benchmark_learner --device=cuda --rounds=20
+  # the SGD step's encoder through torch.compile, with CUDA graphs (reduce-overhead) and without
+  for mode in reduce-overhead; do
+    step "learner_loop_APPO_compiled_$mode" 150 $PY -m sample_factory.tools.benchmark_learner --loop --algo=APPO \
+      --device=cuda --env=atari_pong --iterations=6 --threads=2 \
+      --train_flags="--torch_compile_learner=True --torch_compile_dynamo_mode=$mode"
+    tail -n 1 "$OUT/learner_loop_APPO_compiled_$mode.log" >>"$OUT/learner_loop.jsonl"
+  done
   step inference 90 $PY -m sample_factory.tools.benchmark_learner --device=cuda --inference --rounds=20 \
     --inference_batches=16,64,128,256
   ;;

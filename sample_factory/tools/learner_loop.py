@@ -24,6 +24,7 @@ import torch
 from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config, parse_cfg
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.model.compile import compile_for_role
 
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "host_read")
 # Kernels whose CPU implementation reads scalars on the host where the CUDA one reads them on the device: the CPU fused
@@ -87,6 +88,7 @@ def measure(algo_name: str, env: str, device: torch.device, iterations: int, ext
     torch.manual_seed(0)
     model = ActorCritic(cfg, obs_space, action_space).to(device).train()
     algo = make_algorithm(cfg, model, device)
+    compile_for_role(model, cfg, "learner", print)  # as the learner does (--torch_compile_learner), after the algo
     rows = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout  # trajectories of one iteration
     batches = [make_batch(cfg, obs_space, action_space, rows, seed) for seed in range(2)]
     version = 1
