@@ -43,14 +43,23 @@ def make_batch(cfg: Config, obs_space: gym.Space, action_space: gym.Space, rows:
     """rows trajectories [rows, T(+1), ...] as TrajectoryBuffers.gather returns them (CPU tensors), from a policy one
     version behind, with a few episode ends."""
     T, g = cfg.rollout, torch.Generator().manual_seed(seed)
+    is_first = torch.zeros(rows, T + 1, dtype=torch.bool)
+    dones = torch.rand(rows, T, generator=g) < 0.01
     if isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.uint8:
-        obs = torch.randint(0, 256, (rows, T + 1, *obs_space.shape), dtype=torch.uint8, generator=g)
+        # real frame stacks (DQN's replay stores Atari stacks as single frames and checks that they are): frames
+        # f_0..f_T per trajectory, obs[t] = f_{t-k+1..t}, the first frame repeated where the episode starts (t = 0)
+        k = obs_space.shape[0]
+        frames = torch.randint(0, 256, (rows, T + 1, *obs_space.shape[1:]), dtype=torch.uint8, generator=g)
+        idx = (torch.arange(T + 1).unsqueeze(1) + torch.arange(-k + 1, 1)).clamp(min=0)  # [T+1, k]
+        obs = frames[:, idx]  # [rows, T+1, k, H, W]
+        is_first[:, 0] = True
+        dones.zero_()
     else:
         obs = torch.randn(rows, T + 1, *obs_space.shape, generator=g)
     return {
         "obs": {"obs": obs},
         "rnn_states": torch.zeros(rows, T + 1, 1),
-        "is_first": torch.zeros(rows, T + 1, dtype=torch.bool),
+        "is_first": is_first,
         "active": torch.ones(rows, T, dtype=torch.bool),
         "actions": torch.randint(0, int(action_space.n), (rows, T + 1), generator=g),
         "log_probs": torch.full((rows, T + 1), -float(np.log(action_space.n))),
@@ -58,7 +67,7 @@ def make_batch(cfg: Config, obs_space: gym.Space, action_space: gym.Space, rows:
         "policy_version": torch.zeros(rows, T + 1, dtype=torch.int64),
         "policy_id": torch.zeros(rows, T + 1, dtype=torch.int64),
         "rewards": (torch.rand(rows, T, generator=g) < 0.05).float(),
-        "dones": torch.rand(rows, T, generator=g) < 0.01,
+        "dones": dones,
         "truncated": torch.zeros(rows, T, dtype=torch.bool),
         "final_values": torch.zeros(rows, T),
     }
