@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -20,6 +20,9 @@ from torch import Tensor
 from sample_factory.algo.optim import FusedAdam, Optimizer, fused_adam_available
 from sample_factory.algo.transfer import host_read
 from sample_factory.config import Config
+
+if TYPE_CHECKING:  # torch.distributed is imported by data-parallel learners only
+    from sample_factory.algo.data_parallel import DataParallel
 
 
 class ActResult(NamedTuple):
@@ -93,6 +96,8 @@ class Algorithm(ABC):
         # The same two counts where they are kept, on the training device: read back once per iteration.
         self._skip_counts = torch.zeros(2, dtype=torch.int64, device=device)
         self.stop_check: Callable[[], bool] | None = None  # set by the learner: has it been asked to stop?
+        # set by the learner of a --learners_per_policy > 1 group: this rank's collectives (algo/data_parallel.py)
+        self.dp: DataParallel | None = None
         # Listed once: model.parameters() recurses through the modules, and clip_grad_norm_ did so three times a
         # step (0.3 of a CartPole minibatch's 2.5 ms on CPU). .to(device) and weight loads keep these objects.
         self._params: list[torch.nn.Parameter] = list(model.parameters())
@@ -100,8 +105,10 @@ class Algorithm(ABC):
     def should_stop(self) -> bool:
         """Whether the learner has been asked to stop. `train` asks between SGD steps and, if so, returns early:
         the steps taken so far are kept (and counted in the version), the rest of the iteration is dropped, and
-        the learner saves its final checkpoint in time however long a whole iteration would take. Cheap."""
-        return self.stop_check is not None and self.stop_check()
+        the learner saves its final checkpoint in time however long a whole iteration would take. Cheap. In a
+        data-parallel group rank 0 decides for every rank (a broadcast), so that all leave at the same step."""
+        local = self.stop_check is not None and self.stop_check()
+        return local if self.dp is None else self.dp.agree(local)
 
     @classmethod
     def check_spaces(cls, cfg: Config, obs_space: object, action_space: object) -> None:
@@ -138,18 +145,25 @@ class Algorithm(ABC):
     def on_weights_replaced(self) -> None:
         """PBT replaced the model's weights with another policy's: drop state that belongs to the old weights."""
 
-    def device_step(self, loss: Tensor, optimizer: Optimizer, has_data: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def device_step(
+        self, loss: Tensor, optimizer: Optimizer, has_data: Tensor | None = None, extra: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Backward and optimizer step, with gradient clipping at --max_grad_norm, decided on the device: nothing is
         read back to the host, so a GPU's queue keeps running (training loops call this between their one read-back
         per iteration). A NaN/inf loss or gradient norm is never applied; neither is a step whose minibatch has no
         sample to learn from (has_data, a bool scalar, False), which would still move the weights by Adam's momentum.
         Returns (gradient norm before clipping, applied: bool scalar), both device tensors. Skips for NaN/inf are
-        counted on the device; `read_skip_counts` brings the counts to the host."""
+        counted on the device; `read_skip_counts` brings the counts to the host.
+        In a data-parallel group (`dp`) each rank's loss is its share of the global minibatch's loss: gradients,
+        the loss and `extra` (in place) are summed over the ranks before clipping and the guard, so every rank
+        applies the same step; has_data must then be the same on every rank too."""
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # torch.nn.utils.clip_grad_norm_'s arithmetic on CPU and CUDA tensors of one device, without its grouping
         # by device and dtype (another 0.2 ms a step there).
         grads = [p.grad for p in self._params if p.grad is not None]
+        if self.dp is not None:
+            loss = self.dp.reduce_grads(grads, loss, extra)
         norms = torch._foreach_norm(grads) if grads else [loss.new_zeros(())]
         grad_norm = torch.linalg.vector_norm(torch.stack(norms))  # all gradients as one vector
         if self.cfg.max_grad_norm > 0 and grads:

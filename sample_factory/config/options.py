@@ -6,6 +6,7 @@ modules (options_<group>.py) and only assembled here."""
 from __future__ import annotations
 
 from sample_factory.config.option_types import ConfigError, Option, _num, int_list, str2bool, str_list  # noqa: F401
+from sample_factory.config.options_devices import DEVICE_OPTIONS
 from sample_factory.config.options_pbt import PBT_OPTIONS
 from sample_factory.config.options_remote import REMOTE_OPTIONS
 from sample_factory.config.options_replay import REPLAY_OPTIONS
@@ -535,6 +536,7 @@ OPTIONS: dict[str, list[Option]] = {
             "Where enjoy.py writes its JSON summary (default: <experiment>/eval_results.json).",
         ),
     ],
+    "Devices and data-parallel learners": DEVICE_OPTIONS,
     "Remote samplers (Ray)": REMOTE_OPTIONS,
     "PBT": PBT_OPTIONS,
 }

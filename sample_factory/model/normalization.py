@@ -38,13 +38,22 @@ class RunningMeanStd(nn.Module):
             denom = n.clamp(min=1.0)
             batch_mean = (x * w).sum(dim=0) / denom
             batch_var = ((x - batch_mean) ** 2 * w).sum(dim=0) / denom
+        self._merge(n, batch_mean, batch_var, masked=mask is not None)
+
+    @torch.no_grad()
+    def update_moments(self, n: Tensor, batch_mean: Tensor, batch_var: Tensor) -> None:
+        """Merge a batch given by its count (scalar), mean and biased variance [*shape] (float64): the statistics
+        a data-parallel learner group computes over all ranks' samples (algo/data_parallel.py)."""
+        self._merge(n, batch_mean, batch_var, masked=True)
+
+    def _merge(self, n: Tensor | int, batch_mean: Tensor, batch_var: Tensor, masked: bool) -> None:
         total = self.count + n
         delta = batch_mean - self.mean
         # with n = 0 every term below reduces to the old statistics (total = count; count 0 only before any data)
-        safe_total = total.clamp(min=1.0) if mask is not None else total
+        safe_total = total.clamp(min=1.0) if masked else total
         self.mean += delta * n / safe_total
         m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / safe_total
-        if mask is None:
+        if not masked:
             self.var.copy_(m2 / total)
         else:
             self.var.copy_(torch.where(total > 0, m2 / safe_total, self.var))
