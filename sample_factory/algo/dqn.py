@@ -71,6 +71,11 @@ def initial_priorities(targets_returns: Tensor, discounts: Tensor, offsets: Tens
     return (targets_returns + discounts * boot - q_taken).abs()
 
 
+def _rows(x: Any, lo: int, hi: int) -> Any:
+    """Rows [lo, hi) of a tensor or of each tensor of a dict."""
+    return {k: v[lo:hi] for k, v in x.items()} if isinstance(x, dict) else x[lo:hi]
+
+
 def frame_stacked_keys(cfg: Config, obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, int]:
     """Observation keys the replay stores as single frames: Atari's uint8 [--env_framestack, H, W] stacks."""
     if not (cfg.env.startswith("atari_") or cfg.env.startswith("ALE/")) or cfg.env_framestack < 2:
@@ -188,6 +193,8 @@ class DQNAlgorithm(Algorithm):
             setattr(self, k, v)
         # Without a saved buffer the replay refills from scratch and waits for --learning_starts again.
         self._pending_replay_state = state.get("replay")
+        if self.dp is not None and self.dp.rank != 0:  # the buffer lives on rank 0
+            self._pending_replay_state = None
         if self._pending_replay_state is None:
             self.sampled_since_start = self.replayed = 0
             self.owed_steps = 0.0
@@ -252,26 +259,36 @@ class DQNAlgorithm(Algorithm):
         if getattr(self.model, "obs_normalizers", None) is not None:
             obs_dev = {k: v[:, :T][valid].to(self.device) for k, v in batch["obs"].items()}
             self.model.update_normalizers(obs_dev)
-            self.target.load_state_dict(
-                {k: v for k, v in self.model.state_dict().items() if "obs_normalizers" in k}, strict=False
-            )
+            self._target_normalizers()
         idx = self.replay.add(batch["obs"], batch["actions"][:, :T], targets, valid, prio, batch["is_first"])
         return idx[valid.reshape(-1)], int(valid.numpy().sum())
 
     def train(
-        self, batch: dict[str, Any], policy_version: int, policy_id: int | None = None
+        self, batch: dict[str, Any] | None, policy_version: int, policy_id: int | None = None
     ) -> tuple[dict[str, float], int]:
+        """In a data-parallel group (`dp`) the replay buffer lives on rank 0, which alone gets `batch` (the others
+        get None): it samples every minibatch and broadcasts it, each rank trains on its rows of it, and rank 0
+        updates the priorities of the whole minibatch once (from |TD errors| summed into place over the ranks)."""
         cfg = self.cfg
-        fresh, new = self.add_rollouts(batch, policy_id)
+        holds_replay = self.dp is None or self.dp.rank == 0
+        fresh, new, replay_size = None, 0, 0
+        if holds_replay:
+            fresh, new = self.add_rollouts(batch, policy_id)
+            replay_size = len(self.replay)
+        if self.dp is not None:  # the counters below run on every rank alike
+            new, replay_size = self.dp.broadcast_object((new, replay_size))
+            self._sync_normalizers()
         sampled_before = self.sampled
         self.sampled += new
         if cfg.exp_replayer == "one_time":  # each fresh transition once, in shuffled minibatches
             self.sampled_since_start += new
-            perm = fresh[torch.randperm(len(fresh))]
-            minibatches = [(perm[i : i + cfg.batch_size], None) for i in range(0, len(perm), cfg.batch_size)]
-            num_steps = len(minibatches)
+            minibatches = None
+            if holds_replay:
+                perm = fresh[torch.randperm(len(fresh))]
+                minibatches = [(perm[i : i + cfg.batch_size], None) for i in range(0, len(perm), cfg.batch_size)]
+            num_steps = -(-new // cfg.batch_size)
         else:
-            learning = len(self.replay) >= cfg.learning_starts
+            learning = replay_size >= cfg.learning_starts
             if learning:
                 self.sampled_since_start += new
                 self.owed_steps += cfg.training_intensity * new / cfg.batch_size
@@ -284,11 +301,15 @@ class DQNAlgorithm(Algorithm):
         for i in range(num_steps):
             if self.should_stop():  # the learner must save and exit: keep the steps taken, drop the rest
                 break
-            self._apply_priorities(self.priority_reads.ready())
-            if minibatches is not None:
-                sample = self.replay.take(*minibatches[i])
-            else:
-                sample = self.replay.sample(cfg.batch_size, beta)
+            sample = None
+            if holds_replay:
+                self._apply_priorities(self.priority_reads.ready())
+                if minibatches is not None:
+                    sample = self.replay.take(*minibatches[i])
+                else:
+                    sample = self.replay.sample(cfg.batch_size, beta)
+            if self.dp is not None:
+                sample = self.dp.broadcast_object(sample)
             self.replayed += len(sample.indices)
             step_stats, ok = self.sgd_step(sample)
             sums = step_stats if sums is None else sums + step_stats
@@ -298,7 +319,8 @@ class DQNAlgorithm(Algorithm):
             if seen - self.last_target_update >= cfg.target_network_update_freq:
                 self.target.load_state_dict(self.model.state_dict())
                 self.last_target_update, self.target_updates = seen, self.target_updates + 1
-        self._apply_priorities(self.priority_reads.drain())
+        if holds_replay:
+            self._apply_priorities(self.priority_reads.drain())
         # the iteration's one read-back: [K sums, applied steps, skipped total, skipped in a row]
         tail = torch.cat([applied.view(1), self._skip_counts]).double()
         host = host_read(tail if sums is None else torch.cat([sums, tail]))
@@ -310,7 +332,7 @@ class DQNAlgorithm(Algorithm):
             sgd_steps=applied,
             skipped_updates=self.skipped_updates,
             lr=self.optimizer.param_groups[0]["lr"],
-            replay_size=len(self.replay),
+            replay_size=replay_size,
             replay_ratio=self.replayed / max(self.sampled_since_start, 1),
             beta=beta,
             epsilon_max=float(eps[0]),
@@ -327,6 +349,9 @@ class DQNAlgorithm(Algorithm):
         device tensors: nothing here waits for the device."""
         cfg = self.cfg
         B = len(s.indices)
+        lo, hi = (0, B) if self.dp is None else self.dp.share(B, self.dp.world, self.dp.rank)
+        if self.dp is not None:  # this rank's rows of the minibatch
+            s = s._replace(**{k: _rows(getattr(s, k), lo, hi) for k in s._fields if k != "indices"})
         d = self.staging.to_device(
             {
                 "obs": s.obs,  # {key: [B, *shape]}
@@ -340,7 +365,7 @@ class DQNAlgorithm(Algorithm):
         obs, next_obs, returns, discounts, weights = (
             d["obs"], d["next_obs"], d["returns"], d["discounts"], d["weights"]
         )  # fmt: skip
-        actions = d["actions"].view(B, -1)[:, :1]  # [B, 1] (Discrete)
+        actions = d["actions"].view(hi - lo, -1)[:, :1]  # [b, 1] (Discrete)
         next_mask = next_obs.get(ACTION_MASK_KEY)
         with forward_autocast(self):
             params, values, _ = self.model.forward_step(obs, None)
@@ -355,15 +380,37 @@ class DQNAlgorithm(Algorithm):
             next_target = masked_q(q_values(tp.float(), tv.float(), cfg.dueling), next_mask)
             target = double_q_target(returns, discounts, next_target, next_online)  # [B]
         td = q - target
-        loss = (weights * F.huber_loss(q, target, reduction="none", delta=cfg.huber_delta)).mean()
-        grad_norm, ok = self.device_step(loss, self.optimizer)
+        weighted = weights * F.huber_loss(q, target, reduction="none", delta=cfg.huber_delta)
         td_abs = td.detach().abs()
-        if self.replay.prioritized:  # [B + 1]: the new |TD errors| and whether the step was applied
+        prioritized = cfg.exp_replayer == "prioritized"
+        if self.dp is None:
+            loss = weighted.mean()
+            grad_norm, ok = self.device_step(loss, self.optimizer)
+        else:  # this rank's share of the minibatch mean; its |TD errors| summed into place over the ranks
+            loss = weighted.sum() / B
+            td_all = torch.zeros(B, device=td_abs.device) if prioritized else None
+            if td_all is not None:
+                td_all[lo:hi] = td_abs.float()
+            grad_norm, ok = self.device_step(loss, self.optimizer, extra=td_all)
+            td_abs = td_all if td_all is not None else td_abs
+        if prioritized and self.replay is not None:  # [B + 1]: the new |TD errors| and whether it was applied
             self.priority_reads.put(s.indices, torch.cat([td_abs.float(), ok.float().view(1)]))
         step_stats = torch.stack(
             [loss.detach(), q.detach().mean(), target.mean(), td_abs.mean(), weights.mean(), grad_norm]
         ).double()  # [K] in STEP_STATS order
         return torch.where(ok, step_stats, 0.0), ok  # a skipped step's NaN never reaches the sums
+
+    def _target_normalizers(self) -> None:
+        self.target.load_state_dict(
+            {k: v for k, v in self.model.state_dict().items() if "obs_normalizers" in k}, strict=False
+        )
+
+    def _sync_normalizers(self) -> None:
+        """Data-parallel: rank 0's observation statistics (it saw the batch) on every rank, target network too."""
+        if getattr(self.model, "obs_normalizers", None) is not None:
+            for t in self.model.obs_normalizers.buffers():
+                self.dp.broadcast_(t)
+            self._target_normalizers()
 
     def _apply_priorities(self, reads: list) -> None:
         """New |TD errors| of earlier steps, in step order; those of skipped (NaN/inf) steps are dropped."""

@@ -96,3 +96,70 @@ def test_two_appo_ranks_match_one_learner_on_the_whole_batch(tmp_path: Path, nam
     # the reported sample counts are the whole batch's
     for got, want in zip(result["stats"], reference["stats"], strict=True):
         assert (got["samples"], got["dropped_samples"]) == (want["samples"], want["dropped_samples"])
+
+
+DQN_FLAGS = (
+    "--batch_size=32",
+    "--training_intensity=2",
+    "--learning_starts=100",
+    "--target_network_update_freq=64",
+    "--normalize_input=True",
+    "--max_grad_norm=1",
+)
+DQN_ITERATIONS = 4
+
+
+def _dqn_train(dp: Any, flags: tuple[str, ...]) -> dict[str, Any]:
+    from tests.algo.test_dqn import fake_batch, make_algo
+
+    algo = make_algo(*flags)
+    if dp is not None:
+        algo.dp = dp
+    version, stats = 0, []
+    for i in range(DQN_ITERATIONS):
+        batch = fake_batch(M=4, seed=i) if dp is None or dp.rank == 0 else None  # the replay is rank 0's
+        algo.update_learning_rate(100 * i)
+        s, version = algo.train(batch, version, 0)
+        stats.append(s)
+    priorities = None if algo.replay is None else algo.replay.state_dict()
+    return {
+        "version": version,
+        "model": algo.model.state_dict(),
+        "target": algo.target.state_dict(),
+        "stats": stats,
+        "replay": priorities,
+    }
+
+
+def _dqn_rank(rank: int, world: int, port: int, flags: tuple[str, ...], out: str) -> None:
+    from sample_factory.algo.data_parallel import init_group, leave_group
+
+    torch.set_num_threads(1)
+    dp = init_group(rank, world, port, "gloo", TIMEOUT)
+    try:
+        result = _dqn_train(dp, flags)
+    finally:
+        leave_group()
+    if rank == 0:
+        torch.save(result, out)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("replayer", ["prioritized", "one_time"])
+def test_two_dqn_ranks_match_one_learner(tmp_path: Path, replayer: str):
+    flags = (*DQN_FLAGS, f"--exp_replayer={replayer}")
+    reference = _dqn_train(None, flags)
+    assert reference["version"] > 4 * (replayer == "prioritized")  # several SGD steps and target updates
+    out = tmp_path / "rank0.pt"
+    run_ranks(_dqn_rank, 2, flags, str(out))
+    result = torch.load(out, weights_only=False)
+    assert result["version"] == reference["version"]
+    for part in ("model", "target"):
+        for k, v in reference[part].items():
+            torch.testing.assert_close(result[part][k], v, rtol=1e-4, atol=1e-5, msg=f"{part} {k}")
+    assert result["stats"][-1]["target_updates"] == reference["stats"][-1]["target_updates"]
+    if replayer == "prioritized":  # priorities updated once, from the whole minibatch's |TD errors|
+        ref, got = reference["replay"], result["replay"]
+        for k, v in ref.items():
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                torch.testing.assert_close(got[k], v, rtol=1e-4, atol=1e-5, msg=k)
