@@ -31,11 +31,13 @@ from sample_factory.runtime.device import resolve_device_name
 from sample_factory.runtime.fork_server import mp_context
 from sample_factory.runtime.heartbeat import enable_stack_dumps
 from sample_factory.runtime.messages import REPORT, Channels, Report, SaveBest, SaveNow
+from sample_factory.runtime.placement import place_components
 from sample_factory.runtime.serial_snapshot import load_snapshot, save_snapshot
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
 from sample_factory.runtime.supervisor import RESTARTABLE, Supervisor
 from sample_factory.workers.actor_worker import ActorWorker
 from sample_factory.workers.learner import Learner
+from sample_factory.workers.learner_rank import LearnerRank
 from sample_factory.workers.policy_worker import PolicyWorker
 
 
@@ -179,7 +181,8 @@ class Runner:
             w.publish(model, version)
             self.weights.append(w)
         kind = "local" if cfg.serial_mode else cfg.message_queue
-        self.channels = Channels(spec.num_workers, cfg.num_policies, kind)
+        self.channels = Channels(spec.num_workers, cfg.num_policies, kind, cfg.learners_per_policy)
+        self.placement = place_components(cfg, log)
         self.pbt = PbtController(cfg, self.exp_dir, self.channels, log, reward_shaping) if cfg.with_pbt else None
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
@@ -210,6 +213,7 @@ class Runner:
         keys = []
         for p in range(cfg.num_policies):
             keys.append(("learner", p))
+            keys += [("learner", (p, r)) for r in range(1, cfg.learners_per_policy)]
             keys += [("policy", (p, i)) for i in range(cfg.policy_workers_per_policy)]
         local = cfg.local_samplers or cfg.evaluation_run  # evaluations of a run trained by sampler nodes play here
         keys += [("actor", w) for w in range(cfg.num_workers if local else 0)]
@@ -219,9 +223,16 @@ class Runner:
         cfg, b, ch = self.cfg, self.buffers, self.channels
         spaces = (self.obs_space, self.action_space)
         if role == "learner":
-            hyperparams = self.pbt.hyperparams(index) if self.pbt is not None else None
-            return Learner(cfg, index, b, ch, self.weights[index], *spaces, self.weights, hyperparams)
+            if isinstance(index, tuple):
+                (p, r), group = index, self.placement.groups.get(index[0])
+            else:
+                p, r, group = index, 0, self.placement.groups.get(index)
+            cfg = self.placement.cfg_for(cfg, self.placement.learners[p, r])
+            hyperparams = self.pbt.hyperparams(p) if self.pbt is not None else None
+            kind = Learner if r == 0 else LearnerRank
+            return kind(cfg, p, b, ch, self.weights[p], *spaces, self.weights, hyperparams, rank=r, group=group)
         if role == "policy":
+            cfg = self.placement.cfg_for(cfg, self.placement.policy_workers[index])
             return PolicyWorker(cfg, index[0], index[1], b, ch, self.weights[index[0]], *spaces)
         return ActorWorker(cfg, index, b, ch)
 

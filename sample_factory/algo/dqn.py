@@ -93,6 +93,7 @@ class DQNAlgorithm(Algorithm):
     learning started), beta, epsilon_min/max, target_updates, lr, skipped_updates, samples."""
 
     uses_agent_rank = True  # Ape-X: each agent explores with its own epsilon
+    whole_batch_on_rank0 = True  # data-parallel: the replay buffer is rank 0's (workers/learner_group.py)
     required_buffers = (
         "obs",
         "is_first",

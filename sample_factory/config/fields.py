@@ -169,6 +169,12 @@ class OptionFields:
     eval_env_overrides: str | None  # default None
     eval_results_file: str | None  # default None
 
+    # Devices and data-parallel learners
+    learners_per_policy: int  # default 1
+    learner_devices: str  # default ''
+    policy_worker_devices: str  # default ''
+    collective_timeout_sec: float  # default 120.0
+
     # Remote samplers (Ray)
     sampler_nodes: int  # default 0
     ray_address: str | None  # default None

@@ -261,6 +261,7 @@ def finalize_cfg(cfg: Config) -> Config:
         _check_ray_pbt(cfg)
     _check_replay(cfg)
     _check_remote_samplers(cfg)
+    _check_data_parallel(cfg)
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg
@@ -339,3 +340,26 @@ def _check_remote_samplers(cfg: Config) -> None:
         )
     if not module_available("ray"):
         raise ConfigError("--sampler_nodes needs Ray: pip install -e .[ray] (or pip install 'ray[default]')")
+
+
+def _check_data_parallel(cfg: Config) -> None:
+    """--learners_per_policy > 1: what a data-parallel learner group does not run with."""
+    n = cfg.learners_per_policy
+    if n < 1:
+        raise ConfigError(f"--learners_per_policy must be >= 1, got {n}")
+    if n == 1:
+        return
+    off = {
+        "--serial_mode": cfg.serial_mode,  # its ranks must run at once, in processes of their own
+        "--with_pbt": cfg.with_pbt,  # hyperparameter and weight exchanges would have to reach every rank
+        "--exp_replayer=uniform with --algo=APPO": cfg.algo == "APPO" and cfg.exp_replayer == "uniform",
+        "--sampler_only": cfg.sampler_only,
+        "--sampler_nodes": cfg.sampler_nodes > 0,
+    }
+    if bad := [flag for flag, on in off.items() if on]:
+        raise ConfigError(f"--learners_per_policy={n} does not run with {', '.join(bad)}")
+    if cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout < n:
+        raise ConfigError(
+            f"--learners_per_policy={n}: an iteration of batch_size*num_batches_per_epoch/rollout = "
+            f"{cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout} trajectories leaves a rank without one"
+        )

@@ -22,6 +22,9 @@ number: receivers drop messages that are no longer current.
 - runner -> actors:                      Resend(RESEND)  re-send outstanding requests (a policy worker was restarted)
 - anyone -> runner (report channel):     Report(REPORT, role, index, report_kind, payload)
 - runner -> any component:               Stop(STOP)
+- learner rank 0 -> its other ranks:     RankWork(RANK_WORK, slots, columns, rows, version, env_steps)  copy these
+                                         slot columns (a share of `rows` trajectories) and train; RankDone(RANK_DONE)
+                                         rank 0 has stopped (--learners_per_policy > 1, workers/learner_group.py)
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ SAVE_BEST = 7
 SAVE_NOW = 8
 PBT_UPDATE = 9
 SET_REWARD_SHAPING = 10
+RANK_WORK = 11
+RANK_DONE = 12
 
 
 class Request(NamedTuple):
@@ -148,6 +153,30 @@ class Resend(NamedTuple):
         return (RESEND,)
 
 
+class RankWork(NamedTuple):
+    """One iteration of a data-parallel learner group: this rank's slot columns ([] for none) of `rows` trajectories,
+    the policy version and env steps the iteration starts from."""
+
+    kind: int
+    slots: list[int]
+    columns: list[list[int]]  # per slot, the columns this rank copies
+    rows: int
+    version: int
+    env_steps: int
+
+    @staticmethod
+    def wire(slots: list[int], columns: list[list[int]], rows: int, version: int, env_steps: int) -> tuple:
+        return (RANK_WORK, slots, columns, rows, version, env_steps)
+
+
+class RankDone(NamedTuple):
+    kind: int
+
+    @staticmethod
+    def wire() -> tuple:
+        return (RANK_DONE,)
+
+
 class Report(NamedTuple):
     kind: int
     role: str
@@ -178,6 +207,8 @@ Message = (
     | PbtUpdate
     | SetRewardShaping
     | Resend
+    | RankWork
+    | RankDone
     | Report
     | Stop
 )
@@ -193,6 +224,8 @@ _RECORDS: dict[int, Any] = {
     SAVE_NOW: SaveNow,
     PBT_UPDATE: PbtUpdate,
     SET_REWARD_SHAPING: SetRewardShaping,
+    RANK_WORK: RankWork,
+    RANK_DONE: RankDone,
 }
 
 
@@ -309,15 +342,17 @@ CHANNEL_TYPES = {"socket": SocketChannel, "faster_fifo": FifoChannel, "local": L
 class Channels:
     """Every channel of a run, indexed by the receiving component."""
 
-    def __init__(self, num_workers: int, num_policies: int, kind: str):
+    def __init__(self, num_workers: int, num_policies: int, kind: str, learners_per_policy: int = 1):
         make = CHANNEL_TYPES[kind]
         self.report = make()
         self.actor = [make() for _ in range(num_workers)]
         self.policy = [make() for _ in range(num_policies)]  # shared by the policy workers of one policy
-        self.learner = [make() for _ in range(num_policies)]
+        self.learner = [make() for _ in range(num_policies)]  # rank 0 of each policy's learners
+        # (policy, rank) -> inbox of the other ranks of a data-parallel learner group
+        self.learner_ranks = {(p, r): make() for p in range(num_policies) for r in range(1, learners_per_policy)}
 
     def all(self) -> list:
-        return [self.report, *self.actor, *self.policy, *self.learner]
+        return [self.report, *self.actor, *self.policy, *self.learner, *self.learner_ranks.values()]
 
     def close(self) -> None:
         for c in self.all():

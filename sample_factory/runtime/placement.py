@@ -11,7 +11,12 @@ GPU numbers are torch's: with CUDA_VISIBLE_DEVICES=2,3 the GPUs are 0 and 1 here
 
 from __future__ import annotations
 
+import copy
+import socket
+from collections.abc import Callable
 from typing import NamedTuple
+
+import torch
 
 from sample_factory.config import Config, ConfigError
 
@@ -70,3 +75,46 @@ def group_backend(devices: list[str]) -> str:
     if all(d.startswith("cuda") for d in devices) and len(set(devices)) == len(devices):
         return "nccl"
     return "gloo"
+
+
+class RunPlacement(NamedTuple):
+    """The runner's decisions: devices, and per data-parallel policy its group's (rendezvous port, backend)."""
+
+    learners: dict[tuple[int, int], str]
+    policy_workers: dict[tuple[int, int], str]
+    groups: dict[int, tuple[int, str]]
+
+    @staticmethod
+    def cfg_for(cfg: Config, device: str) -> Config:
+        """`cfg` for a component on `device` (a copy where the device differs from --device)."""
+        if device == cfg.device:
+            return cfg
+        cfg = copy.copy(cfg)
+        cfg.device = device
+        return cfg
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the group's rank 0 binds it moments later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def place_components(cfg: Config, log: Callable[[str], None]) -> RunPlacement:
+    """Devices of every learner rank and policy worker of the run (cfg.device already resolved), logged when they
+    are not all on --device, and a rendezvous port per data-parallel learner group."""
+    explicit = cfg.learner_devices or cfg.policy_worker_devices
+    num_gpus = torch.cuda.device_count() if cfg.device != "cpu" or explicit else 0
+    placement = place(cfg, cfg.device, num_gpus)
+    groups = {}
+    if cfg.learners_per_policy > 1:
+        for p in range(cfg.num_policies):
+            devices = [placement.learners[p, r] for r in range(cfg.learners_per_policy)]
+            groups[p] = (free_port(), group_backend(devices))
+    if explicit or cfg.learners_per_policy > 1 or num_gpus > 1:
+        learners = ", ".join(f"{p}.{r}: {d}" for (p, r), d in placement.learners.items())
+        workers = ", ".join(f"{p}.{i}: {d}" for (p, i), d in placement.policy_workers.items())
+        backends = ", ".join(f"policy {p}: {cfg.learners_per_policy} ranks over {b}" for p, (_, b) in groups.items())
+        log(f"placement: learners {learners} | policy workers {workers}" + (f" | {backends}" if backends else ""))
+    return RunPlacement(placement.learners, placement.policy_workers, groups)

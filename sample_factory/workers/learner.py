@@ -13,6 +13,7 @@ import collections
 import contextlib
 import copy
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -52,6 +53,7 @@ from sample_factory.runtime.messages import (
     Message,
 )
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
+from sample_factory.workers.learner_group import release_ranks, share_out
 
 
 class PendingRollout(NamedTuple):
@@ -77,8 +79,17 @@ class Learner(Component):
         action_space: gym.Space,
         all_weights: list[SharedWeights] | None = None,
         hyperparams: dict[str, float] | None = None,
+        rank: int = 0,
+        group: tuple[int, str] | None = None,
     ):
-        super().__init__(policy_id, channels.learner[policy_id], channels.report)
+        """rank, group: this learner's rank in its policy's data-parallel group (--learners_per_policy) and the
+        group's (rendezvous port, torch.distributed backend); ranks >= 1 are `LearnerRank`s
+        (workers/learner_group.py), keyed (policy_id, rank)."""
+        index, inbox = (policy_id, channels.learner[policy_id]) if rank == 0 else ((policy_id, rank), None)
+        super().__init__(index, inbox or channels.learner_ranks[policy_id, rank], channels.report)
+        self.rank, self.group = rank, group
+        self.dp = None  # algo/data_parallel.py: this rank's collectives, with --learners_per_policy > 1
+        self.group_failed = False  # a collective failed: the weights may be mid-step, no final checkpoint
         if hyperparams is not None:  # PBT: this learner's own hyperparameters (serial mode shares one cfg object)
             cfg = copy.copy(cfg)
             apply_hyperparams(cfg, hyperparams)
@@ -114,6 +125,13 @@ class Learner(Component):
         self.model.to(self.device).train()
         self.algo = make_algorithm(cfg, self.model, self.device)
         self.algo.stop_check = self._stop_requested
+        if cfg.learners_per_policy > 1:  # torch.distributed is imported by data-parallel learners only
+            from sample_factory.algo.data_parallel import init_group
+
+            port, backend = self.group
+            with self._alive_while("joining the learner group"):
+                self.dp = init_group(self.rank, cfg.learners_per_policy, port, backend, cfg.collective_timeout_sec)
+            self.algo.dp = self.dp
         # after make_algorithm: copies it makes (DQN's target network) stay eager
         if compile_for_role(self.model, cfg, "learner", lambda line: self.report("note", line)):
             rows = self.columns_per_iteration // max(cfg.num_batches_per_epoch, 1) * (cfg.rollout + 1)
@@ -137,11 +155,16 @@ class Learner(Component):
                 torch.set_rng_state(state["rng"].cpu())
             if "cuda_rng" in state and self.device.type == "cuda":
                 torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
-            self.report("resumed", {"path": str(path), "env_steps": self.env_steps, "version": self.version})
+            if self.rank == 0:
+                self.report("resumed", {"path": str(path), "env_steps": self.env_steps, "version": self.version})
+        if self.dp is not None:  # every rank starts from rank 0's weights, statistics and random state
+            self.dp.sync_start(self.model)
+            self.leader_pid = self.dp.broadcast_object(os.getpid())
         best = list_best_checkpoints(self.ckpt_dir)
-        if best:
+        if best and self.rank == 0:
             self.report("best_metric", best_metric_of(best[-1]))
-        self.weights.publish(self.model, self.version)
+        if self.rank == 0:
+            self.weights.publish(self.model, self.version)
         self.bind_views()
         self.last_save = self.last_milestone = time.monotonic()
         self.activity = "waiting for rollouts"
@@ -190,7 +213,11 @@ class Learner(Component):
         budget = len(self.pending)
         while not self.stopped and budget > 0 and (taken := self._take_iteration()):
             budget -= len(taken)
-            self._iteration(taken)
+            if self.dp is None:
+                self._iteration(taken)
+            else:
+                with self._group_failure():
+                    self._iteration(taken)
             msgs, self.early = self.early + self.inbox.get_many(block=False), []
             if msgs:
                 self.on_messages(msgs)
@@ -235,16 +262,21 @@ class Learner(Component):
     def _iteration(self, taken: list[PendingRollout]) -> None:
         self._mark_busy()
         self.activity = "copying a batch"
-        with self.timing.add("copy_batch"):
-            columns = None if self.cfg.num_policies == 1 else [p.cols for p in taken]
-            batch = self.buffers.gather([p.slot for p in taken], columns, self.batch_keys, self.device.type == "cuda")
-            if self.cfg.async_rl or self.cfg.sampler_only:
-                self._return_slots(taken)  # collection continues while we train
+        slots = [p.slot for p in taken]
+        columns = None if self.cfg.num_policies == 1 else [p.cols for p in taken]
         if self.cfg.num_policies == 1:
             samples = len(taken) * self.buffers.spec.samples_per_slot
         else:  # the columns may hold steps of other policies too (an env passes to another policy)
-            samples = int((batch["policy_id"][:, :-1] == self.policy_id).sum())
+            ids = self.buffers.gather(slots, columns, ("policy_id",))["policy_id"]
+            samples = int((ids[:, :-1] == self.policy_id).sum())
         self.env_steps += samples * self.cfg.frames_per_env_step  # the run's unit (frames on Atari)
+        with self.timing.add("copy_batch"):
+            if self.dp is None:
+                batch = self.buffers.gather(slots, columns, self.batch_keys, self.device.type == "cuda")
+            else:  # the other ranks copy their shares meanwhile; all have copied when this returns
+                batch = share_out(self, taken)
+            if self.cfg.async_rl or self.cfg.sampler_only:
+                self._return_slots(taken)  # collection continues while we train
         if self.cfg.sampler_only:
             self.report("train", {"samples": samples, "env_steps": self.env_steps, "version": self.version})
             return
@@ -254,11 +286,7 @@ class Learner(Component):
             self.algo.update_learning_rate(self.env_steps)
             stats, self.version = self.algo.train(batch, self.version, self.policy_id)
         train_time = self.timing["train"] - trained_before
-        if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:
-            raise RuntimeError(
-                f"{self.algo.consecutive_skipped} consecutive updates had a NaN/inf loss or gradient "
-                f"(--max_nonfinite_updates={self.cfg.max_nonfinite_updates}); stopping instead of training garbage"
-            )
+        self._check_nonfinite()
         with self.timing.add("publish_weights"):
             self.weights.publish(self.model, self.version)
         if not self.cfg.async_rl:
@@ -267,6 +295,28 @@ class Learner(Component):
         call_hook(self.callbacks, "on_training_result", self.policy_id, stats)
         self.report("train", stats)
         self.activity = "waiting for rollouts"
+
+    def _check_nonfinite(self) -> None:
+        if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:
+            raise RuntimeError(
+                f"{self.algo.consecutive_skipped} consecutive updates had a NaN/inf loss or gradient "
+                f"(--max_nonfinite_updates={self.cfg.max_nonfinite_updates}); stopping instead of training garbage"
+            )
+
+    @contextlib.contextmanager
+    def _group_failure(self) -> Iterator[None]:
+        """An iteration of a data-parallel rank: an error in it (a rank died: the collectives fail, or time out
+        after --collective_timeout_sec) fails this rank with a line that says so, and no final checkpoint is
+        written from weights that may be mid-step; the run resumes from the last checkpoint."""
+        try:
+            yield
+        except Exception as e:
+            self.group_failed = True
+            raise RuntimeError(
+                f"learner rank {self.rank} of policy {self.policy_id}: the data-parallel group failed "
+                f"(a rank died or stalled past --collective_timeout_sec={self.cfg.collective_timeout_sec:g}); "
+                f"resume from the last checkpoint: {type(e).__name__}: {e}"
+            ) from e
 
     def _pbt_update(self, hyperparams: dict[str, float], source: int | None) -> None:
         """New hyperparameters; for a replacement also the source policy's latest published weights (normalizer
@@ -336,6 +386,12 @@ class Learner(Component):
             thread.join()
 
     def finish(self) -> None:
+        if self.dp is not None:
+            release_ranks(self)
         # only a learner that started properly may write checkpoints
-        if self.initialized and not self.cfg.evaluation_run:
+        if self.initialized and not self.cfg.evaluation_run and not self.group_failed:
             self.save()
+        if self.dp is not None:
+            from sample_factory.algo.data_parallel import leave_group
+
+            leave_group()

@@ -4,7 +4,6 @@ every batch, reach the weights of one learner trained on the whole batch with th
 from __future__ import annotations
 
 import multiprocessing
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +11,10 @@ import pytest
 import torch
 
 from sample_factory.algo.appo import APPOAlgorithm
+from sample_factory.runtime.placement import free_port
 from tests.algo import appo_fixture
 
 TIMEOUT = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rows_of(batch: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
