@@ -67,6 +67,8 @@ class PendingRollout(NamedTuple):
 
 class Learner(Component):
     role = "learner"
+    dp = None  # algo/data_parallel.py: this rank's collectives, with --learners_per_policy > 1 (set in init)
+    group_failed = False  # a collective failed: the weights may be mid-step, no final checkpoint
 
     def __init__(
         self,
@@ -88,8 +90,6 @@ class Learner(Component):
         index, inbox = (policy_id, channels.learner[policy_id]) if rank == 0 else ((policy_id, rank), None)
         super().__init__(index, inbox or channels.learner_ranks[policy_id, rank], channels.report)
         self.rank, self.group = rank, group
-        self.dp = None  # algo/data_parallel.py: this rank's collectives, with --learners_per_policy > 1
-        self.group_failed = False  # a collective failed: the weights may be mid-step, no final checkpoint
         if hyperparams is not None:  # PBT: this learner's own hyperparameters (serial mode shares one cfg object)
             cfg = copy.copy(cfg)
             apply_hyperparams(cfg, hyperparams)
@@ -312,11 +312,13 @@ class Learner(Component):
             yield
         except Exception as e:
             self.group_failed = True
-            raise RuntimeError(
+            error = RuntimeError(
                 f"learner rank {self.rank} of policy {self.policy_id}: the data-parallel group failed "
                 f"(a rank died or stalled past --collective_timeout_sec={self.cfg.collective_timeout_sec:g}); "
                 f"resume from the last checkpoint: {type(e).__name__}: {e}"
-            ) from e
+            )
+            error.user_facing = True  # one line in the log (SF_DEBUG=1: with the traceback)
+            raise error from e
 
     def _pbt_update(self, hyperparams: dict[str, float], source: int | None) -> None:
         """New hyperparameters; for a replacement also the source policy's latest published weights (normalizer
