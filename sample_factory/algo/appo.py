@@ -142,6 +142,8 @@ class APPOAlgorithm(Algorithm):
                 break
             # data-parallel: drawn on the CPU, where every rank has the same generator state (data_parallel.py)
             perm = torch.randperm(rows, device=self.device if self.dp is None else "cpu")
+            if self.dp is not None:  # rank 0's draw: the ranks agree even if their random states ever differed
+                perm = self.dp.broadcast_(perm, cpu=True)
             for mb in torch.tensor_split(perm, min(self.cfg.num_batches_per_epoch, rows)):
                 if self.should_stop():  # the learner must save and exit: keep the steps taken, drop the rest
                     break

@@ -125,9 +125,14 @@ class DataParallel:
         torch.set_rng_state(state)
 
 
-def init_group(rank: int, world: int, port: int, backend: str, timeout_sec: float) -> DataParallel:
-    """Join the group of a policy's learner ranks (rank 0 hosts the rendezvous on 127.0.0.1:`port`)."""
+def init_group(
+    rank: int, world: int, port: int, backend: str, timeout_sec: float, device: torch.device | None = None
+) -> DataParallel:
+    """Join the group of a policy's learner ranks (rank 0 hosts the rendezvous on 127.0.0.1:`port`); `device`: this
+    rank's training device (NCCL binds the rank to it)."""
     timeout = datetime.timedelta(seconds=timeout_sec)
+    if backend == "nccl" and device is not None:
+        torch.cuda.set_device(device)
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timeout
     )

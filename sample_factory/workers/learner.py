@@ -130,7 +130,8 @@ class Learner(Component):
 
             port, backend = self.group
             with self._alive_while("joining the learner group"):
-                self.dp = init_group(self.rank, cfg.learners_per_policy, port, backend, cfg.collective_timeout_sec)
+                n, timeout = cfg.learners_per_policy, cfg.collective_timeout_sec
+                self.dp = init_group(self.rank, n, port, backend, timeout, self.device)
             self.algo.dp = self.dp
         # after make_algorithm: copies it makes (DQN's target network) stay eager
         if compile_for_role(self.model, cfg, "learner", lambda line: self.report("note", line)):
