@@ -172,6 +172,9 @@ class Runner:
                 model = ActorCritic(cfg, self.obs_space, self.action_space)
             # Resumed or evaluated runs publish the checkpoint's weights: no worker ever acts with random ones.
             loaded, version = load_policy_checkpoint(cfg, p), 0
+            if loaded is not None and not cfg.evaluation_run:  # whether this run's flags can continue from it
+                for note in algorithm_class(cfg).check_resume(cfg, loaded[0]["algo"]):
+                    log(f"policy {p}: {note}")
             if loaded is not None:
                 model.load_state_dict(loaded[0]["model"])
                 version = loaded[0]["policy_version"]

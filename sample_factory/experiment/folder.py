@@ -14,10 +14,12 @@ import time
 from pathlib import Path
 
 from sample_factory.config import Config
+from sample_factory.experiment.checkpoints import fsync_dir
 
 # Changing these would make the saved checkpoints unusable or meaningless.
 UNSAFE_ON_RESUME = (
     "env",
+    "algo",  # the checkpoints hold one algorithm's state (DQN: the target network and the replay buffer)
     "encoder_mlp_layers",
     "encoder_custom",
     "nonlinearity",
@@ -175,8 +177,12 @@ def _prepare_locked(cfg: Config, d: Path, existed: bool, lock: ExperimentLock) -
     try:
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / ".cfg.json.tmp"
-        tmp.write_text(json.dumps(vars(cfg), indent=2, sort_keys=True))
+        with open(tmp, "w") as f:
+            f.write(json.dumps(vars(cfg), indent=2, sort_keys=True))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, d / "cfg.json")
+        fsync_dir(d)
     except OSError as e:
         raise ExperimentError(f"cannot write the experiment folder {d}: {e.strerror}") from None
     return d, what, lock
