@@ -194,8 +194,10 @@ def tiny_checkpoint_fs(tmp_path):
     yield from mount_tiny(tmp_path / "td" / "full" / "checkpoint_p0")
 
 
-def fill(directory: Path) -> None:
-    """Write until the file system is full (unbuffered: nothing is left to fail at close)."""
+def fill(directory: Path, leave: int = 16384) -> None:
+    """Fill the file system but for `leave` bytes: a checkpoint's first bytes still fit, its tensors do not (torch's
+    zip writer then raises RuntimeError with the ENOSPC only as its context; on a disk with no byte left the error
+    would come as an OSError from the file's close instead)."""
     fd = os.open(directory / f"filler_{uuid.uuid4().hex}", os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         for size in (65536, 4096, 1):
@@ -204,6 +206,7 @@ def fill(directory: Path) -> None:
                     os.write(fd, b"\xff" * size)
                 except OSError:
                     break
+        os.ftruncate(fd, max(os.fstat(fd).st_size - leave, 0))
     finally:
         os.close(fd)
 
