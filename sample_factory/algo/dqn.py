@@ -190,13 +190,16 @@ class DQNAlgorithm(Algorithm):
             return ["the checkpoint holds no replay buffer: it refills to --learning_starts before training"]
         if not cfg.save_replay_buffer:
             return ["--save_replay_buffer=False: the checkpoint's replay buffer is not loaded (it refills)"]
-        blocks, T, _, _ = ReplayBuffer.layout_of(replay)
+        blocks, T, _ = ReplayBuffer.layout_of(replay)
         if (blocks, T) != (math.ceil(replay_capacity(cfg) / cfg.rollout), cfg.rollout):
-            option = "--replay_buffer_capacity" if cfg.exp_replayer != "one_time" else "the one_time buffer size"
+            if cfg.exp_replayer == "one_time":  # its size follows the batch: no flag sets it
+                now, fix = "the one_time buffer", "the saved --batch_size and --num_batches_per_epoch"
+            else:
+                now, fix = "--replay_buffer_capacity", f"--replay_buffer_capacity={blocks * T} --rollout={T}"
             raise CheckpointError(
                 f"the checkpoint's replay buffer holds {blocks * T} transitions in blocks of --rollout={T}; "
-                f"{option}={replay_capacity(cfg)} with --rollout={cfg.rollout} does not fit it: resume with "
-                f"--replay_buffer_capacity={blocks * T} --rollout={T}, or with --save_replay_buffer=False to drop it"
+                f"{now}={replay_capacity(cfg)} with --rollout={cfg.rollout} does not fit it: resume with {fix}, "
+                f"or with --save_replay_buffer=False to drop it"
             )
         return []
 
@@ -212,7 +215,7 @@ class DQNAlgorithm(Algorithm):
             return
         # Built now, not at the first batch: every checkpoint written from here on holds the buffer again (a save
         # before the first batch, e.g. a Ctrl+C right after the resume, would otherwise replace it with none).
-        _, _, obs_shapes, _ = ReplayBuffer.layout_of(saved)
+        _, _, obs_shapes = ReplayBuffer.layout_of(saved)
         self.replay = self._make_replay(obs_shapes, tuple(saved["actions"].shape[2:]), saved["actions"].dtype)
         self.replay.load_state_dict(saved)
 

@@ -343,13 +343,13 @@ class ReplayBuffer:
         }
 
     @staticmethod
-    def layout_of(state: dict) -> tuple[int, int, dict[str, tuple[tuple[int, ...], torch.dtype]], dict[str, int]]:
-        """(blocks, rollout, observation shapes, stacked keys) of a saved buffer: what to build it with."""
+    def layout_of(state: dict) -> tuple[int, int, dict[str, tuple[tuple[int, ...], torch.dtype]]]:
+        """(blocks, rollout, observation shapes) of a saved buffer: what to build it with. A frame-stacked key's
+        frames [blocks, T + k, *frame] give back its stack shape (k, *frame)."""
         blocks, T = state["actions"].shape[:2]
         shapes = {k: (tuple(v.shape[2:]), v.dtype) for k, v in state["obs"].items()}
-        stacked = {k: v.shape[1] - T for k, v in state["frames"].items()}
-        shapes.update({k: ((stacked[k], *v.shape[2:]), v.dtype) for k, v in state["frames"].items()})
-        return blocks, T, shapes, stacked
+        shapes.update({k: ((v.shape[1] - T, *v.shape[2:]), v.dtype) for k, v in state["frames"].items()})
+        return blocks, T, shapes
 
     def load_state_dict(self, state: dict) -> None:
         """Takes the saved tensors over (no copy: a saved buffer may be most of the machine's memory)."""
