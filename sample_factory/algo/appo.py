@@ -25,7 +25,6 @@ from sample_factory.algo.replay import TrajectoryReplay, concat_batches, replaye
 from sample_factory.algo.returns import calculate_gae, calculate_vtrace
 from sample_factory.config import Config, ConfigError
 from sample_factory.envs.spaces import ACTION_MASK_KEY
-from sample_factory.experiment.checkpoints import CheckpointError
 
 
 def shaped_rewards(rewards: Tensor, truncated: Tensor, final_values: Tensor, cfg: Config) -> Tensor:
@@ -111,7 +110,7 @@ class APPOAlgorithm(Algorithm):
     @classmethod
     def check_resume(cls, cfg: Config, state: dict) -> list[str]:
         if "target" in state:
-            raise CheckpointError("the checkpoint holds a target network: it was written by --algo=DQN")
+            raise ConfigError("the checkpoint holds a target network: it was written by --algo=DQN")
         replay = state.get("replay")
         if replay is None or cfg.exp_replayer != "uniform":
             return ["the checkpoint's replay trajectories are not used (no --replay_proportion)"] if replay else []
@@ -119,7 +118,7 @@ class APPOAlgorithm(Algorithm):
             return ["--save_replay_buffer=False: the checkpoint's replay trajectories are not loaded (it refills)"]
         slots = TrajectoryReplay.slots_of(replay)
         if slots != cfg.replay_buffer_num_slots:
-            raise CheckpointError(
+            raise ConfigError(
                 f"the checkpoint's trajectory replay holds {slots} trajectories; --replay_buffer_num_slots="
                 f"{cfg.replay_buffer_num_slots} does not fit it: resume with --replay_buffer_num_slots={slots}, or "
                 f"with --save_replay_buffer=False to drop it"

@@ -109,8 +109,8 @@ class Algorithm(ABC):
 
     @classmethod
     def check_resume(cls, cfg: Config, state: dict) -> list[str]:
-        """Called by the runner with a checkpoint's "algo" state before anything starts: raise CheckpointError (one
-        line) when this run's flags cannot continue from it; returns notes to log (default: none)."""
+        """Called by the runner with a checkpoint's "algo" state before anything starts: raise ConfigError (one line)
+        when this run's flags cannot continue from it; returns notes to log (default: none)."""
         return []
 
     @abstractmethod

@@ -25,9 +25,8 @@ from torch import Tensor
 
 from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, learning_rate_at, make_adam
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
-from sample_factory.config import Config
+from sample_factory.config import Config, ConfigError
 from sample_factory.envs.spaces import ACTION_MASK_KEY
-from sample_factory.experiment.checkpoints import CheckpointError
 
 # Episodes of agents at or above this exploration rank (the least-exploring third) are the reported training return.
 REPORTED_RANK = 2.0 / 3.0
@@ -184,7 +183,7 @@ class DQNAlgorithm(Algorithm):
     @classmethod
     def check_resume(cls, cfg: Config, state: dict) -> list[str]:
         if "target" not in state:
-            raise CheckpointError("the checkpoint holds no target network: it was not written by --algo=DQN")
+            raise ConfigError("the checkpoint holds no target network: it was not written by --algo=DQN")
         replay = state.get("replay")
         if replay is None:
             return ["the checkpoint holds no replay buffer: it refills to --learning_starts before training"]
@@ -196,7 +195,7 @@ class DQNAlgorithm(Algorithm):
                 now, fix = "the one_time buffer", "the saved --batch_size and --num_batches_per_epoch"
             else:
                 now, fix = "--replay_buffer_capacity", f"--replay_buffer_capacity={blocks * T} --rollout={T}"
-            raise CheckpointError(
+            raise ConfigError(
                 f"the checkpoint's replay buffer holds {blocks * T} transitions in blocks of --rollout={T}; "
                 f"{now}={replay_capacity(cfg)} with --rollout={cfg.rollout} does not fit it: resume with {fix}, "
                 f"or with --save_replay_buffer=False to drop it"

@@ -9,8 +9,7 @@ import torch
 
 from sample_factory.algo.appo import APPOAlgorithm
 from sample_factory.algo.replay import TrajectoryReplay, concat_batches, replayed_count
-from sample_factory.config import parse_cfg
-from sample_factory.experiment.checkpoints import CheckpointError
+from sample_factory.config import ConfigError, parse_cfg
 from sample_factory.model.actor_critic import ActorCritic
 from tests.algo.appo_fixture import SMALL, VEC, M, make_batch
 from tests.algo.test_dqn import through_a_file
@@ -95,5 +94,5 @@ def test_the_trajectory_replay_is_checkpointed_with_save_replay_buffer():
     assert len(resumed.replay) == 2 * M and through_a_file(resumed.state_dict())["replay"]["filled"] == 2 * M
     a, b = algo.replay.sample(7), resumed.replay.sample(7)
     assert torch.equal(a["obs"]["obs"], b["obs"]["obs"]) and torch.equal(a["actions"], b["actions"])
-    with pytest.raises(CheckpointError, match="--replay_buffer_num_slots=40"):
+    with pytest.raises(ConfigError, match="--replay_buffer_num_slots=40"):
         APPOAlgorithm.check_resume(make("--replay_buffer_num_slots=80", "--save_replay_buffer=True").cfg, state)

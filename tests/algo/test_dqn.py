@@ -20,7 +20,6 @@ from sample_factory.algo.dqn import (
 from sample_factory.algo.replay import nstep_targets
 from sample_factory.config import ConfigError, parse_cfg
 from sample_factory.config.parse import finalize_cfg
-from sample_factory.experiment.checkpoints import CheckpointError
 from sample_factory.model.actor_critic import ActorCritic
 
 OBS, ACT = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3)
@@ -216,9 +215,9 @@ def test_resume_checks_refuse_a_buffer_that_does_not_fit():
     same = make_algo("--batch_size=32", "--save_replay_buffer=True").cfg
     assert DQNAlgorithm.check_resume(same, state) == []
     bigger = make_algo("--batch_size=32", "--save_replay_buffer=True", "--replay_buffer_capacity=200000").cfg
-    with pytest.raises(CheckpointError, match=r"resume with --replay_buffer_capacity=\d+ --rollout=32"):
+    with pytest.raises(ConfigError, match=r"resume with --replay_buffer_capacity=\d+ --rollout=32"):
         DQNAlgorithm.check_resume(bigger, state)
     dropped = make_algo("--batch_size=32", "--save_replay_buffer=False", "--replay_buffer_capacity=200000").cfg
     assert "not loaded" in DQNAlgorithm.check_resume(dropped, state)[0]
-    with pytest.raises(CheckpointError, match="not written by --algo=DQN"):
+    with pytest.raises(ConfigError, match="not written by --algo=DQN"):
         DQNAlgorithm.check_resume(same, {"optimizer": state["optimizer"]})
