@@ -25,7 +25,8 @@ only on `import ale_py`, which gymnasium 0.29 does not do, so a one-line .pth in
 Offline (--sf2_wheels=DIR, a machine without a package index): the wheels of sample_factory/tools/gpu_wheels.sh are
 installed with `pip install --no-index --no-deps --target` into a private folder (--sf2_site), and SF2 runs from this
 python (its torch and opencv) with PYTHONPATH set to that folder alone and its cwd outside this checkout, started by
-SF2_WRAPPER (imports ale_py, checks that `sample_factory` is SF2's, calls train_atari's main).
+SF2_WRAPPER, a file written into that folder (imports ale_py, checks that `sample_factory` is SF2's, calls
+train_atari's main).
 SF2 flags needed here that change no work per sample: --device=cpu (its default needs CUDA); in the same-work case
 --async_rl=True (its sync default refuses 2 x 8 envs x rollout 128 = 2048 samples per rollout against 1024 per
 iteration: "Ratio is 0.5 (should be a positive integer)"). SF2 2.1.1 never advances the clock behind
@@ -83,14 +84,22 @@ def v(p):
         return None
 print(json.dumps({{p: v(p) for p in {PACKAGES!r} if v(p)}}))
 """
-# Offline mode starts SF2 with `python -c SF2_WRAPPER`: ale-py >= 0.9 registers the NoFrameskip-v4 ids only on import,
-# and a `sample_factory` from anywhere but PYTHONPATH (this project's) must stop the run, not be benchmarked as SF2.
-SF2_WRAPPER = """import os, sys, ale_py, sample_factory
+# Offline mode: `sample_factory` must be SF2's, from PYTHONPATH (SF2's folder alone), or the run stops.
+SF2_GUARD = """import os, sys, sample_factory
 site = os.path.realpath(os.environ["PYTHONPATH"])
 if not os.path.realpath(sample_factory.__file__).startswith(site + os.sep):
     sys.exit(f"sample_factory from {sample_factory.__file__}, not from SF2's {site}")
-from sf_examples.atari.train_atari import main
-sys.exit(main())
+"""
+# Offline mode starts SF2 with this file, written beside its packages. ale-py >= 0.9 registers the NoFrameskip-v4 ids
+# only when imported, and each process SF2 spawns (env info, workers) runs this file's top level again as __mp_main__.
+SF2_MAIN = "sf2_benchmark_main.py"
+SF2_WRAPPER = f"""import ale_py  # noqa: F401
+
+if __name__ == "__main__":
+{"".join("    " + ln for ln in SF2_GUARD.splitlines(keepends=True))}
+    from sf_examples.atari.train_atari import main
+
+    sys.exit(main())
 """
 # Ours with SF2's Atari settings that change the work per sample or the model (the rest is in our atari preset:
 # lr 2.5e-4, clip 0.1, value clip 1.0, entropy 0.01, max_grad_norm 0.5, gamma 0.99, a 512 layer after the convs).
@@ -153,6 +162,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SF2_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
 _SF2_FPS = re.compile(r"Fps is \(10 sec: ([\d.]+|nan), 60 sec: [\d.na]+, 300 sec: [\d.na]+\)\. Total num frames: (\d+)")
 _SF2_REWARD = re.compile(r"Avg episode reward: \[\(0, '([-\d.]+|nan)'\)\]")
+_RAISED = re.compile(r"^[\w.]*(Error|Exception|NotFound)\b")
 _SF2_DONE = re.compile(r"Collected \{0: (\d+)\}, FPS: ([\d.]+)")
 
 
@@ -196,8 +206,8 @@ class Sf2:
 def sf2_command(
     py: Path, env: str, workers: int, flags: list[str], train_dir: str, device: str = "cpu", site: Path | None = None
 ) -> list[str]:
-    """SF2's Atari example with `flags`: its module (venv), or SF2_WRAPPER when its packages are in `site`."""
-    start = ["-m", "sf_examples.atari.train_atari"] if site is None else ["-c", SF2_WRAPPER]
+    """SF2's Atari example with `flags`: its module (venv), or SF2_MAIN when its packages are in `site`."""
+    start = ["-m", "sf_examples.atari.train_atari"] if site is None else [str(site / SF2_MAIN)]
     base = [str(py), *start, f"--env={env}", f"--num_workers={workers}", f"--device={device}"]
     return [*base, *flags, f"--train_dir={train_dir}", "--experiment=sf2_bench"]
 
@@ -274,8 +284,9 @@ def run_sf2(sf2: Sf2, env: str, workers: int, flags: list[str], seconds: float) 
     tail = _ANSI.sub("", text).strip().splitlines()[-25:]  # SF2's final timing and FPS lines
     result = {"rc": proc.returncode, "killed_after_sigint": killed, "left_behind": left, **parse_sf2_log(text)}
     result["start_s"] = round(started, 1)  # launch to its first report (or first trained frames)
-    if "fps10" not in result:
-        result["error"] = "no Fps report: " + " | ".join(tail[-5:])
+    if "fps10" not in result:  # the first exception it printed (a crashed child leaves SF2 waiting), else its end
+        raised = [ln for ln in _ANSI.sub("", text).splitlines() if _RAISED.match(ln)]
+        result["error"] = "no Fps report: " + " | ".join(raised[:1] or tail[-5:])
     return {**result, "log_tail": tail}
 
 
@@ -316,7 +327,8 @@ def sf2_offline(wheels: Path, site: Path) -> dict[str, str]:
     done = subprocess.run([*pip, "--target", str(site), *whls], capture_output=True, text=True, env=environ)
     if done.returncode != 0:
         raise RuntimeError(f"pip install of {wheels} failed: {(done.stdout + done.stderr)[-2000:]}")
-    check = SF2_WRAPPER.split("from sf_examples")[0] + "import sf_examples.atari.train_atari\n" + SF2_PROBE + "\n"
+    (site / SF2_MAIN).write_text(SF2_WRAPPER)
+    check = f"import ale_py\n{SF2_GUARD}{SF2_PROBE}\n"
     with tempfile.TemporaryDirectory() as td:
         run = dict(capture_output=True, text=True, cwd=td, env=sf2_environ(site))
         done = subprocess.run([sys.executable, "-c", check + VERSIONS], **run)
