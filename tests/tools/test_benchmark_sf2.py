@@ -142,11 +142,22 @@ def test_main_alternates_rounds(tmp_path, monkeypatch):
 
 # A stand-in for SF2's wheel: its top-level package is `sample_factory` too, it brings the modules SF2_WRAPPER and
 # sf2_offline's check import, and its train_atari reports as SF2 2.1.1 does until SIGINT.
-FAKE_TRAIN_ATARI = """import datetime, os, sys, time
+FAKE_TRAIN_ATARI = """import datetime, multiprocessing, os, sys, time
 import sample_factory
 
+def _child(q):
+    q.put("ale_py" in sys.modules)
+
 def main():
+    if "--crash" in sys.argv:
+        raise RuntimeError("boom")
     print("summaries_use_frameskip=True")
+    ctx = multiprocessing.get_context("spawn")  # as SF2 starts its processes
+    q = ctx.Queue()
+    child = ctx.Process(target=_child, args=(q,))
+    child.start()
+    print("ale_py in a spawned child:", q.get(timeout=60), flush=True)
+    child.join()
     print("sample_factory from", sample_factory.__file__, "PYTHONPATH", os.environ.get("PYTHONPATH"), flush=True)
     print("argv", " ".join(sys.argv[1:]), flush=True)
     frames = 0
@@ -218,6 +229,8 @@ def test_offline_install_and_run_beside_our_pythonpath(fake_sf2_wheels, tmp_path
     log = "\n".join(r["log_tail"])
     assert f"sample_factory from {site / 'sample_factory' / '__init__.py'} PYTHONPATH {site}" in log
     assert "--device=gpu" in log and "--rollout=32" in log
+    assert "ale_py in a spawned child: True" in log  # registers the NoFrameskip ids in SF2's processes too
+    assert b.run_sf2(sf2, "atari_pong", 2, ["--crash"], seconds=1.0)["error"] == "no Fps report: RuntimeError: boom"
     # SF2's start refuses a PYTHONPATH where something else could come first
     monkeypatch.setenv("PYTHONPATH", f"{REPO}{os.pathsep}{site}")
     done = subprocess.run([sys.executable, str(site / b.SF2_MAIN)], capture_output=True, text=True, cwd=tmp_path)
