@@ -203,8 +203,9 @@ class ReplayBuffer:
         self.rng = np.random.default_rng(seed)
 
     def __len__(self) -> int:
-        """Valid transitions stored (what can be sampled)."""
-        return int(self.valid[: self.filled_blocks].sum())
+        """Valid transitions stored (what can be sampled). Counted in numpy: host bookkeeping, which host-sync counts
+        (tools/learner_loop.py) must not mistake for a read from the training device."""
+        return int(self.valid[: self.filled_blocks].numpy().sum())
 
     def nbytes(self) -> int:
         tensors = [*self.obs.values(), *self.frames.values(), self.starts]
@@ -237,9 +238,9 @@ class ReplayBuffer:
         self.discounts[blocks] = targets.discounts
         self.offsets[blocks] = targets.offsets.to(torch.int16)
         self.valid[blocks] = valid
-        self.next_block = int(blocks[-1] + 1) % self.num_blocks
+        self.next_block = (self.next_block + M) % self.num_blocks
         self.filled_blocks = min(self.num_blocks, self.filled_blocks + M)
-        self.added += int(valid.sum())
+        self.added += int(valid.numpy().sum())
         idx = (blocks.unsqueeze(1) * self.T + torch.arange(self.T)).reshape(-1)  # [M*T]
         if self.prioritized and priorities is not None:
             p = self._priority(priorities.reshape(-1).double().numpy())

@@ -13,7 +13,7 @@ from typing import Any
 
 from sample_factory.config.cfg import Config
 from sample_factory.config.options import OPTIONS, ConfigError, all_options, int_list
-from sample_factory.config.presets import preset_name_for_env, preset_values
+from sample_factory.config.presets import GPU_PRESETS, gpu_expected, preset_name_for_env, preset_values
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
@@ -90,7 +90,8 @@ def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     typed = typed_flags(argv)
     cfg.preset = preset_name_for_env(cfg.env, cfg.algo)
     if cfg.preset:
-        for k, v in preset_values(cfg.preset, multiprocessing.cpu_count()).items():
+        gpu = cfg.preset in GPU_PRESETS and gpu_expected(cfg.device)
+        for k, v in preset_values(cfg.preset, multiprocessing.cpu_count(), gpu).items():
             if k not in typed:
                 setattr(cfg, k, v)
     cfg.command_line = " ".join(argv)

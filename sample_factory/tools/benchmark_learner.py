@@ -11,6 +11,9 @@ the conv encoder in bf16 (--inference_precision=bf16). --compile adds the channe
 torch.compile'd encoders (--torch_compile_learner: static shapes, compiled in the warm-up steps, which are not timed)
 and, to the inference timing, fp32 compiled for dynamic shapes (--torch_compile_worker).
 
+--loop runs the real learner loop instead (tools/learner_loop.py): the algorithm's `train` on a realistic batch,
+APPO or DQN, against the isolated SGD step, with host syncs per SGD step counted by torch.profiler.
+
 --mlp times one whole APPO training iteration (algo/appo.py: V-trace, 4 epochs x 2 minibatches, Adam) of the
 classic_control preset on a CartPole-shaped batch of 2,048 samples, with each CPU fast path on its own and all
 together against torch's plain ops: tanh through the sigmoid identity (model/activations.py), the returns' loop in
@@ -99,8 +102,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--inference_batches", default="8,16,32,128", help="Batch sizes of the inference timing.")
     p.add_argument("--mlp", action="store_true", help="Time a CartPole APPO iteration instead (CPU fast paths).")
+    p.add_argument(
+        "--loop",
+        action="store_true",
+        help="Time the real learner loop (the algorithm's train) against the isolated SGD step and count host syncs "
+        "per SGD step (tools/learner_loop.py); the last line printed is one JSON object.",
+    )
+    p.add_argument("--algo", default="APPO", choices=("APPO", "DQN"), help="With --loop: the algorithm.")
+    p.add_argument("--env", default="atari_pong", help="With --loop: whose preset gives the model and the batch.")
+    p.add_argument("--iterations", type=int, default=4, help="With --loop: timed training iterations.")
+    p.add_argument(
+        "--train_flags",
+        default="",
+        help='With --loop: train.py flags on top of the preset, e.g. "--batch_size=256 --rollout=128".',
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.loop:
+        from sample_factory.tools import learner_loop
+
+        return learner_loop.main(args)
     if args.mlp:
         time_mlp_iteration(args.rounds)
         return 0

@@ -103,9 +103,8 @@ class Learner(Component):
         self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
         self.early: list[tuple] = []  # messages taken from the inbox during an iteration, handled after it
         self.stop_arrived = False  # a STOP is among them
-        self.failed_save: tuple[int, int] | None = (
-            None  # (version, env steps) of a checkpoint that could not be written
-        )
+        # (version, env steps) of a checkpoint that could not be written (a full disk): not tried again at the stop
+        self.failed_save: tuple[int, int] | None = None
 
     def init(self) -> None:
         cfg = self.cfg
@@ -241,7 +240,7 @@ class Learner(Component):
         self.activity = "copying a batch"
         with self.timing.add("copy_batch"):
             columns = None if self.cfg.num_policies == 1 else [p.cols for p in taken]
-            batch = self.buffers.gather([p.slot for p in taken], columns, self.batch_keys)
+            batch = self.buffers.gather([p.slot for p in taken], columns, self.batch_keys, self.device.type == "cuda")
             if self.cfg.async_rl or self.cfg.sampler_only:
                 self._return_slots(taken)  # collection continues while we train
         if self.cfg.num_policies == 1:

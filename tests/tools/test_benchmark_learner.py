@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 
-from sample_factory.tools import benchmark_learner
+import pytest
+import torch
+
+from sample_factory.tools import benchmark_learner, learner_loop
 
 
 def test_prints_every_variant(capsys):
@@ -48,3 +52,32 @@ def test_mlp_times_each_cpu_fast_path_and_restores_them(capsys):
     for name in ("torch ops", "fast tanh", "numpy returns loop", "fused Adam", "all \\(the default\\)"):
         assert re.search(rf"{name}\s+median\s+[\d.]+ ms \(\s*[\d,]+ samples/s\)\s+speed-up [\d.]+x", out), out
     assert (activations.FAST_TANH_MIN_ELEMENTS, returns.NUMPY_LOOP) == before
+
+
+@pytest.mark.parametrize("algo", ["APPO", "DQN"])
+def test_learner_loop_reads_back_once_per_iteration(algo, capsys):
+    """The real training loop (CartPole's preset: 8 SGD steps an iteration for APPO, 64 for DQN) makes at most one
+    host read-back per iteration: at most 0.25 per SGD step (issue 31's bound). A `float(loss)` per step, a boolean
+    mask indexed on the device, or a `.tolist()` per step would each break it. The last line is the JSON result."""
+    assert benchmark_learner.main(["--loop", f"--algo={algo}", "--env=CartPole-v1", "--iterations=2"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("device", "algo", "sgd_steps", "host_syncs_per_sgd_step", "loop_ms_per_sgd_step"):
+        assert key in result
+    assert result["algo"] == algo and result["device"] == "cpu"
+    assert result["sgd_steps"] >= 8 and result["isolated_ms_per_sgd_step"] > 0
+    assert 0 < result["host_syncs_per_sgd_step"] <= 0.25, result
+
+
+def test_sync_count_sees_a_read_back_per_step(monkeypatch):
+    """The counter is not blind: an APPO loop that reads the loss back after every step counts >= 1 per step."""
+    from sample_factory.algo.appo import APPOAlgorithm
+
+    step = APPOAlgorithm.device_step
+
+    def reading_step(self, loss, optimizer, has_data=None):
+        float(loss.detach())
+        return step(self, loss, optimizer, has_data)
+
+    monkeypatch.setattr(APPOAlgorithm, "device_step", reading_step)
+    result = learner_loop.measure("APPO", "CartPole-v1", torch.device("cpu"), 1)
+    assert result["host_syncs_per_sgd_step"] >= 1.0
