@@ -129,13 +129,14 @@ class Learner(Component):
         self.env_steps = 0
         self.ckpt_dir = checkpoint_dir(cfg, self.policy_id)
         # The runner already loaded (and reported on) the same files.
-        loaded = load_policy_checkpoint(self.cfg, self.policy_id, map_location=self.device, quiet=True)
+        # Loaded to CPU: weights and optimizer moments are copied onto the device by their load_state_dict, and a saved
+        # replay buffer (GBs with --save_replay_buffer) stays in host memory instead of passing through the GPU.
+        loaded = load_policy_checkpoint(self.cfg, self.policy_id, map_location="cpu", quiet=True)
         if loaded is not None:
             state, path = loaded
             self.model.load_state_dict(state["model"])
             self.algo.load_state_dict(state["algo"])
             self.version, self.env_steps = state["policy_version"], state["env_steps"]
-            # map_location moved every tensor to self.device; the RNG states are CPU byte tensors.
             if "rng" in state:
                 torch.set_rng_state(state["rng"].cpu())
             if "cuda_rng" in state and self.device.type == "cuda":
