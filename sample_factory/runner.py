@@ -460,6 +460,10 @@ class Runner:
             )
             self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
         if self.evaluator is not None:
+            if self.start_time is not None and not self.cfg.evaluation_run:
+                signals = self.signals_received  # a Ctrl+C during the final evaluations stops them
+                interrupted = signals > 0 or self.exit_code != 0
+                self.evaluator.finish(self.progress.env_steps, interrupted, lambda: self.signals_received > signals)
             self.evaluator.stop()
         self._final_report()
         self._experiment_ended()
