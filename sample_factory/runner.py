@@ -17,7 +17,7 @@ import torch
 
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
-from sample_factory.envs.env_utils import env_backend, frames_per_env_step, probe_env
+from sample_factory.envs.env_utils import env_backend, probe_env, set_step_units
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
@@ -139,7 +139,7 @@ class Runner:
             self.exp_dir, what, self.lock = prepare_experiment_dir(cfg)
             log.open(self.exp_dir / "sf_log.txt")
         log(f"{what}: {self.exp_dir}")
-        cfg.frames_per_env_step = frames_per_env_step(cfg)  # before any component copies cfg
+        set_step_units(cfg)  # before any component copies cfg
         if cfg.env_backend == "auto":  # cfg.json keeps auto; every component gets the resolved backend
             cfg.env_backend = env_backend(cfg)
             log(f"--env_backend=auto: {cfg.env_backend}")

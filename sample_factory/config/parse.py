@@ -63,10 +63,12 @@ def _show(value: Any) -> str:
 
 
 def _help_text(opt: Option, preset: str | None, preset_vals: dict[str, Any], env: str | None) -> str:
-    text = f"{opt.help} (default: {_show(opt.default)}"
+    """The option's help, its default (unless the help says it: "(default: number of CPU cores)") and the
+    preset's value."""
+    shown = [] if "(default" in opt.help else [f"default: {_show(opt.default)}"]
     if preset and opt.name in preset_vals:
-        text += f"; {preset} preset for --env={env}: {_show(preset_vals[opt.name])}"
-    return (text + ")").replace("%", "%%")
+        shown.append(f"{preset} preset for --env={env}: {_show(preset_vals[opt.name])}")
+    return (opt.help + (f" ({'; '.join(shown)})" if shown else "")).replace("%", "%%")
 
 
 def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
@@ -175,8 +177,7 @@ def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     cfg.command_line = " ".join(argv)
     cfg.cli_flags = sorted(typed)
     try:
-        if cfg.total_timesteps is not None:
-            _budget_from_total_timesteps(cfg, typed)
+        _one_budget(cfg, typed)
         finalize_cfg(cfg)
     except ConfigError as e:
         parser.error(str(e))
@@ -199,17 +200,15 @@ def _enjoy_only_message(opt: Option) -> str:
     )
 
 
-def _budget_from_total_timesteps(cfg: Config, typed: dict[str, Any]) -> None:
-    """CleanRL's --total_timesteps (agent steps) -> --train_for_env_steps in the run's unit (frames on Atari)."""
-    from sample_factory.envs.env_utils import frames_per_env_step  # gymnasium: imported only when asked for
-
-    if "train_for_env_steps" in typed:
+def _one_budget(cfg: Config, typed: dict[str, Any]) -> None:
+    """CleanRL's --total_timesteps (agent steps; the runner sets --train_for_env_steps from it once the env's unit
+    is known, envs/env_utils.py::set_step_units) or --train_for_env_steps: the one typed now wins on resume."""
+    if "total_timesteps" in typed and "train_for_env_steps" in typed:
         raise ConfigError("--total_timesteps (agent steps) and --train_for_env_steps are the same budget: give one")
-    if cfg.total_timesteps <= 0:
+    if cfg.total_timesteps is not None and cfg.total_timesteps <= 0:
         raise ConfigError(f"--total_timesteps must be > 0, got {cfg.total_timesteps}")
-    cfg.train_for_env_steps = int(cfg.total_timesteps) * frames_per_env_step(cfg)
-    # As if typed: on resume, the saved budget must not replace the one asked for now.
-    cfg.cli_flags = sorted({*cfg.cli_flags, "train_for_env_steps"})
+    if "total_timesteps" in typed or "train_for_env_steps" in typed:  # as if both typed: no saved budget returns
+        cfg.cli_flags = sorted({*cfg.cli_flags, "total_timesteps", "train_for_env_steps"})
 
 
 # Env options an evaluation may not change, and why (the others named env_*, plus env and seed, are allowed).
