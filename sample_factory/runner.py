@@ -38,6 +38,9 @@ from sample_factory.workers.actor_worker import ActorWorker
 from sample_factory.workers.learner import Learner
 from sample_factory.workers.policy_worker import PolicyWorker
 
+# --progress_every_env_steps rows and points: at most this many a second (progress.csv of a fast env stays small).
+MAX_POINTS_PER_SEC = 4.0
+
 
 class RunLog:
     """The runner's lines: to stdout, and to <experiment>/sf_log.txt once the folder exists (appended on resume, as
@@ -101,6 +104,8 @@ class Runner:
         self.supervisor: Supervisor | None = None  # process mode
         self.driver: SerialDriver | None = None  # serial mode
         self.start_time: float | None = None  # time.monotonic() when the components were started
+        self.next_point_at = 0  # total env steps of the next --progress_every_env_steps point
+        self.last_row = 0.0  # time.monotonic() of the last progress.csv row
         self.callbacks: Callbacks | None = None  # the runner process's instance of --callbacks
         self.remote: Any = None  # --sampler_nodes: distributed.remote_samplers.RemoteSamplers
         # report kind -> handler, for every kind a component sends (every report also counts as a sign of life)
@@ -314,7 +319,7 @@ class Runner:
 
     def _main_loop(self) -> None:
         cfg = self.cfg
-        last_print = last_summary = last_best = time.monotonic()
+        last_print = last_summary = last_best = self.last_row = time.monotonic()
         while self.stop_reason is None:
             if self.driver is not None:
                 for _ in range(20):
@@ -330,6 +335,8 @@ class Runner:
                 last_print = now
                 log(self.progress.line())
                 self.summaries.progress_row(self.progress)
+                self.last_row = now
+            self._progress_points(now)
             self._periodic_eval()
             if now - last_best >= cfg.save_best_every_sec:
                 last_best = now
@@ -340,6 +347,18 @@ class Runner:
                 if self.pbt is not None:
                     self.pbt.write_summaries(self.summaries, self.progress)
             self._check_stop(now)
+
+    def _progress_points(self, now: float) -> None:
+        """A progress.csv row and the curves' TensorBoard points each --progress_every_env_steps (at most
+        MAX_POINTS_PER_SEC): a run of seconds gets a curve, not the two points of its reports."""
+        every = self.cfg.progress_every_env_steps
+        total = self.progress.total_env_steps()
+        if every <= 0 or total < self.next_point_at or now - self.last_row < 1.0 / MAX_POINTS_PER_SEC:
+            return
+        self.next_point_at = (total // every + 1) * every
+        self.last_row = now
+        self.summaries.progress_row(self.progress)
+        self.summaries.points(self.progress)
 
     def _on_report(self, msg: tuple) -> None:
         report = Report._make(msg)
