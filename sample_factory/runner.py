@@ -478,16 +478,12 @@ class Runner:
                 order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=lambda: self.signals_received > 1
             )
             self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
-        if self.evaluator is not None:
-            if self.start_time is not None and not self.cfg.evaluation_run:
-                signals = self.signals_received  # a Ctrl+C during the final evaluations stops them
-                interrupted = signals > 0 or self.exit_code != 0
-                self.evaluator.finish(self.progress.env_steps, interrupted, lambda: self.signals_received > signals)
-            self.evaluator.stop()
         self._final_report()
         self._experiment_ended()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
+        if self.evaluator is not None:  # after the summary, whose times and FPS are training's
+            self._final_evaluations()
         if self.pbt is not None:
             self.pbt.write_summaries(self.summaries, self.progress)
             self.pbt.close()
@@ -495,6 +491,14 @@ class Runner:
         self.channels.close()
         if self.lock is not None:
             self.lock.release()
+
+    def _final_evaluations(self) -> None:
+        """The periodic evaluations due when training ended (evaluation/periodic_eval.py), then none running."""
+        if self.start_time is not None and not self.cfg.evaluation_run:
+            signals = self.signals_received  # a Ctrl+C during the final evaluations stops them
+            interrupted = signals > 0 or self.exit_code != 0
+            self.evaluator.finish(self.progress.env_steps, interrupted, lambda: self.signals_received > signals)
+        self.evaluator.stop()
 
     def _experiment_ended(self) -> None:
         if self.cfg.evaluation_run or self.callbacks is None:
