@@ -194,7 +194,7 @@ class PeriodicEvaluator:
         self.awaiting = None
         if interrupted:
             for p in ([self.running.policy] if self.running is not None else []) + due:
-                self.log(f"periodic evaluation of policy {p} skipped: training was interrupted or failed")
+                self.log(f"periodic evaluation of policy {p} skipped: training was interrupted or stopped by an error")
             return
         deadline = self.clock() + FINAL_EVAL_TIMEOUT_SEC
         if self.running is not None:

@@ -177,7 +177,7 @@ def test_due_evaluations_at_the_end_are_skipped_when_interrupted_or_bounded(tmp_
     ev.command = _fake_command()
     ev.update([150])
     ev.finish([150], interrupted=True)
-    assert rec.logs == ["periodic evaluation of policy 0 skipped: training was interrupted or failed"]
+    assert rec.logs == ["periodic evaluation of policy 0 skipped: training was interrupted or stopped by an error"]
     assert ev.running is None and not ev.queue
 
     # An evaluation that takes too long is stopped at the bound, with a line saying so.
