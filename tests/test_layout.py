@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     # remote samplers on Ray: the same workers and runtime on other nodes; the runner imports it only with Ray
     "distributed": {"config", "runtime", "algo", "model", "envs", "experiment", "workers"},
     # the launcher starts the fork server (runtime/fork_server.py) before it imports the runner
-    "train": {"config", "runtime", "runner", "pbt"},
+    "train": {"config", "runtime", "runner", "pbt", "envs", "experiment"},  # envs, experiment: checks before start
     # runs train.py as a subprocess command: it needs none of the training code, only the folder conventions
     "launcher": {"config", "experiment"},
     "tools": {

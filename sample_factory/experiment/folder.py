@@ -76,13 +76,30 @@ class ExperimentLock:
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise ExperimentError(
-                f"experiment {self.path.parent} is already being trained by pid {holder} (lock {self.path}); "
-                f"stop that run or choose another --experiment"
-            ) from None
+            raise self._held_by(holder) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self.fd = fd
+
+    def check_free(self) -> None:
+        """Raise the error `acquire` would if another run holds the lock now; takes nothing (train.py asks this
+        before its slow start, the runner then acquires)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError:
+            return  # no lock file: free (a folder that cannot be written is reported by acquire)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._held_by(os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process") from None
+        finally:
+            os.close(fd)  # drops the probe's lock too
+
+    def _held_by(self, holder: str) -> ExperimentError:
+        return ExperimentError(
+            f"experiment {self.path.parent} is already being trained by pid {holder} (lock {self.path}); "
+            f"stop that run or choose another --experiment"
+        )
 
     def release(self) -> None:
         if self.fd is not None:
