@@ -94,7 +94,9 @@ def build_parser(
     `listed` (None: all) are accepted but left out of the help."""
     env, algo = _env_and_algo(help_argv) if help_argv else (None, "APPO")
     preset = preset_name_for_env(env, algo) if env else None
-    preset_vals = preset_values(preset, multiprocessing.cpu_count()) if preset else {}
+    device = next((a.split("=", 1)[1] for a in help_argv if a.startswith("--device=")), "auto")
+    gpu = preset in GPU_PRESETS and gpu_expected(device)  # the values a run with these flags gets here
+    preset_vals = preset_values(preset, multiprocessing.cpu_count(), gpu) if preset else {}
     if env and not preset:
         description += f" --env={env} has no preset: the defaults apply."
     p = _OneLineErrorParser(
