@@ -47,7 +47,12 @@ def served(tmp_path):
             calls.append((kwargs.get("agent_rank"), result))
             return result
 
-        worker.algo = type("Recording", (), {"act": staticmethod(recording_act), "values": worker.algo.values})
+        recording = type(
+            "Recording",
+            (),
+            {"act": staticmethod(recording_act), "values": worker.algo.values, "uses_agent_rank": worker.agent_ranks},
+        )
+        worker.algo = worker.runner.algo = recording
         msgs = runner.channels.policy[0].get_many(block=False)
         requests = [decode(m) for m in msgs]
         assert len(requests) == WORKERS * SPLITS
