@@ -9,6 +9,7 @@ import torch
 from sample_factory.config import parse_cfg
 from sample_factory.runner import Runner
 from sample_factory.runtime.messages import decode
+from sample_factory.runtime.shared_buffers import SharedWeights
 
 WORKERS, SPLITS, ENVS_PER_SPLIT = 2, 2, 3
 
@@ -18,7 +19,7 @@ def served(tmp_path):
     """(policy worker, requests of one batch, what act() got and returned) for --algo=... ."""
     made: list[Runner] = []
 
-    def make(algo: str):
+    def make(algo: str, mode: str = "eager"):
         argv = [
             "--env=CartPole-v1",
             f"--algo={algo}",
@@ -53,6 +54,8 @@ def served(tmp_path):
             {"act": staticmethod(recording_act), "values": worker.algo.values, "uses_agent_rank": worker.agent_ranks},
         )
         worker.algo = worker.runner.algo = recording
+        worker.runner.mode = mode  # "padded": the CUDA graphs' bucket path, without graphs
+        worker.runner.sizes = [16]  # (padded) a bucket larger than the batch of 12 rows
         msgs = runner.channels.policy[0].get_many(block=False)
         requests = [decode(m) for m in msgs]
         assert len(requests) == WORKERS * SPLITS
@@ -67,9 +70,11 @@ def served(tmp_path):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["eager", "padded"])
 @pytest.mark.parametrize("algo", ["APPO", "DQN"])
-def test_answers_land_in_each_requests_split_row(served, algo):
-    worker, requests, (_, result) = served(algo)
+def test_answers_land_in_each_requests_split_row(served, algo, mode):
+    worker, requests, (_, result) = served(algo, mode)
+    assert len(result.actions) == (16 if mode == "padded" else WORKERS * SPLITS * ENVS_PER_SPLIT)  # 12 rows
     b, w, n = worker.buffers, worker.answer_area, ENVS_PER_SPLIT
     for k, r in enumerate(requests):  # rows of the batch in request order
         row = r.actor_idx * SPLITS + r.split_idx
@@ -92,3 +97,21 @@ def test_agent_ranks_only_for_algorithms_that_read_them(served):
     ]
     assert torch.allclose(rank, torch.tensor(expected))
     assert rank.min().item() >= 0.0 and rank.max().item() <= 1.0
+
+
+@pytest.mark.timeout(60)
+def test_new_weights_are_copied_into_the_models_own_tensors(served):
+    """The inference step's CUDA graphs read the model's tensors by address: a weight update must copy into them,
+    never replace them (the graphs would go on computing with the old weights)."""
+    worker, _, _ = served("APPO")
+    tensors = SharedWeights.tensors_of(worker.model)
+    addresses = [t.data_ptr() for t in tensors]
+    new = [torch.randn_like(t) for t in tensors]
+    flat = torch.cat([t.reshape(-1) for t in new]).to(worker.weights.flat.dtype)
+    worker.weights.publish_flat(flat, worker.version + 1)
+    version = worker.version
+    worker._maybe_update_weights()
+    assert worker.version == version + 1
+    tensors = SharedWeights.tensors_of(worker.model)
+    assert [t.data_ptr() for t in tensors] == addresses
+    assert all(torch.equal(t, n) for t, n in zip(tensors, new, strict=True))
