@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sample_factory.algo.dqn import q_values
 from sample_factory.config import parse_cfg
 from sample_factory.runner import Runner
 from sample_factory.runtime.messages import decode
@@ -15,31 +16,49 @@ WORKERS, SPLITS, ENVS_PER_SPLIT = 2, 2, 3
 
 
 @pytest.fixture
-def served(tmp_path):
+def made():
+    """Runners set up by a test, closed after it."""
+    runners: list[Runner] = []
+    yield runners
+    for runner in runners:
+        runner.summaries.close()
+        runner.lock.release()
+
+
+def pending_batch(made: list[Runner], tmp_path, algo: str, *extra: str):
+    """(policy worker, the messages of every split's first request): the components of a serial-mode run."""
+    argv = [
+        "--env=CartPole-v1",
+        f"--algo={algo}",
+        "--serial_mode=True",
+        f"--num_workers={WORKERS}",
+        f"--worker_num_splits={SPLITS}",
+        f"--num_envs_per_worker={SPLITS * ENVS_PER_SPLIT}",
+        "--decorrelate_envs_on_one_worker=False",
+        "--seed=3",
+        "--experiment=x",
+        f"--train_dir={tmp_path / algo}",
+        *extra,
+    ]
+    runner = Runner(parse_cfg(argv))
+    runner.setup()
+    made.append(runner)
+    comps = {c.key: c for c in runner.components}
+    worker = comps["policy", (0, 0)]
+    for w in range(WORKERS):
+        comps["actor", w].initialize()  # each split sends its first request
+    worker.initialize()
+    msgs = runner.channels.policy[0].get_many(block=False)
+    assert len(msgs) == WORKERS * SPLITS
+    return worker, msgs
+
+
+@pytest.fixture
+def served(tmp_path, made):
     """(policy worker, requests of one batch, what act() got and returned) for --algo=... ."""
-    made: list[Runner] = []
 
     def make(algo: str, mode: str = "eager"):
-        argv = [
-            "--env=CartPole-v1",
-            f"--algo={algo}",
-            "--serial_mode=True",
-            f"--num_workers={WORKERS}",
-            f"--worker_num_splits={SPLITS}",
-            f"--num_envs_per_worker={SPLITS * ENVS_PER_SPLIT}",
-            "--decorrelate_envs_on_one_worker=False",
-            "--seed=3",
-            "--experiment=x",
-            f"--train_dir={tmp_path / algo}",
-        ]
-        runner = Runner(parse_cfg(argv))
-        runner.setup()
-        made.append(runner)
-        comps = {c.key: c for c in runner.components}
-        worker = comps["policy", (0, 0)]
-        for w in range(WORKERS):
-            comps["actor", w].initialize()  # each split sends its first request
-        worker.initialize()
+        worker, msgs = pending_batch(made, tmp_path, algo)
         calls = []
         act = worker.algo.act
 
@@ -56,17 +75,12 @@ def served(tmp_path):
         worker.algo = worker.runner.algo = recording
         worker.runner.mode = mode  # "padded": the CUDA graphs' bucket path, without graphs
         worker.runner.sizes = [16]  # (padded) a bucket larger than the batch of 12 rows
-        msgs = runner.channels.policy[0].get_many(block=False)
         requests = [decode(m) for m in msgs]
-        assert len(requests) == WORKERS * SPLITS
         worker.on_messages(msgs)
         assert len(calls) == 1, "one batch for every pending request"
         return worker, requests, calls[0]
 
-    yield make
-    for runner in made:
-        runner.summaries.close()
-        runner.lock.release()
+    return make
 
 
 @pytest.mark.timeout(60)
@@ -115,3 +129,27 @@ def test_new_weights_are_copied_into_the_models_own_tensors(served):
     tensors = SharedWeights.tensors_of(worker.model)
     assert [t.data_ptr() for t in tensors] == addresses
     assert all(torch.equal(t, n) for t, n in zip(tensors, new, strict=True))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("algo", ["APPO", "DQN"])
+def test_cuda_graphs_answer_every_request(made, tmp_path, algo):
+    """On CUDA the worker replays a captured graph; each answer is what the eager model gives that request's rows:
+    the log-prob (APPO) or Q (DQN) of the answered action."""
+    worker, msgs = pending_batch(made, tmp_path, algo, "--device=gpu", "--inference_cuda_graphs=True")
+    worker.on_messages(msgs)
+    assert worker.runner.mode == "graphs" and worker.runner.captures == 1, worker.runner.failure
+    b, w, model = worker.buffers, worker.answer_area, worker.model
+    for r in map(decode, msgs):
+        row = r.actor_idx * SPLITS + r.split_idx
+        obs = {k: v[r.slot, r.t].to(worker.device) for k, v in b.obs.items()}
+        actions = b.answer_actions[w, row].to(worker.device)
+        with torch.inference_mode():
+            params, values, _ = model.forward_step(obs, None)
+            if algo == "APPO":
+                want = model.distribution(params).log_prob(actions)
+            else:
+                q = q_values(params.float(), values.float(), worker.cfg.dueling)
+                want = q.gather(-1, actions.long().view(-1, 1)).squeeze(-1)
+        torch.testing.assert_close(b.answer_log_probs[w, row], want.cpu(), atol=1e-4, rtol=1e-4)
