@@ -237,9 +237,18 @@ class InferenceRunner:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        # thread_local: CUDA calls of other threads (none of ours) cannot invalidate the capture
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            outputs = self._act(inputs, deterministic)
+        # A failed capture ends before it hands the CUDA generator back: every later random op in this process then
+        # raises ("Offset increment outside graph capture"). Its state from before the capture is put back.
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        rng = torch.cuda.default_generators[index]
+        saved = rng.clone_state()
+        try:
+            # thread_local: CUDA calls of other threads (none of ours) cannot invalidate the capture
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                outputs = self._act(inputs, deterministic)
+        except Exception:
+            rng.graphsafe_set_state(saved)
+            raise
         return graph, outputs
 
     def _fail(self, what: str, e: Exception) -> None:

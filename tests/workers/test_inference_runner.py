@@ -283,3 +283,6 @@ def test_cuda_capture_failure_falls_back_to_eager():
     got, want = both(graphs, eager, 30, 1)  # and stays eager, without another note
     assert_same(got, want, atol=1e-4)
     assert len(notes) == 1
+    # the failed capture gave the CUDA generator back: sampling (eagerly) works, here and anywhere in the process
+    assert graphs.run(30, deterministic=False).actions.shape == (30,)
+    assert torch.rand(3, device="cuda").shape == (3,)
