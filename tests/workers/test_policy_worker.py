@@ -38,6 +38,7 @@ def pending_batch(made: list[Runner], tmp_path, algo: str, *extra: str):
         "--seed=3",
         "--experiment=x",
         f"--train_dir={tmp_path / algo}",
+        "--device=cpu",  # (the tests compare with what act returned on the host; a GPU test passes --device=gpu)
         *extra,
     ]
     runner = Runner(parse_cfg(argv))
