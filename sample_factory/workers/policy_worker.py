@@ -64,6 +64,7 @@ class PolicyWorker(Component):
         self.deterministic = False
         self.agent_ranks = False  # set from the algorithm class in init
         self.runner: InferenceRunner | None = None  # the inference step (staging buffers, CUDA graphs): init
+        self._algo: type | None = None  # the algorithm class (`algo`): init
         # Shared views (bind_views): actor generations [num_workers], latest request numbers [num_workers, splits]
         self.generation: np.ndarray | None = None
         self.request_seq: np.ndarray | None = None
@@ -82,24 +83,12 @@ class PolicyWorker(Component):
         self.algo = algorithm_class(self.cfg)  # the class: how to act (act, values), no training state
         self.agent_ranks = self.algo.uses_agent_rank  # whether act() reads them (DQN's per-agent exploration)
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
-        note = lambda line: self.report("note", f"policy worker: {line}")  # noqa: E731
-        b = self.buffers
-        self.runner = InferenceRunner(
-            self.cfg,
-            self.model,
-            self.algo,
-            obs_spec_of(b.obs, leading=3),
-            self.device,
-            max_rows=self.num_agents,  # every split's request in one batch
-            mode=resolve_mode(self.cfg, self.device, note),
-            log=note,
-            out_dtypes={f: getattr(b, f"answer_{f}").dtype for f in ("actions", "log_probs", "values")}
-            | {"new_rnn_states": b.answer_rnn_states.dtype},
-        )
         self.bind_views()
         self.activity = "waiting for requests"
 
-    _view_attrs = ("generation", "request_seq", "answer_np", "answer_version_np")
+    # runner: not pickled (serial-mode snapshots): CUDA graphs do not pickle; remade by bind_views, it holds no state
+    # that outlives a batch
+    _view_attrs = ("generation", "request_seq", "answer_np", "answer_version_np", "runner")
 
     def bind_views(self) -> None:
         b = self.buffers
@@ -108,6 +97,34 @@ class PolicyWorker(Component):
         names = ("answer_actions", "answer_log_probs", "answer_values", "answer_rnn_states")
         self.answer_np = {name: getattr(b, name).numpy()[self.answer_area] for name in names}
         self.answer_version_np = b.answer_version.numpy()
+        if self.runner is None:
+            self.runner = InferenceRunner(
+                self.cfg,
+                self.model,
+                self.algo,
+                obs_spec_of(b.obs, leading=3),
+                self.device,
+                max_rows=self.num_agents,  # every split's request in one batch
+                mode=resolve_mode(self.cfg, self.device, self._note),
+                log=self._note,
+                out_dtypes={f: getattr(b, f"answer_{f}").dtype for f in ("actions", "log_probs", "values")}
+                | {"new_rnn_states": b.answer_rnn_states.dtype},
+            )
+
+    @property
+    def algo(self) -> type | None:
+        """The algorithm class whose `act` and `values` this worker calls; replacing it (a test's recorder, say)
+        replaces it in the inference runner too."""
+        return self._algo
+
+    @algo.setter
+    def algo(self, cls: type) -> None:
+        self._algo = cls
+        if self.runner is not None:
+            self.runner.algo = cls
+
+    def _note(self, line: str) -> None:
+        self.report("note", f"policy worker: {line}")
 
     def on_messages(self, msgs: list[tuple]) -> None:
         # Plain ints (copied once per batch) compare faster than numpy scalars: this runs per request.

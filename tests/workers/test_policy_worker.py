@@ -73,7 +73,7 @@ def served(tmp_path, made):
             (),
             {"act": staticmethod(recording_act), "values": worker.algo.values, "uses_agent_rank": worker.agent_ranks},
         )
-        worker.algo = worker.runner.algo = recording
+        worker.algo = recording  # and the runner's
         worker.runner.mode = mode  # "padded": the CUDA graphs' bucket path, without graphs
         worker.runner.sizes = [16]  # (padded) a bucket larger than the batch of 12 rows
         requests = [decode(m) for m in msgs]
