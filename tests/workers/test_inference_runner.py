@@ -265,7 +265,7 @@ def test_cuda_graph_reads_weights_loaded_in_place(monkeypatch):
 
 @cuda
 @pytest.mark.timeout(120)
-def test_cuda_capture_failure_falls_back_to_eager():
+def test_cuda_graph_capture_failure_falls_back_to_eager():
     """An act that reads a value back to the host cannot be captured: one note, eager answers."""
     graphs, eager, notes = cuda_runner()
 
