@@ -82,6 +82,7 @@ class OptionFields:
     inference_precision: str  # default 'fp32'; one of fp32, bf16, auto
     torch_compile_learner: bool  # default False
     torch_compile_worker: bool  # default False
+    inference_cuda_graphs: str  # default 'auto'; one of auto, True, False
     torch_compile_dynamo_backend: str  # default 'inductor'
     torch_compile_dynamo_mode: str  # default ''
 

@@ -359,6 +359,16 @@ OPTIONS: dict[str, list[Option]] = {
             "torch.compile the policy workers' encoders for inference (dynamic batch sizes), same fallback.",
         ),
         Option(
+            "inference_cuda_graphs",
+            str,
+            "auto",
+            "Replay the policy workers' inference step (forward and action sampling) from CUDA graphs, one per bucket "
+            "of batch sizes (powers of two; a batch is padded to the next): one launch instead of one per kernel. "
+            "auto: on CUDA devices, unless --torch_compile_worker. A failed capture falls back to eager with one log "
+            "line. Measured in docs/benchmarks.md.",
+            choices=("auto", "True", "False"),
+        ),
+        Option(
             "torch_compile_dynamo_backend",
             str,
             "inductor",

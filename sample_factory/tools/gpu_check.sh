@@ -41,7 +41,7 @@ nproc
 case "${1:-quick}" in
 quick)
   step cuda_tests 120 $PY -m pytest -q -p no:cacheprovider tests/algo/test_transfer.py tests/integration/test_cuda.py \
-    tests/workers/test_inference_graphs.py -k "transfer or learner_loop or graph"
+    tests/workers/test_inference_runner.py tests/workers/test_policy_worker.py -k "transfer or learner_loop or graph"
   for algo in APPO DQN; do
     step "learner_loop_$algo" 90 $PY -m sample_factory.tools.benchmark_learner --loop --algo=$algo --device=cuda \
       --env=atari_pong --iterations=6 --threads=2
