@@ -180,8 +180,11 @@ def test_mode_option():
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert cfg.inference_cuda_graphs == "auto"
     assert resolve_mode(cfg, cpu, notes.append) == "eager" and not notes
-    assert resolve_mode(cfg, gpu, notes.append) == "graphs"
-    assert resolve_mode(parse_cfg(["--env=CartPole-v1", "--torch_compile_worker=True"]), gpu, notes.append) == "eager"
+    assert resolve_mode(cfg, gpu, notes.append) == "eager"  # auto: feed-forward models infer eagerly (no gain measured)
+    rnn = ["--env=CartPole-v1", "--use_rnn=True"]
+    assert resolve_mode(parse_cfg(rnn), gpu, notes.append) == "graphs"
+    assert resolve_mode(parse_cfg([*rnn, "--torch_compile_worker=True"]), gpu, notes.append) == "eager"
+    assert resolve_mode(parse_cfg(["--env=CartPole-v1", "--inference_cuda_graphs=True"]), gpu, notes.append) == "graphs"
     assert resolve_mode(parse_cfg(["--env=CartPole-v1", "--inference_cuda_graphs=False"]), gpu, notes.append) == "eager"
     assert resolve_mode(parse_cfg(["--env=CartPole-v1", "--inference_cuda_graphs=True"]), cpu, notes.append) == "eager"
     assert len(notes) == 1 and "needs a CUDA device" in notes[0]
