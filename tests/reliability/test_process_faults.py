@@ -94,7 +94,7 @@ def test_actor_restarted_after_the_fork_server_died(tmp_path, start_run):
     assert new_actor.parent().pid != fork_server.pid, "restarted through the dead fork server?"
     assert helper_process(run, "multiprocessing.forkserver").pid != fork_server.pid
     assert_clean_finish_with_checkpoint(run, killed_at, died={"actor 1"})
-    assert re.search(r"actor 1 died \(.*restarting it \(1 of 3\)", run.output), run.describe()
+    assert re.search(r"actor 1 died \(.*restarting it \(1 of 3 within 3600 s\)", run.output), run.describe()
 
 
 @pytest.mark.timeout(150)
