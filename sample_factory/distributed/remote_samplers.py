@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 from sample_factory.config import Config
+from sample_factory.distributed.ray_init import init_ray
 from sample_factory.distributed.rollouts import decode, policy_lags, stale_rollouts, write_rollout
 from sample_factory.experiment.summaries import ProgressTracker
 from sample_factory.runtime.messages import FREE_SLOTS, Channels, Rollout
@@ -116,7 +117,7 @@ class RemoteSamplers:
         cfg = self.cfg
         check_reachable(cfg.ray_address)
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        ray.init(address=cfg.ray_address, logging_level="warning", configure_logging=True, log_to_driver=True)
+        init_ray(ray, cfg.ray_address, logging_level="warning", configure_logging=True, log_to_driver=True)
         self.ray = ray  # connected: stop() disconnects
         for s, h in handlers.items():  # the runner's Ctrl+C / SIGTERM handling stays in charge
             signal.signal(s, h)

@@ -25,6 +25,7 @@ from typing import Any
 
 import psutil
 
+from sample_factory.distributed.ray_init import init_ray
 from sample_factory.launcher.guard import guarded
 from sample_factory.launcher.jobs import (
     CANCELLED,
@@ -151,9 +152,9 @@ def run_ray(
     ray = _import_ray()
     try:
         if address:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            init_ray(ray, address, log_to_driver=False, configure_logging=False)
         else:
-            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=False)
+            init_ray(ray, None, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         raise LauncherError(f"cannot start or reach {where}: {e}") from None
