@@ -22,6 +22,7 @@ next start of a process (a restart) starts a new fork server.
 from __future__ import annotations
 
 import collections
+import multiprocessing.forkserver
 import multiprocessing.util
 import os
 import signal
@@ -146,11 +147,13 @@ class Supervisor:
             fatal = self._on_death(key, proc.exit_description, stopping)
             if fatal:
                 return fatal
-        if not self.fork_server_loss_logged and any(p.orphaned for p in self.processes.values()):
-            self.fork_server_loss_logged = True
-            self.log(
-                "the multiprocessing fork server died: the components run on, a new one starts with the next restart"
-            )
+        if self.runner_tmpdir and any(p.orphaned for p in self.processes.values()):
+            if not self.fork_server_loss_logged:
+                self.fork_server_loss_logged = True
+                self.log("the multiprocessing fork server died: the components run on, a new one starts now")
+            # Started now, in its own process (returns at once while it imports torch), rather than by the next
+            # restart, which would wait for those imports in this loop (no reports, no stop checks meanwhile).
+            multiprocessing.forkserver.ensure_running()
         for key, silent_for, activity in self.monitor.stale():
             why = f"silent for {silent_for:.0f} s"
             if key.role not in RESTARTABLE or stopping:
@@ -178,8 +181,12 @@ class Supervisor:
         activity = self.monitor.last_activity(key)
         self.monitor.forget(key)
         self.processes[key].join(0.1)
-        if role not in RESTARTABLE or stopping:
+        if role not in RESTARTABLE:
             return f"{role} {index} died ({why}, last activity: {activity})"
+        if stopping:  # the run ends anyway: the learners still save their final checkpoints
+            self.log(f"{role} {index} died while the run stops ({why}): not restarted")
+            self.finished.add(key)  # nothing more to do for it
+            return None
         recent = self._recent_restarts(key)
         if len(recent) >= self.cfg.max_worker_restarts:
             within = f" in {time.monotonic() - recent[0]:.0f} s" if recent else ""

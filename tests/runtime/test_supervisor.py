@@ -85,3 +85,19 @@ def test_window_zero_counts_every_restart_of_the_run(monkeypatch):
 def test_negative_budget_or_window_is_refused(flag):
     with pytest.raises(SystemExit):
         parse_cfg(["--env=CartPole-v1", flag])
+
+
+def test_a_worker_dying_as_the_run_stops_does_not_fail_it(monkeypatch):
+    """Found by the chaos test: a policy worker killed just before the time limit, noticed in the pass that stops the
+    run, made a finished run exit 1. A worker is not needed any more then; a learner is (its final checkpoint)."""
+    sup, _, lines = _supervisor(monkeypatch)
+    assert _crash_while_stopping(sup, ComponentKey("policy", (0, 0))) is None
+    assert lines[-1] == "policy (0, 0) died while the run stops (exit code -9): not restarted"
+    assert not sup.pending_restarts and ComponentKey("policy", (0, 0)) in sup.finished
+    fatal = _crash_while_stopping(sup, ComponentKey("learner", 0))
+    assert fatal is not None and fatal.startswith("learner 0 died (exit code -9")
+
+
+def _crash_while_stopping(sup: Supervisor, key: ComponentKey) -> str | None:
+    sup.processes[key] = _DeadProcess()
+    return sup._on_death(key, "exit code -9", stopping=True)
