@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sample_factory.distributed.ray_init import LOOPBACK, NO_CLUSTER_ENV, loopback_only
+from sample_factory.launcher.ray_init import LOOPBACK, NO_CLUSTER_ENV, loopback_only
 
 
 @dataclass

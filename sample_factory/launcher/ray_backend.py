@@ -25,7 +25,6 @@ from typing import Any
 
 import psutil
 
-from sample_factory.distributed.ray_init import init_ray
 from sample_factory.launcher.guard import guarded
 from sample_factory.launcher.jobs import (
     CANCELLED,
@@ -38,6 +37,7 @@ from sample_factory.launcher.jobs import (
     Result,
     StopRequest,
 )
+from sample_factory.launcher.ray_init import init_ray
 
 WAIT_S = 0.5
 GIVE_UP_S = 15.0  # after the stop timeout and the kill: actors not done by then are dropped

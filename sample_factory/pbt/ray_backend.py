@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from sample_factory.config import Config
-from sample_factory.distributed.ray_init import init_ray
 from sample_factory.experiment.folder import prepare_experiment_dir
 from sample_factory.launcher.jobs import Job, LauncherError, StopRequest
 from sample_factory.launcher.ray_backend import ExperimentActor, _check_feasible, _import_ray, kill_actor, submit
+from sample_factory.launcher.ray_init import init_ray
 from sample_factory.pbt.members import (
     copy_member_weights,
     latest_checkpoint_info,

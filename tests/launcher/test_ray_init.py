@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sample_factory.distributed import ray_init
+from sample_factory.launcher import ray_init
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install -e .[ray]")
 
@@ -100,6 +100,6 @@ def test_pbt_and_remote_samplers_start_ray_through_init_ray(monkeypatch):
     callers = sorted(
         str(f.relative_to(REPO)) for f in (REPO / "sample_factory").rglob("*.py") if "ray.init(" in f.read_text()
     )
-    assert callers == ["sample_factory/distributed/ray_init.py", "sample_factory/tools/benchmark_remote.py"], callers
+    assert callers == ["sample_factory/launcher/ray_init.py", "sample_factory/tools/benchmark_remote.py"], callers
     for module in ("launcher/ray_backend.py", "pbt/ray_backend.py", "distributed/remote_samplers.py"):
         assert "init_ray(ray, " in (REPO / "sample_factory" / module).read_text(), module
