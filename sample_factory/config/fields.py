@@ -151,6 +151,7 @@ class OptionFields:
     heartbeat_interval: float  # default 2.0
     heartbeat_timeout_sec: float  # default 60.0
     max_worker_restarts: int  # default 3
+    worker_restart_window_sec: float  # default 3600.0
     shutdown_timeout_sec: float  # default 8.0
     probe_env_timeout_sec: float  # default 60.0
 

@@ -545,7 +545,15 @@ OPTIONS: dict[str, list[Option]] = {
             "max_worker_restarts",
             int,
             3,
-            "Restarts allowed per actor/policy worker after a crash before the run stops with an error.",
+            "Restarts allowed per actor/policy worker within --worker_restart_window_sec: one more crash in that "
+            "window stops the run with an error (a crash loop), while crashes further apart never add up.",
+        ),
+        Option(
+            "worker_restart_window_sec",
+            float,
+            3600.0,
+            "The window of --max_worker_restarts: only a worker's restarts of the last this many seconds count. "
+            "0: every restart of the run counts.",
         ),
         Option("shutdown_timeout_sec", float, 8.0, "Time children get to exit before they are killed."),
         Option("probe_env_timeout_sec", float, 60.0, "Time allowed to create the env once to read its spaces."),

@@ -357,6 +357,8 @@ def finalize_cfg(cfg: Config) -> Config:
         raise ConfigError(
             f"--decorrelate_experience_max_seconds must be >= 0, got {cfg.decorrelate_experience_max_seconds}"
         )
+    if cfg.max_worker_restarts < 0 or cfg.worker_restart_window_sec < 0:
+        raise ConfigError("--max_worker_restarts and --worker_restart_window_sec must be >= 0")
     if cfg.with_wandb and not cfg.evaluation_run and not module_available("wandb"):
         raise ConfigError(
             "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
