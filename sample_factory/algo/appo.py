@@ -107,10 +107,33 @@ class APPOAlgorithm(Algorithm):
             )
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict()}
+        state = {"optimizer": self.optimizer.state_dict()}
+        if self.cfg.save_replay_buffer and self.replay is not None and self.replay.store is not None:
+            state["replay"] = self.replay.state_dict()
+        return state
+
+    @classmethod
+    def check_resume(cls, cfg: Config, state: dict) -> list[str]:
+        if "target" in state:
+            raise ConfigError("the checkpoint holds a target network: it was written by --algo=DQN")
+        replay = state.get("replay")
+        if replay is None or cfg.exp_replayer != "uniform":
+            return ["the checkpoint's replay trajectories are not used (no --replay_proportion)"] if replay else []
+        if not cfg.save_replay_buffer:
+            return ["--save_replay_buffer=False: the checkpoint's replay trajectories are not loaded (it refills)"]
+        slots = TrajectoryReplay.slots_of(replay)
+        if slots != cfg.replay_buffer_num_slots:
+            raise ConfigError(
+                f"the checkpoint's trajectory replay holds {slots} trajectories; --replay_buffer_num_slots="
+                f"{cfg.replay_buffer_num_slots} does not fit it: resume with --replay_buffer_num_slots={slots}, or "
+                f"with --save_replay_buffer=False to drop it"
+            )
+        return []
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.replay is not None and self.cfg.save_replay_buffer and state.get("replay") is not None:
+            self.replay.load_state_dict(state["replay"])
 
     def update_learning_rate(self, env_steps: int) -> None:
         for g in self.optimizer.param_groups:

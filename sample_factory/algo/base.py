@@ -116,6 +116,12 @@ class Algorithm(ABC):
         options this algorithm cannot apply to them (default: none)."""
         return None
 
+    @classmethod
+    def check_resume(cls, cfg: Config, state: dict) -> list[str]:
+        """Called by the runner with a checkpoint's "algo" state before anything starts: raise ConfigError (one line)
+        when this run's flags cannot continue from it; returns notes to log (default: none)."""
+        return []
+
     @abstractmethod
     def train(
         self, batch: dict[str, Any], policy_version: int, policy_id: int | None = None

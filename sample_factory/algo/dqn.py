@@ -16,6 +16,7 @@ taken, `final_values` = max_a Q(final observation) for truncated episodes.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import numpy as np
@@ -26,11 +27,14 @@ from torch import Tensor
 from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, learning_rate_at, make_adam
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
 from sample_factory.algo.transfer import DeferredReads, PinnedStaging, host_read
-from sample_factory.config import Config
+from sample_factory.config import Config, ConfigError
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 
 # The per-step statistics an iteration averages over its applied SGD steps, in sgd_step's order.
 STEP_STATS = ("loss", "q_mean", "q_target", "td_error_abs", "importance_weight", "grad_norm")
+
+# The bookkeeping a checkpoint keeps (and a data-parallel group takes from rank 0 every iteration).
+COUNTERS = ("sampled", "replayed", "sampled_since_start", "owed_steps", "last_target_update", "target_updates")
 
 # Episodes of agents at or above this exploration rank (the least-exploring third) are the reported training return.
 REPORTED_RANK = 2.0 / 3.0
@@ -87,6 +91,13 @@ def frame_stacked_keys(cfg: Config, obs_shapes: dict[str, tuple[tuple[int, ...],
     }
 
 
+def replay_capacity(cfg: Config) -> int:
+    """Transitions the replay buffer holds (before rounding up to whole blocks of --rollout)."""
+    if cfg.exp_replayer == "one_time":  # no retention: room for one iteration's rollouts (whole slots' worth)
+        return 2 * cfg.batch_size * cfg.num_batches_per_epoch * cfg.num_policies
+    return cfg.replay_buffer_capacity
+
+
 class DQNAlgorithm(Algorithm):
     """Stats of an iteration (means over its SGD steps): loss, q_mean, q_target, td_error_abs, grad_norm,
     importance_weight. Per iteration: sgd_steps, replay_size, replay_ratio (replayed / sampled transitions since
@@ -115,7 +126,7 @@ class DQNAlgorithm(Algorithm):
         self.optimizer = make_adam(cfg, model.parameters())
         self.target = copy.deepcopy(model).to(device)
         self.target.requires_grad_(False)
-        self.replay: ReplayBuffer | None = None  # built from the first batch (its shapes)
+        self.replay: ReplayBuffer | None = None  # built from the first batch (its shapes), or from a checkpoint's
         self.sampled = 0  # valid transitions received
         self.replayed = 0  # transitions trained on (sampled from the buffer), since learning started
         self.sampled_since_start = 0  # ... received since learning started (the replay ratio's denominator)
@@ -171,34 +182,51 @@ class DQNAlgorithm(Algorithm):
         state = {
             "optimizer": self.optimizer.state_dict(),
             "target": self.target.state_dict(),
-            "counters": {
-                k: getattr(self, k)
-                for k in (
-                    "sampled",
-                    "replayed",
-                    "sampled_since_start",
-                    "owed_steps",
-                    "last_target_update",
-                    "target_updates",
-                )
-            },
+            "counters": {k: getattr(self, k) for k in COUNTERS},
         }
         if self.cfg.save_replay_buffer and self.replay is not None:
             state["replay"] = self.replay.state_dict()
         return state
+
+    @classmethod
+    def check_resume(cls, cfg: Config, state: dict) -> list[str]:
+        if "target" not in state:
+            raise ConfigError("the checkpoint holds no target network: it was not written by --algo=DQN")
+        replay = state.get("replay")
+        if replay is None:
+            return ["the checkpoint holds no replay buffer: it refills to --learning_starts before training"]
+        if not cfg.save_replay_buffer:
+            return ["--save_replay_buffer=False: the checkpoint's replay buffer is not loaded (it refills)"]
+        blocks, T, _ = ReplayBuffer.layout_of(replay)
+        if (blocks, T) != (math.ceil(replay_capacity(cfg) / cfg.rollout), cfg.rollout):
+            if cfg.exp_replayer == "one_time":  # its size follows the batch: no flag sets it
+                now, fix = "the one_time buffer", "the saved --batch_size and --num_batches_per_epoch"
+            else:
+                now, fix = "--replay_buffer_capacity", f"--replay_buffer_capacity={blocks * T} --rollout={T}"
+            raise ConfigError(
+                f"the checkpoint's replay buffer holds {blocks * T} transitions in blocks of --rollout={T}; "
+                f"{now}={replay_capacity(cfg)} with --rollout={cfg.rollout} does not fit it: resume with {fix}, "
+                f"or with --save_replay_buffer=False to drop it"
+            )
+        return []
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.target.load_state_dict(state["target"])
         for k, v in state.get("counters", {}).items():
             setattr(self, k, v)
-        # Without a saved buffer the replay refills from scratch and waits for --learning_starts again.
-        self._pending_replay_state = state.get("replay")
-        if self.dp is not None and self.dp.rank != 0:  # the buffer lives on rank 0
-            self._pending_replay_state = None
-        if self._pending_replay_state is None:
+        saved = state.get("replay") if self.cfg.save_replay_buffer else None
+        if saved is None:  # the replay refills from scratch and waits for --learning_starts again
             self.sampled_since_start = self.replayed = 0
             self.owed_steps = 0.0
+            return
+        if self.dp is not None and self.dp.rank != 0:  # the buffer lives on rank 0
+            return
+        # Built now, not at the first batch: every checkpoint written from here on holds the buffer again (a save
+        # before the first batch, e.g. a Ctrl+C right after the resume, would otherwise replace it with none).
+        _, _, obs_shapes = ReplayBuffer.layout_of(saved)
+        self.replay = self._make_replay(obs_shapes, tuple(saved["actions"].shape[2:]), saved["actions"].dtype)
+        self.replay.load_state_dict(saved)
 
     def update_learning_rate(self, env_steps: int) -> None:
         for g in self.optimizer.param_groups:
@@ -216,37 +244,30 @@ class DQNAlgorithm(Algorithm):
 
     # ---- training ----------------------------------------------------------------------------------------------
 
-    def _make_replay(self, batch: dict[str, Any]) -> ReplayBuffer:
+    def _make_replay(
+        self, obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], action_shape: tuple, action_dtype
+    ) -> ReplayBuffer:
         cfg = self.cfg
-        obs_shapes = {k: (tuple(v.shape[2:]), v.dtype) for k, v in batch["obs"].items()}
-        if cfg.exp_replayer == "one_time":  # no retention: room for one iteration's rollouts (whole slots' worth)
-            capacity = 2 * cfg.batch_size * cfg.num_batches_per_epoch * cfg.num_policies
-        else:
-            capacity = cfg.replay_buffer_capacity
-        replay = ReplayBuffer(
-            capacity,
+        return ReplayBuffer(
+            replay_capacity(cfg),
             cfg.rollout,
             obs_shapes,
-            tuple(batch["actions"].shape[2:]),
-            batch["actions"].dtype,
+            action_shape,
+            action_dtype,
             prioritized=cfg.exp_replayer == "prioritized",
             alpha=cfg.prioritized_replay_alpha,
             eps=cfg.prioritized_replay_eps,
             seed=None if cfg.seed is None else cfg.seed * 7919 + 13,
             stacked=frame_stacked_keys(cfg, obs_shapes),
         )
-        pending = getattr(self, "_pending_replay_state", None)
-        if pending is not None:
-            replay.load_state_dict(pending)
-            self._pending_replay_state = None
-        return replay
 
     def add_rollouts(self, batch: dict[str, Any], policy_id: int | None) -> tuple[Tensor, int]:
         """Compute n-step targets and actor-side priorities of the fresh rollouts and store them. Returns the flat
         replay indices of the stored transitions [M*T] and how many are valid (this policy's active steps)."""
         cfg, T = self.cfg, self.cfg.rollout
         if self.replay is None:
-            self.replay = self._make_replay(batch)
+            obs_shapes = {k: (tuple(v.shape[2:]), v.dtype) for k, v in batch["obs"].items()}
+            self.replay = self._make_replay(obs_shapes, tuple(batch["actions"].shape[2:]), batch["actions"].dtype)
         valid = batch["active"][:, :T]  # [M, T]
         if policy_id is not None and "policy_id" in batch:
             valid = valid & (batch["policy_id"][:, :T] == policy_id)
@@ -276,8 +297,11 @@ class DQNAlgorithm(Algorithm):
         if holds_replay:
             fresh, new = self.add_rollouts(batch, policy_id)
             replay_size = len(self.replay)
-        if self.dp is not None:  # the counters below run on every rank alike
-            new, replay_size = self.dp.broadcast_object((new, replay_size))
+        if self.dp is not None:  # rank 0's counters: the step counts and target updates below agree on every rank
+            counters = {k: getattr(self, k) for k in COUNTERS}
+            new, replay_size, counters = self.dp.broadcast_object((new, replay_size, counters))
+            for k, v in counters.items():
+                setattr(self, k, v)
             self._sync_normalizers()
         sampled_before = self.sampled
         self.sampled += new

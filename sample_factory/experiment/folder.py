@@ -14,10 +14,12 @@ import time
 from pathlib import Path
 
 from sample_factory.config import Config
+from sample_factory.experiment.checkpoints import fsync_dir
 
 # Changing these would make the saved checkpoints unusable or meaningless.
 UNSAFE_ON_RESUME = (
     "env",
+    "algo",  # the checkpoints hold one algorithm's state (DQN: the target network and the replay buffer)
     "encoder_mlp_layers",
     "encoder_custom",
     "nonlinearity",
@@ -74,13 +76,30 @@ class ExperimentLock:
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise ExperimentError(
-                f"experiment {self.path.parent} is already being trained by pid {holder} (lock {self.path}); "
-                f"stop that run or choose another --experiment"
-            ) from None
+            raise self._held_by(holder) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self.fd = fd
+
+    def check_free(self) -> None:
+        """Raise the error `acquire` would if another run holds the lock now; takes nothing (train.py asks this
+        before its slow start, the runner then acquires)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError:
+            return  # no lock file: free (a folder that cannot be written is reported by acquire)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._held_by(os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process") from None
+        finally:
+            os.close(fd)  # drops the probe's lock too
+
+    def _held_by(self, holder: str) -> ExperimentError:
+        return ExperimentError(
+            f"experiment {self.path.parent} is already being trained by pid {holder} (lock {self.path}); "
+            f"stop that run or choose another --experiment"
+        )
 
     def release(self) -> None:
         if self.fd is not None:
@@ -175,8 +194,12 @@ def _prepare_locked(cfg: Config, d: Path, existed: bool, lock: ExperimentLock) -
     try:
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / ".cfg.json.tmp"
-        tmp.write_text(json.dumps(vars(cfg), indent=2, sort_keys=True))
+        with open(tmp, "w") as f:
+            f.write(json.dumps(vars(cfg), indent=2, sort_keys=True))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, d / "cfg.json")
+        fsync_dir(d)
     except OSError as e:
         raise ExperimentError(f"cannot write the experiment folder {d}: {e.strerror}") from None
     return d, what, lock

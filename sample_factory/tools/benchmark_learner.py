@@ -7,7 +7,9 @@ interleaved over --rounds so that a noisy machine affects all variants alike, an
 the NCHW fp32 step. Runs on --device (cpu by default).
 
 --inference times the policy worker's forward pass (no grad) at the batch sizes of --inference_batches: fp32 against
-the conv encoder in bf16 (--inference_precision=bf16). --compile adds the channels_last variants with
+the conv encoder in bf16 (--inference_precision=bf16); then its whole inference step (host -> device, act, device
+-> host) eager against CUDA graphs (--inference_cuda_graphs; on a CPU, the same bucket path without graphs), for APPO
+and DQN (tools/benchmark_inference.py). --compile adds the channels_last variants with
 torch.compile'd encoders (--torch_compile_learner: static shapes, compiled in the warm-up steps, which are not timed)
 and, to the inference timing, fp32 compiled for dynamic shapes (--torch_compile_worker).
 
@@ -41,6 +43,7 @@ from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_encoders
 from sample_factory.model.encoders import ConvEncoder
+from sample_factory.tools.benchmark_inference import time_inference_step
 
 VARIANTS = {  # name: (channels_last, bf16, compiled)
     "NCHW fp32": (False, False, False),
@@ -168,6 +171,7 @@ def time_inference(batches: list[int], rounds: int, device: torch.device, compil
             med = {name: statistics.median(ts) for name, ts in times.items()}
             cells = "  ".join(f"{name} {t * 1e3:7.2f} ms ({med['fp32'] / t:4.2f}x)" for name, t in med.items())
             print(f"  batch {batch:4d}: {cells}")
+    time_inference_step(batches, rounds, device, ("APPO", "DQN"))
 
 
 def time_mlp_iteration(rounds: int) -> None:

@@ -30,9 +30,10 @@ def columns_in(slots: list[int], columns: list[torch.Tensor], lo: int, hi: int) 
     return out_slots, out_cols
 
 
-def share_out(learner: Learner, taken: list[PendingRollout]) -> dict[str, Any] | None:
-    """Rank 0: send every other rank its share of the iteration `taken`, copy its own out of shared memory, and wait
-    (a monitored barrier) until every rank has copied, so that the slots can go back to the actors."""
+def share_out(learner: Learner, taken: list[PendingRollout], env_steps: int) -> dict[str, Any] | None:
+    """Rank 0: send every other rank its share of the iteration `taken` (trained at `env_steps`: learning-rate
+    schedules), copy its own out of shared memory, and wait (a monitored barrier) until every rank has copied, so
+    that the slots can go back to the actors."""
     dp, cfg = learner.dp, learner.cfg
     slots = [p.slot for p in taken]
     columns = [p.cols for p in taken]
@@ -46,7 +47,7 @@ def share_out(learner: Learner, taken: list[PendingRollout]) -> dict[str, Any] |
         if r == 0:
             mine = share
         else:
-            work = RankWork.wire(share[0], [c.tolist() for c in share[1]], rows, learner.version, learner.env_steps)
+            work = RankWork.wire(share[0], [c.tolist() for c in share[1]], rows, learner.version, env_steps)
             learner.channels.learner_ranks[learner.policy_id, r].put(work, timeout=cfg.collective_timeout_sec)
     batch = None
     if mine[0]:

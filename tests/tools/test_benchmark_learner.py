@@ -42,6 +42,44 @@ def test_inference_times_fp32_against_bf16(capsys):
     assert "compiled" not in out.split("inference")[1]
 
 
+def test_inference_times_the_whole_step_eager_against_the_bucket_path(capsys):
+    assert benchmark_learner.main(["--batch=2", "--rounds=1", "--inference", "--inference_batches=2,9"]) == 0
+    out = capsys.readouterr().out
+    for algo in ("APPO", "DQN"):
+        step = out.split(f"({algo} act, host -> cpu -> host), eager / padded:")[1]
+        for batch in (2, 9):
+            assert re.search(rf"batch\s+{batch}: eager\s+[\d.]+ ms\s+padded\s+[\d.]+ ms\s+speed-up [\d.]+x", step), out
+
+
+def test_a_failed_graph_capture_is_reported_and_the_benchmark_goes_on(capsys, monkeypatch):
+    """Graphs "captured" on a CPU fail: the failure is printed, the step is timed eagerly, nothing raises."""
+    from sample_factory.tools import benchmark_inference
+
+    monkeypatch.setattr(benchmark_inference, "compared_mode", lambda device: "graphs")
+    assert benchmark_learner.main(["--batch=2", "--rounds=1", "--inference", "--inference_batches=2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("graphs: FAILED, eager instead") == 2, out  # APPO and DQN
+    assert re.search(r"note: CUDA graph capturing batch size 2 of the inference step failed .*inferring eagerly", out)
+    assert re.search(r"batch\s+2: eager\s+[\d.]+ ms\s+graphs\s+[\d.]+ ms", out), out
+
+
+def test_a_variant_that_raises_is_left_out(capsys, monkeypatch):
+    from sample_factory.workers.inference_runner import InferenceRunner
+
+    real = InferenceRunner.run
+
+    def run(self, n, deterministic):
+        if self.mode != "eager":
+            raise RuntimeError("CUDA out of memory")
+        return real(self, n, deterministic)
+
+    monkeypatch.setattr(InferenceRunner, "run", run)
+    assert benchmark_learner.main(["--batch=2", "--rounds=1", "--inference", "--inference_batches=2"]) == 0
+    out = capsys.readouterr().out
+    assert "batch 2: padded failed (RuntimeError: CUDA out of memory)" in out
+    assert re.search(r"batch\s+2: eager\s+[\d.]+ ms\s+speed-up n/a", out), out
+
+
 def test_mlp_times_each_cpu_fast_path_and_restores_them(capsys):
     from sample_factory.algo import returns
     from sample_factory.model import activations
