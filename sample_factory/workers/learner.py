@@ -54,7 +54,7 @@ from sample_factory.runtime.messages import (
     Message,
 )
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
-from sample_factory.workers.learner_group import release_ranks, share_out
+from sample_factory.workers.learner_group import release_ranks, share_out, too_few_rows
 
 
 class PendingRollout(NamedTuple):
@@ -265,6 +265,10 @@ class Learner(Component):
         return None
 
     def _iteration(self, taken: list[PendingRollout]) -> None:
+        if self.dp is not None and too_few_rows(self, taken):  # several policies' small batch: a rank would get none
+            self._return_slots(taken)
+            self.report("discarded_rollouts", len(taken))
+            return
         self._mark_busy()
         self.activity = "copying a batch"
         slots = [p.slot for p in taken]

@@ -30,6 +30,13 @@ def columns_in(slots: list[int], columns: list[torch.Tensor], lo: int, hi: int) 
     return out_slots, out_cols
 
 
+def too_few_rows(learner: Learner, taken: list[PendingRollout]) -> bool:
+    """Fewer trajectories than ranks, where each rank needs some (APPO): possible only where several policies share
+    slots and a learner trains on what it holds (Learner._take_iteration); such an iteration is dropped."""
+    rows = sum(len(p.cols) for p in taken)
+    return rows < learner.dp.world and not getattr(learner.algo, "whole_batch_on_rank0", False)
+
+
 def share_out(learner: Learner, taken: list[PendingRollout], env_steps: int) -> dict[str, Any] | None:
     """Rank 0: send every other rank its share of the iteration `taken` (trained at `env_steps`: learning-rate
     schedules), copy its own out of shared memory, and wait (a monitored barrier) until every rank has copied, so
