@@ -180,7 +180,7 @@ class OptionFields:
     learners_per_policy: int  # default 1
     learner_devices: str  # default ''
     policy_worker_devices: str  # default ''
-    collective_timeout_sec: float  # default 120.0
+    collective_timeout_sec: float  # default 45.0
 
     # Remote samplers (Ray)
     sampler_nodes: int  # default 0

@@ -38,9 +38,10 @@ DEVICE_OPTIONS: list[Option] = [
     Option(
         "collective_timeout_sec",
         float,
-        120.0,
+        45.0,
         "Longest wait of a learner rank in one torch.distributed operation (process-group start, barriers, "
         "all-reduces, broadcasts) of a --learners_per_policy > 1 group: past it the rank fails and the run stops "
-        "instead of hanging on a rank that died or stalled.",
+        "instead of hanging on a rank that died or stalled. Below --heartbeat_timeout_sec, so that the failure "
+        "says what happened before the waiting rank counts as silent.",
     ),
 ]

@@ -470,6 +470,11 @@ def _check_data_parallel(cfg: Config) -> None:
         raise ConfigError(f"--learners_per_policy must be >= 1, got {n}")
     if n == 1:
         return
+    if not 0 < cfg.collective_timeout_sec < cfg.heartbeat_timeout_sec:
+        raise ConfigError(
+            f"--collective_timeout_sec={cfg.collective_timeout_sec:g} must be > 0 and below "
+            f"--heartbeat_timeout_sec={cfg.heartbeat_timeout_sec:g} (a rank waiting in a collective sends no heartbeat)"
+        )
     off = {
         "--serial_mode": cfg.serial_mode,  # its ranks must run at once, in processes of their own
         "--with_pbt": cfg.with_pbt,  # hyperparameter and weight exchanges would have to reach every rank

@@ -226,6 +226,9 @@ class Supervisor:
         """A learner still running after the shutdown timeout is finishing an SGD step before it saves its final
         checkpoint (it asks for STOP between steps): it gets the time the run allows a silent component, that is
         until --heartbeat_timeout_sec after its last report, as one long step would have got during the run."""
+        if key.role == "learner" and isinstance(key.index, tuple):  # rank r >= 1 of a group: while its rank 0 is
+            leader = ComponentKey("learner", key.index[0])  # finishing (it may need the rank for its last step)
+            return leader in self.processes and self.processes[leader].is_alive() and self._finishing(leader)
         seen = self.monitor.last_seen.get(key)
         return (
             key.role == "learner"

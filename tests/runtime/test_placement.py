@@ -85,6 +85,7 @@ def test_the_runner_counts_gpus_as_torch_sees_them(monkeypatch):
         (["--replay_proportion=0.5", "--replay_buffer_num_slots=64"], "--exp_replayer=uniform"),
         (["--sampler_only=True"], "--sampler_only"),
         (["--batch_size=32", "--rollout=32", "--num_batches_per_epoch=1"], "leaves a rank without one"),
+        (["--collective_timeout_sec=60"], "below --heartbeat_timeout_sec=60"),
     ],
 )
 def test_what_a_learner_group_does_not_run_with(flags: list[str], message: str, capsys):
