@@ -20,3 +20,10 @@ def torch_device(device: str | torch.device) -> torch.device:
     """A torch device for a --device value (auto and gpu resolved as above)."""
     name = resolve_device_name(str(device))
     return torch.device("cuda" if name == "gpu" else name)
+
+
+def bind_device(device: torch.device) -> None:
+    """Make a placed GPU (cuda:N, runtime/placement.py) this process's current device, so that what uses the current
+    device (streams, CUDA graphs, pinned-memory copies, NCCL) works on it."""
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)

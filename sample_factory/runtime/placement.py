@@ -56,9 +56,9 @@ def place(cfg: Config, device: str, num_gpus: int) -> Placement:
     if cfg.learner_devices:
         listed = parse_devices(cfg.learner_devices, "learner_devices", num_gpus)
         learners = {key: listed[k % len(listed)] for k, key in enumerate(learner_keys)}
-    elif device == "gpu":
+    elif device == "gpu" and num_gpus > 1:
         learners = {key: f"cuda:{k % num_gpus}" for k, key in enumerate(learner_keys)}
-    else:  # cpu, or one named device (cuda:1) for everything
+    else:  # cpu, one GPU, or one named device (cuda:1) for everything: --device as it is
         learners = {key: device for key in learner_keys}
     worker_keys = [(p, i) for p in range(P) for i in range(W)]
     if cfg.policy_worker_devices:

@@ -41,7 +41,7 @@ from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role, warm_up
 from sample_factory.pbt.population import apply_hyperparams
 from sample_factory.runtime.component import Component
-from sample_factory.runtime.device import torch_device
+from sample_factory.runtime.device import bind_device, torch_device
 from sample_factory.runtime.heartbeat import Heartbeat
 from sample_factory.runtime.messages import (
     PBT_UPDATE,
@@ -120,6 +120,7 @@ class Learner(Component):
     def init(self) -> None:
         cfg = self.cfg
         self.device = torch_device(cfg.device)
+        bind_device(self.device)
         self.callbacks = make_callbacks(cfg)
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed * 7919 + self.policy_id)

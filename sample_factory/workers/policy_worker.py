@@ -24,7 +24,7 @@ from sample_factory.config import Config
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role, warm_up
 from sample_factory.runtime.component import Component
-from sample_factory.runtime.device import torch_device
+from sample_factory.runtime.device import bind_device, torch_device
 from sample_factory.runtime.messages import REQUEST, STOP, ActionsReady, Channels, Request, Stop, decode
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
 from sample_factory.workers.inference_runner import InferenceRunner, obs_spec_of, resolve_mode
@@ -73,6 +73,7 @@ class PolicyWorker(Component):
 
     def init(self) -> None:
         self.device = torch_device(self.cfg.device)
+        bind_device(self.device)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
         dtype = reduced_precision_dtype(self.cfg.inference_precision, self.device)
         if dtype is not None and self.model.run_conv_encoders_in(dtype):

@@ -26,6 +26,11 @@ def test_a_population_gets_one_gpu_per_policy_and_its_workers_follow_their_learn
     assert p.policy_workers == {(i, w): f"cuda:{i}" for i in range(4) for w in range(2)}
 
 
+def test_one_gpu_keeps_the_device_flag_as_it_is():
+    p = place(cfg_of("--learners_per_policy=2"), "gpu", num_gpus=1)
+    assert set(p.learners.values()) == {"gpu"} and set(p.policy_workers.values()) == {"gpu"}
+
+
 def test_learner_ranks_round_robin_over_the_visible_gpus():
     cfg = cfg_of("--num_policies=2", "--learners_per_policy=2", "--policy_workers_per_policy=3")
     p = place(cfg, "gpu", num_gpus=3)
