@@ -1,10 +1,10 @@
 """Data-parallel learner groups (algo/data_parallel.py): 2 ranks on the CPU (gloo), each training on its share of
-every batch, reach the weights of one learner trained on the whole batch with the same seed."""
+every batch, reach the weights of one learner trained on the whole batch with the same seed. One pair of rank
+processes runs every scenario (process start and torch import dominate on a small machine)."""
 
 from __future__ import annotations
 
 import multiprocessing
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +14,23 @@ from sample_factory.algo.appo import APPOAlgorithm
 from sample_factory.runtime.placement import free_port
 from tests.algo import appo_fixture
 
-TIMEOUT = 120.0
+TIMEOUT = 240.0
+
+APPO_CASES = {
+    "gru_vtrace_normalized": (),  # GRU, V-trace, both normalizers, lag and other-policy masks
+    "gaussian_gae_unclipped": ("--num_batches_per_epoch=6",),  # GAE, MLP; 2-row minibatches: empty shares
+    "action_mask_raw_advantages": ("--max_grad_norm=0.05",),  # clipping at the global gradient norm
+}
+DQN_FLAGS = (
+    "--batch_size=32",
+    "--training_intensity=2",
+    "--learning_starts=100",
+    "--target_network_update_freq=64",
+    "--normalize_input=True",
+    "--max_grad_norm=1",
+)
+DQN_CASES = {replayer: (*DQN_FLAGS, f"--exp_replayer={replayer}") for replayer in ("prioritized", "one_time")}
+DQN_ITERATIONS = 4
 
 
 def rows_of(batch: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
@@ -39,11 +55,10 @@ def run_ranks(target: Any, world: int, *args: Any) -> None:
                 p.join(5)
 
 
-def _appo_rank(rank: int, world: int, port: int, name: str, extra: tuple[str, ...], out: str) -> None:
-    from sample_factory.algo.data_parallel import init_group, leave_group
-
-    torch.set_num_threads(1)
-    dp = init_group(rank, world, port, "gloo", TIMEOUT)
+def appo_scenario(name: str, dp: Any) -> dict[str, Any]:
+    """appo_fixture's scenario; with `dp`, trained on this rank's rows of each global batch."""
+    if dp is None:
+        return appo_fixture.run_scenario(name, APPOAlgorithm, APPO_CASES[name])
 
     def make(cfg, model, device):
         algo = APPOAlgorithm(cfg, model, device)
@@ -52,38 +67,72 @@ def _appo_rank(rank: int, world: int, port: int, name: str, extra: tuple[str, ..
 
     real_make_batch = appo_fixture.make_batch
 
-    def share_of_batch(*args):  # this rank's rows of the scenario's global batch
+    def share_of_batch(*args):
         batch = real_make_batch(*args)
         dp.set_rows(batch["is_first"].shape[0])
         return rows_of(batch, dp.lo, dp.hi)
 
     appo_fixture.make_batch = share_of_batch
     try:
-        result = appo_fixture.run_scenario(name, make, extra)
+        return appo_fixture.run_scenario(name, make, APPO_CASES[name])
     finally:
         appo_fixture.make_batch = real_make_batch
+
+
+def dqn_scenario(name: str, dp: Any) -> dict[str, Any]:
+    """DQN_ITERATIONS iterations of tests/algo/test_dqn.py's algorithm; with `dp` the batches go to rank 0 only."""
+    from tests.algo.test_dqn import fake_batch, make_algo
+
+    algo = make_algo(*DQN_CASES[name])
+    algo.dp = dp
+    version, stats = 0, []
+    for i in range(DQN_ITERATIONS):
+        batch = fake_batch(M=4, seed=i) if dp is None or dp.rank == 0 else None  # the replay is rank 0's
+        algo.update_learning_rate(100 * i)
+        s, version = algo.train(batch, version, 0)
+        stats.append(s)
+    return {
+        "version": version,
+        "model": algo.model.state_dict(),
+        "target": algo.target.state_dict(),
+        "stats": stats,
+        "replay": None if algo.replay is None else algo.replay.state_dict(),
+    }
+
+
+def _rank(rank: int, world: int, port: int, out: str) -> None:
+    from sample_factory.algo.data_parallel import init_group, leave_group
+
+    torch.set_num_threads(1)
+    dp = init_group(rank, world, port, "gloo", TIMEOUT)
+    try:
+        results = {("appo", n): appo_scenario(n, dp) for n in APPO_CASES}
+        results.update({("dqn", n): dqn_scenario(n, dp) for n in DQN_CASES})
+    finally:
         leave_group()
     if rank == 0:
-        torch.save(result, out)
+        torch.save(results, out)
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    "name, extra",
-    [
-        ("gru_vtrace_normalized", ()),  # GRU, V-trace, both normalizers, lag and other-policy masks
-        ("gaussian_gae_unclipped", ("--num_batches_per_epoch=6",)),  # GAE, MLP; 2-row minibatches: empty shares
-        ("action_mask_raw_advantages", ("--max_grad_norm=0.05",)),  # clipping at the global gradient norm
-    ],
-)
-def test_two_appo_ranks_match_one_learner_on_the_whole_batch(tmp_path: Path, name: str, extra: tuple[str, ...]):
-    reference = appo_fixture.run_scenario(name, APPOAlgorithm, extra)
-    out = tmp_path / "rank0.pt"
-    run_ranks(_appo_rank, 2, name, extra, str(out))
-    result = torch.load(out, weights_only=False)
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> dict[tuple[str, str], dict[str, Any]]:
+    """Rank 0's results of every scenario, trained by 2 gloo ranks."""
+    out = tmp_path_factory.mktemp("ranks") / "rank0.pt"
+    run_ranks(_rank, 2, str(out))
+    return torch.load(out, weights_only=False)
+
+
+def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], what: str) -> None:
+    for k, v in want.items():
+        torch.testing.assert_close(got[k], v, rtol=1e-4, atol=1e-5, msg=f"{what} {k}")
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", list(APPO_CASES))
+def test_two_appo_ranks_match_one_learner_on_the_whole_batch(two_ranks, name: str):
+    reference, result = appo_scenario(name, None), two_ranks["appo", name]
     assert result["version"] == reference["version"]
-    for k, v in reference["model"].items():
-        torch.testing.assert_close(result["model"][k], v, rtol=1e-4, atol=1e-5, msg=k)
+    assert_same_weights(result["model"], reference["model"], "model")
     ref_moments = reference["algo"]["optimizer"]["state"]
     for i, state in result["algo"]["optimizer"]["state"].items():
         torch.testing.assert_close(state["exp_avg"], ref_moments[i]["exp_avg"], rtol=1e-4, atol=1e-6)
@@ -92,68 +141,16 @@ def test_two_appo_ranks_match_one_learner_on_the_whole_batch(tmp_path: Path, nam
         assert (got["samples"], got["dropped_samples"]) == (want["samples"], want["dropped_samples"])
 
 
-DQN_FLAGS = (
-    "--batch_size=32",
-    "--training_intensity=2",
-    "--learning_starts=100",
-    "--target_network_update_freq=64",
-    "--normalize_input=True",
-    "--max_grad_norm=1",
-)
-DQN_ITERATIONS = 4
-
-
-def _dqn_train(dp: Any, flags: tuple[str, ...]) -> dict[str, Any]:
-    from tests.algo.test_dqn import fake_batch, make_algo
-
-    algo = make_algo(*flags)
-    if dp is not None:
-        algo.dp = dp
-    version, stats = 0, []
-    for i in range(DQN_ITERATIONS):
-        batch = fake_batch(M=4, seed=i) if dp is None or dp.rank == 0 else None  # the replay is rank 0's
-        algo.update_learning_rate(100 * i)
-        s, version = algo.train(batch, version, 0)
-        stats.append(s)
-    priorities = None if algo.replay is None else algo.replay.state_dict()
-    return {
-        "version": version,
-        "model": algo.model.state_dict(),
-        "target": algo.target.state_dict(),
-        "stats": stats,
-        "replay": priorities,
-    }
-
-
-def _dqn_rank(rank: int, world: int, port: int, flags: tuple[str, ...], out: str) -> None:
-    from sample_factory.algo.data_parallel import init_group, leave_group
-
-    torch.set_num_threads(1)
-    dp = init_group(rank, world, port, "gloo", TIMEOUT)
-    try:
-        result = _dqn_train(dp, flags)
-    finally:
-        leave_group()
-    if rank == 0:
-        torch.save(result, out)
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("replayer", ["prioritized", "one_time"])
-def test_two_dqn_ranks_match_one_learner(tmp_path: Path, replayer: str):
-    flags = (*DQN_FLAGS, f"--exp_replayer={replayer}")
-    reference = _dqn_train(None, flags)
-    assert reference["version"] > 4 * (replayer == "prioritized")  # several SGD steps and target updates
-    out = tmp_path / "rank0.pt"
-    run_ranks(_dqn_rank, 2, flags, str(out))
-    result = torch.load(out, weights_only=False)
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", list(DQN_CASES))
+def test_two_dqn_ranks_match_one_learner(two_ranks, name: str):
+    reference, result = dqn_scenario(name, None), two_ranks["dqn", name]
+    assert reference["version"] > 4 * (name == "prioritized")  # several SGD steps and target updates
     assert result["version"] == reference["version"]
-    for part in ("model", "target"):
-        for k, v in reference[part].items():
-            torch.testing.assert_close(result[part][k], v, rtol=1e-4, atol=1e-5, msg=f"{part} {k}")
+    assert_same_weights(result["model"], reference["model"], "model")
+    assert_same_weights(result["target"], reference["target"], "target")
     assert result["stats"][-1]["target_updates"] == reference["stats"][-1]["target_updates"]
-    if replayer == "prioritized":  # priorities updated once, from the whole minibatch's |TD errors|
-        ref, got = reference["replay"], result["replay"]
-        for k, v in ref.items():
+    if name == "prioritized":  # priorities updated once, from the whole minibatch's |TD errors|
+        for k, v in reference["replay"].items():
             if isinstance(v, torch.Tensor) and v.is_floating_point():
-                torch.testing.assert_close(got[k], v, rtol=1e-4, atol=1e-5, msg=k)
+                torch.testing.assert_close(result["replay"][k], v, rtol=1e-4, atol=1e-5, msg=k)
