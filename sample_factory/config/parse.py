@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sample_factory.config.cfg import Config
+from sample_factory.config.extras import install_hint
 from sample_factory.config.options import OPTIONS, ConfigError, all_options, int_list
 from sample_factory.config.presets import preset_name_for_env, preset_values
 
@@ -246,9 +247,7 @@ def finalize_cfg(cfg: Config) -> Config:
             f"--decorrelate_experience_max_seconds must be >= 0, got {cfg.decorrelate_experience_max_seconds}"
         )
     if cfg.with_wandb and not cfg.evaluation_run and not module_available("wandb"):
-        raise ConfigError(
-            "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
-        )
+        raise ConfigError(f"--with_wandb needs the wandb package: {install_hint('wandb')}")
     if cfg.auto_tune and (cfg.serial_mode or (cfg.with_pbt and cfg.pbt_backend == "ray")):
         raise ConfigError(
             "--auto_tune tunes a multi-process run: not with --serial_mode or --pbt_backend=ray (tune a single run "
@@ -337,4 +336,4 @@ def _check_remote_samplers(cfg: Config) -> None:
             "--sampler_nodes needs a single-policy APPO training run with --async_rl=True and --serial_mode=False"
         )
     if not module_available("ray"):
-        raise ConfigError("--sampler_nodes needs Ray: pip install -e .[ray] (or pip install 'ray[default]')")
+        raise ConfigError(f"--sampler_nodes needs Ray: {install_hint('ray')}")

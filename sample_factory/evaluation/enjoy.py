@@ -42,6 +42,7 @@ from sample_factory.config import (
     suggest_flag,
     typed_flags,
 )
+from sample_factory.config.extras import install_hint
 from sample_factory.envs.env_group import EnvGroup, env_num_agents
 from sample_factory.envs.env_utils import make_env
 from sample_factory.evaluation.policy_api import load_policy
@@ -196,7 +197,7 @@ class VideoRecorder:
             import imageio.v2 as imageio
             import imageio_ffmpeg  # noqa: F401  (the bundled ffmpeg binary)
         except ImportError:
-            raise EnjoyError("--save_video needs imageio and imageio-ffmpeg: pip install -e '.[video]'") from None
+            raise EnjoyError(f"--save_video needs imageio and imageio-ffmpeg: {install_hint('video')}") from None
         self._imageio = imageio
         self.directory, self.per_episode = directory, per_episode
         self.base = base[:-4] if base.endswith(".mp4") else base
