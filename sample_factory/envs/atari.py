@@ -28,6 +28,9 @@ def register_ale_envs() -> bool:
         import ale_py
     except ImportError:
         return False
+    # ALE prints its banner (version, "Powered by Stella") from every process that creates an env: the main
+    # process's probe and each actor worker. Warnings and errors still show.
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)
     gym.register_envs(ale_py)
     return True
 
