@@ -269,3 +269,18 @@ def test_readme_pong_command_is_the_cited_run():
     assert len(readme) == 1, readme
     assert _agent_step_settings(shlex.split(readme[0])[2:]) == cited
     assert "+18: 83 minutes on a 2-core CPU, at 4.86M agent steps = 19.4M env frames" in README
+
+
+def test_readme_sample_output_is_what_the_command_prints(results):
+    """The README's sample progress output came from its command: the experiment line of our run of that command
+    must agree on workers, envs and trajectory slots (it said 8 slots where a real run prints 4). Compared when
+    this machine starts as many workers as the sample's (--num_workers defaults to the core count)."""
+    shape = re.compile(r"\| (\d+) workers x (\d+) envs, (\d+) trajectory slots \(([\d.]+) MiB\)")
+    sample = shape.findall(README)
+    assert len(sample) == 1, sample
+    (index,) = [i for i, c in enumerate(COMMANDS) if "--experiment=readme" in c.text]
+    ran = shape.findall(results[index].output)
+    assert len(ran) == 1, results[index].output[-2000:]
+    if ran[0][0] != sample[0][0]:
+        pytest.skip(f"this machine starts {ran[0][0]} workers, the sample {sample[0][0]}")
+    assert ran == sample
