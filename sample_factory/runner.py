@@ -51,9 +51,10 @@ class RunLog:
         self.file: Any = None
         self.stdout_ok = True
 
-    def __call__(self, msg: str) -> None:
+    def __call__(self, msg: str, console: bool = True) -> None:
+        """`console=False`: the file only (details a reader of the console does not need each time)."""
         line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-        if self.stdout_ok:
+        if console and self.stdout_ok:
             try:
                 print(line, flush=True)
             except BrokenPipeError:
@@ -77,6 +78,9 @@ class RunLog:
 
 
 log = RunLog()
+# A run's reward climbs for a long time, so nearly every best-metric check writes a new best checkpoint: the console
+# gets the first of each policy and then at most one a minute (the latest); sf_log.txt gets every one.
+BEST_LINE_INTERVAL_S = 60.0
 
 
 class Runner:
@@ -86,6 +90,7 @@ class Runner:
         self.exit_code = 0
         self.signals_received = 0
         self.best_metric: list[float | None] = [None] * cfg.num_policies
+        self.best_line_at: dict[int, float] = {}  # policy -> when its last new-best line went to the console
         # Set up by `setup` and `_start`; None until then (shutdown releases only what exists).
         self.exp_dir: Path | None = None
         self.lock: Any = None  # the experiment folder's lock (None for evaluation runs)
@@ -401,7 +406,12 @@ class Runner:
         log(f"policy {report.index} resumed from {report.payload['path']} at {report.payload['env_steps']} env steps")
 
     def _on_best_checkpoint(self, report: Report) -> None:
-        log(f"policy {report.index}: new best checkpoint {report.payload}")
+        now = time.monotonic()
+        last = self.best_line_at.get(report.index)
+        console = last is None or now - last >= BEST_LINE_INTERVAL_S
+        if console:
+            self.best_line_at[report.index] = now
+        log(f"policy {report.index}: new best checkpoint {report.payload}", console=console)
 
     def _on_best_metric(self, report: Report) -> None:
         self.best_metric[report.index] = report.payload

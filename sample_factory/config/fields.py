@@ -172,7 +172,8 @@ class OptionFields:
     fps: float  # default 0.0
     save_video: bool  # default False
     video_frames: float  # default 1000000000.0
-    video_name: str | None  # default None
+    video_name: str  # default 'replay'
+    video_per_episode: bool  # default False
     video_per_episode: bool  # default True
     eval_results_file: str | None  # default None
 

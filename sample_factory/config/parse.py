@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sample_factory.config.cfg import Config
+from sample_factory.config.extras import install_hint
 from sample_factory.config.options import ENJOY_ONLY_GROUP, OPTIONS, ConfigError, Option, all_options, int_list
 from sample_factory.config.presets import GPU_PRESETS, gpu_expected, preset_name_for_env, preset_values
 
@@ -37,7 +38,7 @@ def package_version() -> str:
     try:
         return version("sample_factory")
     except PackageNotFoundError:
-        return "unknown (not installed: pip install -e .)"
+        return f"unknown (not installed: {install_hint()})"
 
 
 def normalize_flags(argv: Sequence[str]) -> list[str]:
@@ -360,9 +361,7 @@ def finalize_cfg(cfg: Config) -> Config:
     if cfg.max_worker_restarts < 0 or cfg.worker_restart_window_sec < 0:
         raise ConfigError("--max_worker_restarts and --worker_restart_window_sec must be >= 0")
     if cfg.with_wandb and not cfg.evaluation_run and not module_available("wandb"):
-        raise ConfigError(
-            "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
-        )
+        raise ConfigError(f"--with_wandb needs the wandb package: {install_hint('wandb')}")
     if cfg.capture_video and not cfg.evaluation_run:
         if cfg.eval_every_env_steps <= 0:
             raise ConfigError(
@@ -370,7 +369,7 @@ def finalize_cfg(cfg: Config) -> Config:
                 "(e.g. --eval_every_env_steps=100000)"
             )
         if not module_available("imageio_ffmpeg"):
-            raise ConfigError("--capture_video needs imageio and imageio-ffmpeg: pip install -e '.[video]'")
+            raise ConfigError(f"--capture_video needs imageio and imageio-ffmpeg: {install_hint('video')}")
     if cfg.auto_tune and (cfg.serial_mode or (cfg.with_pbt and cfg.pbt_backend == "ray")):
         raise ConfigError(
             "--auto_tune tunes a multi-process run: not with --serial_mode or --pbt_backend=ray (tune a single run "
@@ -459,4 +458,4 @@ def _check_remote_samplers(cfg: Config) -> None:
             "--sampler_nodes needs a single-policy APPO training run with --async_rl=True and --serial_mode=False"
         )
     if not module_available("ray"):
-        raise ConfigError("--sampler_nodes needs Ray: pip install -e .[ray] (or pip install 'ray[default]')")
+        raise ConfigError(f"--sampler_nodes needs Ray: {install_hint('ray')}")

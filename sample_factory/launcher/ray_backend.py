@@ -8,7 +8,7 @@ actor dies with its node, is reported failed once. Actors are spread over the no
 
 Requirements (docs/scale-out.md): every node sees the same repository, interpreter and train_dir at the same
 paths (a shared folder), and can import sample_factory (installed in the shared venv, or via PYTHONPATH given to
-`ray start`). Ray is optional: pip install -e .[ray].
+`ray start`). Ray is optional: the [ray] extra.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 import psutil
 
+from sample_factory.config.extras import install_hint
 from sample_factory.launcher.guard import guarded
 from sample_factory.launcher.jobs import (
     CANCELLED,
@@ -135,7 +136,7 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise LauncherError("the ray backend needs Ray: pip install -e .[ray]") from None
+        raise LauncherError(f"the ray backend needs Ray: {install_hint('ray')}") from None
     return ray
 
 

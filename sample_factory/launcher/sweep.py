@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sample_factory.config.extras import install_hint
+
 Params = dict[str, Any]
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+-]+")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._+-]+")
@@ -185,7 +187,7 @@ def load_yaml(path: str | Path) -> RunDescription:
     try:
         import yaml
     except ImportError:
-        raise SweepError("YAML sweeps need PyYAML: pip install pyyaml") from None
+        raise SweepError(f"YAML sweeps need PyYAML (a dependency of the base install): {install_hint()}") from None
     try:
         data = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as e:

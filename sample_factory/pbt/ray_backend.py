@@ -19,7 +19,7 @@ restarts leaves the population, which goes on, and the exit code is 1). The cost
 (a few seconds), small next to a useful PBT period.
 
 Requirements as for the launcher's ray backend (docs/scale-out.md): train_dir on a folder every node sees at the
-same path, the same interpreter and sample_factory importable on every node. Ray is optional: pip install -e .[ray].
+same path, the same interpreter and sample_factory importable on every node. Ray is optional: the [ray] extra.
 """
 
 from __future__ import annotations

@@ -207,8 +207,25 @@ def test_example_sweeps_agree_and_parse(tmp_path):
         expand(load_run(str(examples / "cartpole_lr.py")), tmp_path),
         expand(load_run(str(examples / "cartpole_lr.yaml")), tmp_path),
     )
-    assert [c.argv for c in py] == [c.argv for c in yml] and len(py) == 5
-    for c in py:
-        cfg = parse_cfg(c.argv[2:])  # after the interpreter and train.py
+    assert [c.argv for c in py] == [c.argv for c in yml] and len(py) == 7
+    cfgs = [parse_cfg(c.argv[2:]) for c in py]  # after the interpreter and train.py
+    for c, cfg in zip(py, cfgs):
         assert cfg.experiment == c.name and cfg.train_dir == str(tmp_path)
-    assert cfg.encoder_mlp_layers == [256, 256]
+    assert cfgs[-1].encoder_mlp_layers == [256, 256]
+    # a meaningful sweep brackets the preset's learning rate (it was 1e-4 / 3e-4, 10-30x below: every run failed)
+    preset_lr = parse_cfg(["--env=CartPole-v1"]).learning_rate
+    swept = sorted({cfg.learning_rate for cfg in cfgs[:-1]})
+    assert swept[0] < preset_lr < swept[-1] and preset_lr in swept, (swept, preset_lr)
+
+
+def test_launcher_default_train_dir_is_the_sweeps_own_folder(monkeypatch, capsys):
+    """Without --train_dir the example's runs go to ./train_dir/<run name>/, not into the root of ./train_dir."""
+    from sample_factory.launcher.__main__ import main
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)  # where the commands' train.py is; --dry_run writes nothing
+    assert main(["--run=examples/sweeps/cartpole_lr.py", "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    expected = repo / "train_dir" / "cartpole_lr"
+    assert out.count(f"--train_dir={expected}") == 7, out
+    assert f"logs in {expected / 'sweep_cartpole_lr' / 'logs'}" in out, out

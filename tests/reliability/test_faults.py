@@ -18,6 +18,7 @@ import psutil
 import pytest
 import torch
 
+from sample_factory.config.extras import install_hint
 from tests.integration.conftest import REPO_ROOT, TrainRun
 from tests.reliability import fault_envs
 
@@ -332,7 +333,7 @@ BAD_INPUT = {
     ),
     "recurrence_not_dividing_rollout": (["--recurrence=5", "--rollout=32"], "CartPole-v1", ["--recurrence"]),
     "unknown_env": (["--num_workers=2"], "CartPol-v1", ["CartPol-v1", "did you mean", "CartPole-v1"]),
-    "env_extra_missing": (["--num_workers=2"], "doom_basic", ["pip install -e .[vizdoom]"]),
+    "env_extra_missing": (["--num_workers=2"], "doom_basic", [install_hint("vizdoom")]),
     "gpu_without_gpu": (["--device=gpu", "--num_workers=2"], "CartPole-v1", ["--device=gpu"]),
 }
 
