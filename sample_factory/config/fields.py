@@ -174,7 +174,6 @@ class OptionFields:
     video_frames: float  # default 1000000000.0
     video_name: str  # default 'replay'
     video_per_episode: bool  # default False
-    video_per_episode: bool  # default True
     eval_results_file: str | None  # default None
 
     # Remote samplers (Ray)

@@ -605,7 +605,6 @@ OPTIONS: dict[str, list[Option]] = {
         Option("video_frames", _num, 1e9, "At most this many frames per video."),
         Option("video_name", str, "replay", "Video file name: <name>.mp4 holds every evaluated episode."),
         Option("video_per_episode", str2bool, False, "Also write one mp4 per episode: <name>_ep<N>.mp4."),
-        Option("video_per_episode", str2bool, True, "One mp4 per episode; False: one file for all episodes."),
         Option(
             "eval_results_file",
             str,

@@ -13,8 +13,12 @@ from sample_factory.envs.env_utils import make_env
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "sample_factory"
-# the helper itself, and the tool that really runs pip (in a throwaway venv), not a hint
-HINT_FREE_EXEMPT = {PACKAGE / "config" / "extras.py", PACKAGE / "tools" / "throwaway_venv.py"}
+# the helper itself, and the tools that really run pip (a throwaway venv; SF2's wheels into a private folder), not hints
+HINT_FREE_EXEMPT = {
+    PACKAGE / "config" / "extras.py",
+    PACKAGE / "tools" / "throwaway_venv.py",
+    PACKAGE / "tools" / "benchmark_sf2.py",
+}
 
 
 def _extras_in_setup() -> set[str]:
