@@ -13,7 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
-from sample_factory.config import Config
+from sample_factory.config import Config, experiment_name_problem
 
 # Changing these would make the saved checkpoints unusable or meaningless.
 UNSAFE_ON_RESUME = (
@@ -143,6 +143,9 @@ def remove_created(d: Path, before: set[str] | None) -> None:
 def prepare_experiment_dir(cfg: Config) -> tuple[Path, str, ExperimentLock]:
     """Lock the folder, apply --restart_behavior, merge a resumed cfg, write cfg.json.
     Returns (folder, what happened, the held lock)."""
+    why = experiment_name_problem(cfg.experiment)
+    if why:  # parse_cfg refuses it already; a Config built in code must not reach rmtree either
+        raise ExperimentError(f"experiment name {cfg.experiment!r} {why}")
     d = experiment_dir(cfg)
     existed = (d / "cfg.json").exists()
     lock = ExperimentLock(d)

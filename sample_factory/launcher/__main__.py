@@ -78,7 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
 def make_jobs(args: argparse.Namespace) -> tuple[str, Path, list[Job]]:
     train_dir = Path(args.train_dir).resolve()  # absolute: a job may start in another folder or on another node
     run = load_run(args.run)
-    commands = expand(run, train_dir, python=args.python)
+    try:
+        commands = expand(run, train_dir, python=args.python)
+    except SweepError as e:
+        raise SweepError(f"{args.run}: {e}") from None
     sweep_dir = train_dir / f"sweep_{run.name}"
     share = gpu_fraction(args.num_gpus, args.experiments_per_gpu)
     env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}

@@ -411,3 +411,26 @@ def test_atari_dqn_preset_applies_and_typed_flags_win(env):
     assert cfg.preset == "atari_dqn"
     for k, v in preset.items():
         assert getattr(cfg, k) == typed.get(k, v), k
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        (".", "is not a folder name of its own"),
+        ("..", "is not a folder name of its own"),
+        ("", "is empty"),
+        ("a/b", "must be a plain folder name"),
+        ("../elsewhere", "must be a plain folder name"),
+        ("/tmp/x", "must be a plain folder name"),
+        ("x" * 201, "is 201 bytes long (at most 200)"),
+    ],
+)
+def test_experiment_must_be_a_plain_folder_name(capsys, name, message):
+    """--experiment=.. with --restart_behavior=overwrite deleted train_dir's parent's contents: refused at parse."""
+    err = _parse_error(capsys, [*BASE, f"--experiment={name}", "--restart_behavior=overwrite"])
+    assert "--experiment=" in err and message in err
+
+
+def test_ordinary_experiment_names_are_kept():
+    for name in ("run1", "my run (2)", "a.b", "...", "x" * 200, "größe"):
+        assert parse_cfg([*BASE, f"--experiment={name}"]).experiment == name

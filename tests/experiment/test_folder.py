@@ -29,3 +29,20 @@ def test_a_prepared_folder_keeps_what_was_there(tmp_path):
     remove_created(d, before)
     assert sorted(os.listdir(d)) == ["benchmark.log", "old"]
     assert (d / "benchmark.log").read_text() == "harness"
+
+
+def test_a_config_built_in_code_cannot_escape_train_dir(tmp_path):
+    """parse_cfg refuses --experiment=..; a Config made in code must not reach --restart_behavior's rmtree either."""
+    import pytest
+
+    from sample_factory.config import parse_cfg
+    from sample_factory.experiment.folder import ExperimentError, prepare_experiment_dir
+
+    td = tmp_path / "td"
+    (td / "other").mkdir(parents=True)
+    (td / "cfg.json").write_text("{}")  # as if train_dir itself held an experiment
+    cfg = parse_cfg(["--env=CartPole-v1", f"--train_dir={td}", "--restart_behavior=overwrite"])
+    cfg.experiment = "."
+    with pytest.raises(ExperimentError, match="not a folder name"):
+        prepare_experiment_dir(cfg)
+    assert (td / "other").is_dir() and (td / "cfg.json").exists()
