@@ -19,6 +19,7 @@ from sample_factory.launcher.jobs import (
     cpus_for,
     finished_before,
     gpu_fraction,
+    run_status,
     write_marker,
 )
 from sample_factory.launcher.summary import final_reward, format_table, stop_reason
@@ -261,3 +262,11 @@ def test_example_sweeps_agree_and_parse(tmp_path):
         cfg = parse_cfg(c.argv[2:])  # after the interpreter and train.py
         assert cfg.experiment == c.name and cfg.train_dir == str(tmp_path)
     assert cfg.encoder_mlp_layers == [256, 256]
+
+
+def test_run_status_from_exit_codes():
+    """train.py exits 0 only at its stop condition, 130/143 when a signal stopped it first (runtime/exit_codes.py)."""
+    assert run_status(0, stop_sent=False) == run_status(0, stop_sent=True) == "finished"
+    assert run_status(130, stop_sent=False) == run_status(143, stop_sent=False) == "interrupted"
+    assert run_status(130, stop_sent=True) == run_status(None, stop_sent=True) == "cancelled"
+    assert run_status(1, stop_sent=False) == run_status(137, stop_sent=False) == run_status(None, False) == "failed"
