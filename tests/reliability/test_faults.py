@@ -93,6 +93,14 @@ def error_lines(output: str) -> list[str]:
     return [ln for ln in output.splitlines() if "ERROR" in ln or "error:" in ln]
 
 
+def alive(p: psutil.Process) -> bool:
+    """Running, not a zombie (one whose parent has not reaped it has closed its files: it holds nothing)."""
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def finish(run: TrainRun, timeout: float) -> int:
     rc = run.wait(timeout=timeout)
     run.assert_no_leftovers()
@@ -245,7 +253,7 @@ def test_a_new_run_waits_for_the_processes_of_a_killed_one(tmp_path, start_run):
     latest = None  # the newest checkpoint once the old learner is gone: its final save
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and "resuming" not in second.output:
-        if latest is None and not learner.is_running():
+        if latest is None and not alive(learner):
             latest = first.checkpoints()[-1]
         time.sleep(0.02)
     assert latest is not None, f"the second run went on beside the old learner\n{second.describe()}"
