@@ -25,7 +25,13 @@ OPTIONS: dict[str, list[Option]] = {
             "Environment: a gymnasium id (CartPole-v1), a custom env registered with register_env, or module:EnvId "
             "(the module is imported first, in every process).",
         ),
-        Option("experiment", str, "default_experiment", "Experiment name; its folder is <train_dir>/<experiment>."),
+        Option(
+            "experiment",
+            str,
+            "default_experiment",
+            "Experiment name; its folder is <train_dir>/<experiment>. A plain folder name: not '.' or '..', no '/', "
+            "at most 200 bytes.",
+        ),
         Option("train_dir", str, "./train_dir", "Root folder for experiments."),
         Option(
             "device",
