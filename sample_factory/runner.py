@@ -17,7 +17,7 @@ import torch
 
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
-from sample_factory.envs.env_utils import env_backend, frames_per_env_step, probe_env
+from sample_factory.envs.env_utils import env_backend, probe_env, set_step_units
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
@@ -38,6 +38,9 @@ from sample_factory.runtime.supervisor import RESTARTABLE, Supervisor
 from sample_factory.workers.actor_worker import ActorWorker
 from sample_factory.workers.learner import Learner
 from sample_factory.workers.policy_worker import PolicyWorker
+
+# --progress_every_env_steps rows and points: at most this many a second (progress.csv of a fast env stays small).
+MAX_POINTS_PER_SEC = 4.0
 
 
 class RunLog:
@@ -103,6 +106,8 @@ class Runner:
         self.supervisor: Supervisor | None = None  # process mode
         self.driver: SerialDriver | None = None  # serial mode
         self.start_time: float | None = None  # time.monotonic() when the components were started
+        self.next_point_at = 0  # total env steps of the next --progress_every_env_steps point
+        self.last_row = 0.0  # time.monotonic() of the last progress.csv row
         self.callbacks: Callbacks | None = None  # the runner process's instance of --callbacks
         self.remote: Any = None  # --sampler_nodes: distributed.remote_samplers.RemoteSamplers
         # report kind -> handler, for every kind a component sends (every report also counts as a sign of life)
@@ -141,7 +146,7 @@ class Runner:
             self.exp_dir, what, self.lock = prepare_experiment_dir(cfg, log)
             log.open(self.exp_dir / "sf_log.txt")
         log(f"{what}: {self.exp_dir}")
-        cfg.frames_per_env_step = frames_per_env_step(cfg)  # before any component copies cfg
+        set_step_units(cfg)  # before any component copies cfg
         if cfg.env_backend == "auto":  # cfg.json keeps auto; every component gets the resolved backend
             cfg.env_backend = env_backend(cfg)
             log(f"--env_backend=auto: {cfg.env_backend}")
@@ -174,6 +179,9 @@ class Runner:
                 model = ActorCritic(cfg, self.obs_space, self.action_space)
             # Resumed or evaluated runs publish the checkpoint's weights: no worker ever acts with random ones.
             loaded, version = load_policy_checkpoint(cfg, p), 0
+            if loaded is not None and not cfg.evaluation_run:  # whether this run's flags can continue from it
+                for note in algorithm_class(cfg).check_resume(cfg, loaded[0]["algo"]):
+                    log(f"policy {p}: {note}")
             if loaded is not None:
                 model.load_state_dict(loaded[0]["model"])
                 version = loaded[0]["policy_version"]
@@ -324,7 +332,7 @@ class Runner:
 
     def _main_loop(self) -> None:
         cfg = self.cfg
-        last_print = last_summary = last_best = time.monotonic()
+        last_print = last_summary = last_best = self.last_row = time.monotonic()
         while self.stop_reason is None:
             if self.driver is not None:
                 for _ in range(20):
@@ -340,6 +348,8 @@ class Runner:
                 last_print = now
                 log(self.progress.line())
                 self.summaries.progress_row(self.progress)
+                self.last_row = now
+            self._progress_points(now)
             self._periodic_eval()
             if now - last_best >= cfg.save_best_every_sec:
                 last_best = now
@@ -350,6 +360,18 @@ class Runner:
                 if self.pbt is not None:
                     self.pbt.write_summaries(self.summaries, self.progress)
             self._check_stop(now)
+
+    def _progress_points(self, now: float) -> None:
+        """A progress.csv row and the curves' TensorBoard points each --progress_every_env_steps (at most
+        MAX_POINTS_PER_SEC): a run of seconds gets a curve, not the two points of its reports."""
+        every = self.cfg.progress_every_env_steps
+        total = self.progress.total_env_steps()
+        if every <= 0 or total < self.next_point_at or now - self.last_row < 1.0 / MAX_POINTS_PER_SEC:
+            return
+        self.next_point_at = (total // every + 1) * every
+        self.last_row = now
+        self.summaries.progress_row(self.progress)
+        self.summaries.points(self.progress)
 
     def _on_report(self, msg: tuple) -> None:
         report = Report._make(msg)
@@ -474,8 +496,6 @@ class Runner:
                 order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=lambda: self.signals_received > 1
             )
             self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
-        if self.evaluator is not None:
-            self.evaluator.stop()
         interrupted = self.interrupted_by is not None and self.exit_code == 0
         if interrupted:  # saved, but not finished: told apart from a run that reached its stop condition
             self.exit_code = interrupted_exit_code(self.interrupted_by)
@@ -485,6 +505,8 @@ class Runner:
         self._experiment_ended()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
+        if self.evaluator is not None:  # after the summary, whose times and FPS are training's
+            self._final_evaluations()
         if self.pbt is not None:
             self.pbt.write_summaries(self.summaries, self.progress)
             self.pbt.close()
@@ -492,6 +514,14 @@ class Runner:
         self.channels.close()
         if self.lock is not None:
             self.lock.release()
+
+    def _final_evaluations(self) -> None:
+        """The periodic evaluations due when training ended (evaluation/periodic_eval.py), then none running."""
+        if self.start_time is not None and not self.cfg.evaluation_run:
+            signals = self.signals_received  # a Ctrl+C during the final evaluations stops them
+            interrupted = signals > 0 or self.exit_code != 0
+            self.evaluator.finish(self.progress.env_steps, interrupted, lambda: self.signals_received > signals)
+        self.evaluator.stop()
 
     def _experiment_ended(self) -> None:
         if self.cfg.evaluation_run or self.callbacks is None:

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from sample_factory.config import parse_cfg
+from sample_factory.config import Config, parse_cfg
+from sample_factory.config.parse import normalize_flags
 from sample_factory.runtime.fork_server import start_early
 
 
@@ -26,9 +27,26 @@ def auto_tuned_flags(argv: Sequence[str]) -> list[str]:
     return list(json.loads(lines[-1]))
 
 
+def check_before_start(cfg: Config) -> None:
+    """The errors a user makes most, answered in a second, before torch is imported and anything is created: an
+    unknown --env (with the closest names) and an experiment another run is training."""
+    from sample_factory.envs.env_utils import unknown_env_message
+    from sample_factory.experiment.folder import ExperimentError, ExperimentLock, experiment_dir
+
+    why = unknown_env_message(cfg.env)
+    if why is None and not (cfg.with_pbt and cfg.pbt_backend == "ray"):  # ray members have folders of their own
+        try:
+            ExperimentLock(experiment_dir(cfg)).check_free()
+        except ExperimentError as e:
+            why = str(e)
+    if why is not None:
+        raise SystemExit(f"train.py: error: {why}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = normalize_flags(sys.argv[1:] if argv is None else argv)
     cfg = parse_cfg(argv)
+    check_before_start(cfg)
     if cfg.auto_tune:  # trial runs first (or a cached pick), then this run with the picked sampling settings
         argv = [*argv, *auto_tuned_flags(argv)]
         cfg = parse_cfg(argv)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -23,6 +24,7 @@ from sample_factory.algo.losses import (
 )
 from sample_factory.algo.replay import TrajectoryReplay, concat_batches, replayed_count
 from sample_factory.algo.returns import calculate_gae, calculate_vtrace
+from sample_factory.algo.transfer import host_read
 from sample_factory.config import Config, ConfigError
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 
@@ -48,10 +50,10 @@ class PreparedBatch(NamedTuple):
     old_values: Tensor  # [M, T+1] behaviour values, real scale
     rewards: Tensor  # [M, T] shaped (shaped_rewards)
     dones: Tensor  # [M, T] float 0/1
-    lag: Tensor  # [M, T] policy versions between acting and this iteration
-    active: Tensor  # [M, T] bool: the agent took part in the step
-    own: Tensor  # [M, T] bool: active steps of the policy being trained
-    valid: Tensor  # [M, T] bool: own steps not older than --max_policy_lag (the loss mask)
+    lag: np.ndarray  # [M, T] policy versions between acting and this iteration (host: per-iteration counts)
+    active: np.ndarray  # [M, T] bool: the agent took part in the step (host)
+    own: np.ndarray  # [M, T] bool: active steps of the policy being trained (host)
+    valid: Tensor  # [M, T] bool: own steps not older than --max_policy_lag (the loss mask; on the device)
     all_valid: bool  # every step is valid: the losses take plain means (1 op each instead of a masked mean's 6)
     gae_advantages: Tensor | None  # [M, T] with --with_vtrace=False (from behaviour values, once per iteration)
     gae_returns: Tensor | None  # [M, T]
@@ -102,10 +104,33 @@ class APPOAlgorithm(Algorithm):
             )
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict()}
+        state = {"optimizer": self.optimizer.state_dict()}
+        if self.cfg.save_replay_buffer and self.replay is not None and self.replay.store is not None:
+            state["replay"] = self.replay.state_dict()
+        return state
+
+    @classmethod
+    def check_resume(cls, cfg: Config, state: dict) -> list[str]:
+        if "target" in state:
+            raise ConfigError("the checkpoint holds a target network: it was written by --algo=DQN")
+        replay = state.get("replay")
+        if replay is None or cfg.exp_replayer != "uniform":
+            return ["the checkpoint's replay trajectories are not used (no --replay_proportion)"] if replay else []
+        if not cfg.save_replay_buffer:
+            return ["--save_replay_buffer=False: the checkpoint's replay trajectories are not loaded (it refills)"]
+        slots = TrajectoryReplay.slots_of(replay)
+        if slots != cfg.replay_buffer_num_slots:
+            raise ConfigError(
+                f"the checkpoint's trajectory replay holds {slots} trajectories; --replay_buffer_num_slots="
+                f"{cfg.replay_buffer_num_slots} does not fit it: resume with --replay_buffer_num_slots={slots}, or "
+                f"with --save_replay_buffer=False to drop it"
+            )
+        return []
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.replay is not None and self.cfg.save_replay_buffer and state.get("replay") is not None:
+            self.replay.load_state_dict(state["replay"])
 
     def update_learning_rate(self, env_steps: int) -> None:
         for g in self.optimizer.param_groups:
@@ -119,14 +144,18 @@ class APPOAlgorithm(Algorithm):
     ) -> tuple[dict[str, float], int]:
         """batch: trajectories [M, T(+1), ...] as produced by TrajectoryBuffers.gather. With `policy_id`, steps
         another policy acted on (multi-agent envs shared by several policies) are masked out. With replay, the
-        batch is extended with replayed trajectories (rows past `fresh`) before training."""
+        batch is extended with replayed trajectories (rows past `fresh`) before training.
+
+        The host waits for the device once per iteration: statistics are summed on the device and read back
+        together after the last SGD step, and the NaN/inf guard skips a step on the device (`device_step`)."""
         fresh = None
         if self.replay is not None:
             batch, fresh = self.mix_replay(batch)
         p = self.prepare(batch, policy_version, policy_id, fresh)
         M = p.is_first.shape[0]
-        sums: dict[str, float] = {}
-        num_steps = 0
+        names: list[str] = []
+        sums: Tensor | None = None  # [K] the applied steps' statistics, summed on the device
+        applied = torch.zeros((), dtype=torch.int64, device=self.device)  # steps applied this iteration
         for _ in range(self.cfg.num_epochs):
             if self.should_stop():
                 break
@@ -134,18 +163,22 @@ class APPOAlgorithm(Algorithm):
             for mb in torch.tensor_split(perm, min(self.cfg.num_batches_per_epoch, M)):
                 if self.should_stop():  # the learner must save and exit: keep the steps taken, drop the rest
                     break
-                if not p.all_valid and not p.valid[mb].any():
-                    # Nothing to learn from (all past --max_policy_lag, inactive or another policy's): a step
-                    # would still move the weights by Adam's momentum and advance the policy version.
-                    continue
+                # A minibatch with nothing to learn from (all past --max_policy_lag, inactive or another policy's)
+                # is skipped on the device: a step would still move the weights by Adam's momentum.
+                has_data = None if p.all_valid else p.valid[mb].any()
                 loss, mb_stats = self.minibatch_loss(p, mb)
-                grad_norm = self.guarded_step(loss, self.optimizer)
-                if grad_norm is None:
-                    continue
-                num_steps += 1
-                for k, v in {**mb_stats, "grad_norm": grad_norm}.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-        stats = {k: v / max(num_steps, 1) for k, v in sums.items()}
+                grad_norm, ok = self.device_step(loss, self.optimizer, has_data)
+                names = [*mb_stats, "grad_norm"]
+                step_stats = torch.stack([*mb_stats.values(), grad_norm]).double()  # [K]
+                step_stats = torch.where(ok, step_stats, 0.0)  # a skipped step's NaN never reaches the sums
+                sums = step_stats if sums is None else sums + step_stats
+                applied = applied + ok
+        # the iteration's one read-back: [K sums, applied steps, skipped total, skipped in a row]
+        tail = torch.cat([applied.view(1), self._skip_counts]).double()
+        host = host_read(tail if sums is None else torch.cat([sums, tail]))
+        num_steps = int(host[-3])
+        self.read_skip_counts([int(host[-2]), int(host[-1])])
+        stats = {k: v / max(num_steps, 1) for k, v in zip(names, host[:-3], strict=True)}
         stats.update(self.batch_stats(p, num_steps, fresh))
         return stats, policy_version + num_steps
 
@@ -163,26 +196,30 @@ class APPOAlgorithm(Algorithm):
     ) -> PreparedBatch:
         """Move the batch to the device and compute what does not change within the iteration: shaped rewards,
         lag and masks, the observation-normalizer update (fresh rows only: rows from `fresh` on are replayed),
-        GAE (with --with_vtrace=False)."""
+        GAE (with --with_vtrace=False). Lag and masks come from the batch's CPU tensors (small [M, T]): whether
+        every step is valid and the per-iteration counts need no read-back from the device."""
         cfg, dev, T = self.cfg, self.device, self.cfg.rollout
+        # numpy, not torch: host bookkeeping that a host-sync count must not mistake for reads from the device
+        lag = policy_version - batch["policy_version"][:, :T].numpy()  # [M, T]
+        # inactive steps: agents of a multi-agent env that finished before the episode ended
+        own = batch["active"][:, :T].numpy()  # [M, T]
+        if policy_id is not None and "policy_id" in batch:
+            own = own & (batch["policy_id"][:, :T].numpy() == policy_id)
+        valid = (lag <= cfg.max_policy_lag) & own  # [M, T]
+        all_valid = bool(valid.all())
         b = {k: v.to(dev, non_blocking=True) for k, v in batch.items() if k != "obs"}
         obs = {k: v.to(dev, non_blocking=True) for k, v in batch["obs"].items()}  # {key: [M, T+1, *shape]}
         rewards = shaped_rewards(b["rewards"], b["truncated"], b["final_values"], cfg)  # [M, T]
         dones = b["dones"].float()  # [M, T]
         old_values = b["values"]  # [M, T+1]
-        lag = policy_version - b["policy_version"][:, :T]  # [M, T]
-        # inactive steps: agents of a multi-agent env that finished before the episode ended
-        own = b["active"][:, :T]  # [M, T]
-        if policy_id is not None and "policy_id" in b:
-            own = own & (b["policy_id"][:, :T] == policy_id)
         if getattr(self.model, "obs_normalizers", None) is not None:  # before any value is recomputed
             seen = own if fresh is None else own[:fresh]  # replayed observations were counted when they were fresh
-            self.model.update_normalizers({k: v[: seen.shape[0], :T][seen] for k, v in obs.items()})
+            seen = torch.from_numpy(seen).to(dev, non_blocking=True).reshape(-1)
+            self.model.update_normalizers({k: v[: len(seen) // T, :T].flatten(0, 1) for k, v in obs.items()}, seen)
         gae_adv = gae_ret = None
         if not cfg.with_vtrace:
             adv, ret = calculate_gae(rewards.T, dones.T, old_values.T, cfg.gamma, cfg.gae_lambda)
             gae_adv, gae_ret = adv.T, ret.T
-        valid = (lag <= cfg.max_policy_lag) & own
         return PreparedBatch(
             obs=obs,
             rnn_states=b["rnn_states"][:, : T + 1],
@@ -194,10 +231,10 @@ class APPOAlgorithm(Algorithm):
             rewards=rewards,
             dones=dones,
             lag=lag,
-            active=b["active"],
+            active=batch["active"].numpy(),
             own=own,
-            valid=valid,
-            all_valid=bool(valid.all()),
+            valid=torch.from_numpy(valid).to(dev, non_blocking=True),
+            all_valid=all_valid,
             gae_advantages=gae_adv,
             gae_returns=gae_ret,
         )
@@ -240,7 +277,7 @@ class APPOAlgorithm(Algorithm):
             clip_mode=cfg.ppo_clip_mode,
             ratio_clamp=cfg.ppo_ratio_clamp,
         )
-        model.update_returns_normalizer(targets if mask is None else targets[mask.view(B, T)])
+        model.update_returns_normalizer(targets, None if mask is None else mask.view(B, T))
         value_loss = clipped_value_loss(
             values[:, :T].reshape(-1),
             model.normalize_values(p.old_values[mb, :T]).reshape(-1),
@@ -275,14 +312,14 @@ class APPOAlgorithm(Algorithm):
 
     def batch_stats(self, p: PreparedBatch, sgd_steps: int, fresh: int | None = None) -> dict[str, float]:
         """Per-iteration counts: SGD steps, skipped updates, learning rate, policy lag of this policy's steps (fresh
-        ones; replayed rows from `fresh` on get their own lag and count)."""
+        ones; replayed rows from `fresh` on get their own lag and count). From the CPU tensors: no read-back."""
         if fresh is not None:
             replay_own, replay_lag = p.own[fresh:], p.lag[fresh:]
             p = p._replace(own=p.own[:fresh], lag=p.lag[:fresh], active=p.active[:fresh])
-        lag = p.lag[p.own].float() if p.own.any() else p.lag.float()
+        lag = p.lag[p.own] if p.own.any() else p.lag.reshape(-1)
         extra = {}
         if fresh is not None:
-            rl = replay_lag[replay_own].float() if replay_own.any() else torch.zeros(1)
+            rl = replay_lag[replay_own] if replay_own.any() else np.zeros(1)
             extra = {
                 "replayed_samples": int(replay_own.sum()),
                 "replay_policy_lag_min": float(rl.min()),

@@ -10,7 +10,6 @@ memory (only the tensors in `required_buffers`). Policy workers never build one:
 from __future__ import annotations
 
 import contextlib
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
@@ -19,6 +18,7 @@ import torch
 from torch import Tensor
 
 from sample_factory.algo.optim import FusedAdam, Optimizer, fused_adam_available
+from sample_factory.algo.transfer import host_read
 from sample_factory.config import Config
 
 
@@ -90,6 +90,8 @@ class Algorithm(ABC):
         self.autocast_dtype = reduced_precision_dtype(cfg.learner_precision, device)  # None: plain fp32
         self.skipped_updates = 0  # SGD steps skipped for a NaN/inf loss or gradient, in total (a reported stat)
         self.consecutive_skipped = 0  # ... in a row: the learner stops the run above --max_nonfinite_updates
+        # The same two counts where they are kept, on the training device: read back once per iteration.
+        self._skip_counts = torch.zeros(2, dtype=torch.int64, device=device)
         self.stop_check: Callable[[], bool] | None = None  # set by the learner: has it been asked to stop?
         # Listed once: model.parameters() recurses through the modules, and clip_grad_norm_ did so three times a
         # step (0.3 of a CartPole minibatch's 2.5 ms on CPU). .to(device) and weight loads keep these objects.
@@ -106,6 +108,12 @@ class Algorithm(ABC):
         """Called by the runner once the env's spaces are known, before anything starts: raise ConfigError for
         options this algorithm cannot apply to them (default: none)."""
         return None
+
+    @classmethod
+    def check_resume(cls, cfg: Config, state: dict) -> list[str]:
+        """Called by the runner with a checkpoint's "algo" state before anything starts: raise ConfigError (one line)
+        when this run's flags cannot continue from it; returns notes to log (default: none)."""
+        return []
 
     @abstractmethod
     def train(
@@ -136,10 +144,13 @@ class Algorithm(ABC):
     def on_weights_replaced(self) -> None:
         """PBT replaced the model's weights with another policy's: drop state that belongs to the old weights."""
 
-    def guarded_step(self, loss: Tensor, optimizer: Optimizer) -> Tensor | None:
-        """Backward and optimizer step, with gradient clipping at --max_grad_norm. A NaN/inf loss or gradient
-        norm is never applied: the step is skipped and counted. Returns the gradient norm (before clipping), or
-        None when the step was skipped."""
+    def device_step(self, loss: Tensor, optimizer: Optimizer, has_data: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Backward and optimizer step, with gradient clipping at --max_grad_norm, decided on the device: nothing is
+        read back to the host, so a GPU's queue keeps running (training loops call this between their one read-back
+        per iteration). A NaN/inf loss or gradient norm is never applied; neither is a step whose minibatch has no
+        sample to learn from (has_data, a bool scalar, False), which would still move the weights by Adam's momentum.
+        Returns (gradient norm before clipping, applied: bool scalar), both device tensors. Skips for NaN/inf are
+        counted on the device; `read_skip_counts` brings the counts to the host."""
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # torch.nn.utils.clip_grad_norm_'s arithmetic on CPU and CUDA tensors of one device, without its grouping
@@ -149,13 +160,32 @@ class Algorithm(ABC):
         grad_norm = torch.linalg.vector_norm(torch.stack(norms))  # all gradients as one vector
         if self.cfg.max_grad_norm > 0 and grads:
             torch._foreach_mul_(grads, torch.clamp(self.cfg.max_grad_norm / (grad_norm + 1e-6), max=1.0))
-        if not (math.isfinite(float(loss.detach())) and math.isfinite(float(grad_norm))):
-            self.skipped_updates += 1
-            self.consecutive_skipped += 1
-            return None
-        self.consecutive_skipped = 0
-        optimizer.step()
-        return grad_norm
+        finite = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
+        nonfinite = ~finite if has_data is None else has_data & ~finite
+        applied = finite if has_data is None else finite & has_data
+        counts = self._skip_counts  # [total, consecutive]; a minibatch without data leaves the run of skips as is
+        consecutive = (counts[1] + 1) * nonfinite
+        if has_data is not None:
+            consecutive = torch.where(has_data, consecutive, counts[1])
+        torch.stack([counts[0] + nonfinite, consecutive], out=counts)
+        if isinstance(optimizer, FusedAdam):
+            optimizer.step(found_inf=(~applied).float())
+        elif bool(applied):  # torch.optim's unfused Adam has no on-device skip: one read-back (not the default path)
+            optimizer.step()
+        return grad_norm, applied
+
+    def read_skip_counts(self, counts: list[int] | None = None) -> None:
+        """Set `skipped_updates` / `consecutive_skipped` from the device counters (a read-back), or from `counts`
+        ([total, consecutive]) that the caller read back together with its other statistics."""
+        self.skipped_updates, self.consecutive_skipped = counts if counts is not None else host_read(self._skip_counts)
+
+    def guarded_step(self, loss: Tensor, optimizer: Optimizer) -> Tensor | None:
+        """`device_step` for algorithms that want a plain answer after every step (one read-back per step):
+        the gradient norm (before clipping), or None when the step was skipped (NaN/inf, counted)."""
+        grad_norm, applied = self.device_step(loss, optimizer)
+        counts = host_read(torch.cat([applied.long().view(1), self._skip_counts]))
+        self.read_skip_counts(counts[1:])
+        return grad_norm if counts[0] else None
 
     # Acting: called by policy workers with the class (no optimizer, no instance). The default samples the
     # actor-critic model's action distribution; an algorithm with another acting rule (epsilon-greedy) overrides.

@@ -19,14 +19,19 @@ import copy
 import math
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, learning_rate_at, make_adam
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
-from sample_factory.config import Config
+from sample_factory.algo.transfer import DeferredReads, PinnedStaging, host_read
+from sample_factory.config import Config, ConfigError
 from sample_factory.envs.spaces import ACTION_MASK_KEY
+
+# The per-step statistics an iteration averages over its applied SGD steps, in sgd_step's order.
+STEP_STATS = ("loss", "q_mean", "q_target", "td_error_abs", "importance_weight", "grad_norm")
 
 # Episodes of agents at or above this exploration rank (the least-exploring third) are the reported training return.
 REPORTED_RANK = 2.0 / 3.0
@@ -78,6 +83,13 @@ def frame_stacked_keys(cfg: Config, obs_shapes: dict[str, tuple[tuple[int, ...],
     }
 
 
+def replay_capacity(cfg: Config) -> int:
+    """Transitions the replay buffer holds (before rounding up to whole blocks of --rollout)."""
+    if cfg.exp_replayer == "one_time":  # no retention: room for one iteration's rollouts (whole slots' worth)
+        return 2 * cfg.batch_size * cfg.num_batches_per_epoch * cfg.num_policies
+    return cfg.replay_buffer_capacity
+
+
 class DQNAlgorithm(Algorithm):
     """Stats of an iteration (means over its SGD steps): loss, q_mean, q_target, td_error_abs, grad_norm,
     importance_weight. Per iteration: sgd_steps, replay_size, replay_ratio (replayed / sampled transitions since
@@ -105,7 +117,7 @@ class DQNAlgorithm(Algorithm):
         self.optimizer = make_adam(cfg, model.parameters())
         self.target = copy.deepcopy(model).to(device)
         self.target.requires_grad_(False)
-        self.replay: ReplayBuffer | None = None  # built from the first batch (its shapes)
+        self.replay: ReplayBuffer | None = None  # built from the first batch (its shapes), or from a checkpoint's
         self.sampled = 0  # valid transitions received
         self.replayed = 0  # transitions trained on (sampled from the buffer), since learning started
         self.sampled_since_start = 0  # ... received since learning started (the replay ratio's denominator)
@@ -113,6 +125,10 @@ class DQNAlgorithm(Algorithm):
         self.last_target_update = 0  # self.sampled at the last target-network update
         self.target_updates = 0
         self.env_progress = 0.0  # fraction of --train_for_env_steps (beta annealing)
+        # Sampled minibatches reach the device through pinned memory, and new priorities come back when the device
+        # gets there (applied before a later sample where they have landed): no SGD step makes the host wait.
+        self.staging = PinnedStaging(device)
+        self.priority_reads = DeferredReads(device)
 
     # ---- acting (policy workers) -------------------------------------------------------------------------------
 
@@ -173,16 +189,43 @@ class DQNAlgorithm(Algorithm):
             state["replay"] = self.replay.state_dict()
         return state
 
+    @classmethod
+    def check_resume(cls, cfg: Config, state: dict) -> list[str]:
+        if "target" not in state:
+            raise ConfigError("the checkpoint holds no target network: it was not written by --algo=DQN")
+        replay = state.get("replay")
+        if replay is None:
+            return ["the checkpoint holds no replay buffer: it refills to --learning_starts before training"]
+        if not cfg.save_replay_buffer:
+            return ["--save_replay_buffer=False: the checkpoint's replay buffer is not loaded (it refills)"]
+        blocks, T, _ = ReplayBuffer.layout_of(replay)
+        if (blocks, T) != (math.ceil(replay_capacity(cfg) / cfg.rollout), cfg.rollout):
+            if cfg.exp_replayer == "one_time":  # its size follows the batch: no flag sets it
+                now, fix = "the one_time buffer", "the saved --batch_size and --num_batches_per_epoch"
+            else:
+                now, fix = "--replay_buffer_capacity", f"--replay_buffer_capacity={blocks * T} --rollout={T}"
+            raise ConfigError(
+                f"the checkpoint's replay buffer holds {blocks * T} transitions in blocks of --rollout={T}; "
+                f"{now}={replay_capacity(cfg)} with --rollout={cfg.rollout} does not fit it: resume with {fix}, "
+                f"or with --save_replay_buffer=False to drop it"
+            )
+        return []
+
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.target.load_state_dict(state["target"])
         for k, v in state.get("counters", {}).items():
             setattr(self, k, v)
-        # Without a saved buffer the replay refills from scratch and waits for --learning_starts again.
-        self._pending_replay_state = state.get("replay")
-        if self._pending_replay_state is None:
+        saved = state.get("replay") if self.cfg.save_replay_buffer else None
+        if saved is None:  # the replay refills from scratch and waits for --learning_starts again
             self.sampled_since_start = self.replayed = 0
             self.owed_steps = 0.0
+            return
+        # Built now, not at the first batch: every checkpoint written from here on holds the buffer again (a save
+        # before the first batch, e.g. a Ctrl+C right after the resume, would otherwise replace it with none).
+        _, _, obs_shapes = ReplayBuffer.layout_of(saved)
+        self.replay = self._make_replay(obs_shapes, tuple(saved["actions"].shape[2:]), saved["actions"].dtype)
+        self.replay.load_state_dict(saved)
 
     def update_learning_rate(self, env_steps: int) -> None:
         for g in self.optimizer.param_groups:
@@ -200,37 +243,30 @@ class DQNAlgorithm(Algorithm):
 
     # ---- training ----------------------------------------------------------------------------------------------
 
-    def _make_replay(self, batch: dict[str, Any]) -> ReplayBuffer:
+    def _make_replay(
+        self, obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], action_shape: tuple, action_dtype
+    ) -> ReplayBuffer:
         cfg = self.cfg
-        obs_shapes = {k: (tuple(v.shape[2:]), v.dtype) for k, v in batch["obs"].items()}
-        if cfg.exp_replayer == "one_time":  # no retention: room for one iteration's rollouts (whole slots' worth)
-            capacity = 2 * cfg.batch_size * cfg.num_batches_per_epoch * cfg.num_policies
-        else:
-            capacity = cfg.replay_buffer_capacity
-        replay = ReplayBuffer(
-            capacity,
+        return ReplayBuffer(
+            replay_capacity(cfg),
             cfg.rollout,
             obs_shapes,
-            tuple(batch["actions"].shape[2:]),
-            batch["actions"].dtype,
+            action_shape,
+            action_dtype,
             prioritized=cfg.exp_replayer == "prioritized",
             alpha=cfg.prioritized_replay_alpha,
             eps=cfg.prioritized_replay_eps,
             seed=None if cfg.seed is None else cfg.seed * 7919 + 13,
             stacked=frame_stacked_keys(cfg, obs_shapes),
         )
-        pending = getattr(self, "_pending_replay_state", None)
-        if pending is not None:
-            replay.load_state_dict(pending)
-            self._pending_replay_state = None
-        return replay
 
     def add_rollouts(self, batch: dict[str, Any], policy_id: int | None) -> tuple[Tensor, int]:
         """Compute n-step targets and actor-side priorities of the fresh rollouts and store them. Returns the flat
         replay indices of the stored transitions [M*T] and how many are valid (this policy's active steps)."""
         cfg, T = self.cfg, self.cfg.rollout
         if self.replay is None:
-            self.replay = self._make_replay(batch)
+            obs_shapes = {k: (tuple(v.shape[2:]), v.dtype) for k, v in batch["obs"].items()}
+            self.replay = self._make_replay(obs_shapes, tuple(batch["actions"].shape[2:]), batch["actions"].dtype)
         valid = batch["active"][:, :T]  # [M, T]
         if policy_id is not None and "policy_id" in batch:
             valid = valid & (batch["policy_id"][:, :T] == policy_id)
@@ -248,7 +284,7 @@ class DQNAlgorithm(Algorithm):
                 {k: v for k, v in self.model.state_dict().items() if "obs_normalizers" in k}, strict=False
             )
         idx = self.replay.add(batch["obs"], batch["actions"][:, :T], targets, valid, prio, batch["is_first"])
-        return idx[valid.reshape(-1)], int(valid.sum())
+        return idx[valid.reshape(-1)], int(valid.numpy().sum())
 
     def train(
         self, batch: dict[str, Any], policy_version: int, policy_id: int | None = None
@@ -270,29 +306,34 @@ class DQNAlgorithm(Algorithm):
             num_steps = int(self.owed_steps)
             self.owed_steps -= num_steps
             minibatches = None
-        sums: dict[str, float] = {}
-        applied = 0
+        sums: Tensor | None = None  # [K] the applied steps' statistics, summed on the device
+        applied = torch.zeros((), dtype=torch.int64, device=self.device)
         beta = annealed_beta(cfg.prioritized_replay_beta, self.env_progress)
         for i in range(num_steps):
             if self.should_stop():  # the learner must save and exit: keep the steps taken, drop the rest
                 break
+            self._apply_priorities(self.priority_reads.ready())
             if minibatches is not None:
                 sample = self.replay.take(*minibatches[i])
             else:
                 sample = self.replay.sample(cfg.batch_size, beta)
             self.replayed += len(sample.indices)
-            stats = self.sgd_step(sample)
-            if stats is not None:
-                applied += 1
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
+            step_stats, ok = self.sgd_step(sample)
+            sums = step_stats if sums is None else sums + step_stats
+            applied = applied + ok
             # target updates every --target_network_update_freq sampled transitions, spread over the iteration
             seen = sampled_before + new * (i + 1) // num_steps
             if seen - self.last_target_update >= cfg.target_network_update_freq:
                 self.target.load_state_dict(self.model.state_dict())
                 self.last_target_update, self.target_updates = seen, self.target_updates + 1
-        out = {k: v / max(applied, 1) for k, v in sums.items()}
-        eps = apex_epsilon(torch.tensor([0.0, 1.0]), cfg.apex_epsilon, cfg.apex_epsilon_alpha)
+        self._apply_priorities(self.priority_reads.drain())
+        # the iteration's one read-back: [K sums, applied steps, skipped total, skipped in a row]
+        tail = torch.cat([applied.view(1), self._skip_counts]).double()
+        host = host_read(tail if sums is None else torch.cat([sums, tail]))
+        applied = int(host[-3])
+        self.read_skip_counts([int(host[-2]), int(host[-1])])
+        out = {k: v / max(applied, 1) for k, v in zip(STEP_STATS, host[:-3], strict=False)}
+        eps = apex_epsilon(np.array([0.0, 1.0]), cfg.apex_epsilon, cfg.apex_epsilon_alpha)
         out.update(
             sgd_steps=applied,
             skipped_updates=self.skipped_updates,
@@ -307,16 +348,27 @@ class DQNAlgorithm(Algorithm):
         )
         return out, policy_version + applied
 
-    def sgd_step(self, s) -> dict[str, float] | None:
+    def sgd_step(self, s) -> tuple[Tensor, Tensor]:
         """One minibatch (a ReplaySample): weighted Huber loss on the n-step double-Q TD error; the priorities
-        of the sampled transitions are set to their new |TD error|. None when the step was skipped (NaN/inf)."""
-        cfg, dev = self.cfg, self.device
+        of the sampled transitions are set to their new |TD error| once they reach the host (`priority_reads`).
+        Returns (the step's statistics [K] in STEP_STATS order, zeros for a skipped step; applied: bool scalar),
+        device tensors: nothing here waits for the device."""
+        cfg = self.cfg
         B = len(s.indices)
-        obs = {k: v.to(dev, non_blocking=True) for k, v in s.obs.items()}  # {key: [B, *shape]}
-        next_obs = {k: v.to(dev, non_blocking=True) for k, v in s.next_obs.items()}
-        actions = s.actions.to(dev).view(B, -1)[:, :1]  # [B, 1] (Discrete)
-        returns, discounts = s.returns.to(dev), s.discounts.to(dev)
-        weights = s.weights.to(dev)
+        d = self.staging.to_device(
+            {
+                "obs": s.obs,  # {key: [B, *shape]}
+                "next_obs": s.next_obs,
+                "actions": s.actions,
+                "returns": s.returns,
+                "discounts": s.discounts,
+                "weights": s.weights,
+            }
+        )
+        obs, next_obs, returns, discounts, weights = (
+            d["obs"], d["next_obs"], d["returns"], d["discounts"], d["weights"]
+        )  # fmt: skip
+        actions = d["actions"].view(B, -1)[:, :1]  # [B, 1] (Discrete)
         next_mask = next_obs.get(ACTION_MASK_KEY)
         with forward_autocast(self):
             params, values, _ = self.model.forward_step(obs, None)
@@ -332,16 +384,17 @@ class DQNAlgorithm(Algorithm):
             target = double_q_target(returns, discounts, next_target, next_online)  # [B]
         td = q - target
         loss = (weights * F.huber_loss(q, target, reduction="none", delta=cfg.huber_delta)).mean()
-        grad_norm = self.guarded_step(loss, self.optimizer)
-        if grad_norm is None:
-            return None
+        grad_norm, ok = self.device_step(loss, self.optimizer)
         td_abs = td.detach().abs()
-        self.replay.update_priorities(s.indices, td_abs.cpu())
-        return {
-            "loss": float(loss.detach()),
-            "q_mean": float(q.detach().mean()),
-            "q_target": float(target.mean()),
-            "td_error_abs": float(td_abs.mean()),
-            "importance_weight": float(weights.mean()),
-            "grad_norm": float(grad_norm) if math.isfinite(float(grad_norm)) else 0.0,
-        }
+        if self.replay.prioritized:  # [B + 1]: the new |TD errors| and whether the step was applied
+            self.priority_reads.put(s.indices, torch.cat([td_abs.float(), ok.float().view(1)]))
+        step_stats = torch.stack(
+            [loss.detach(), q.detach().mean(), target.mean(), td_abs.mean(), weights.mean(), grad_norm]
+        ).double()  # [K] in STEP_STATS order
+        return torch.where(ok, step_stats, 0.0), ok  # a skipped step's NaN never reaches the sums
+
+    def _apply_priorities(self, reads: list) -> None:
+        """New |TD errors| of earlier steps, in step order; those of skipped (NaN/inf) steps are dropped."""
+        for indices, td_abs_ok in reads:  # host tensors [B + 1]
+            if td_abs_ok.numpy()[-1] > 0:
+                self.replay.update_priorities(indices, td_abs_ok[:-1])

@@ -82,8 +82,10 @@ class FusedAdam:
         return state
 
     @torch.no_grad()
-    def step(self) -> None:
-        """One Adam update of every parameter that has a gradient."""
+    def step(self, found_inf: Tensor | None = None) -> None:
+        """One Adam update of every parameter that has a gradient. found_inf: a float scalar on the parameters'
+        device; where it is 1 the kernel leaves parameters, moments and step counts as they were (the skip is
+        decided on the device, as torch's GradScaler does it, so the host never waits for the GPU)."""
         for group in self.param_groups:
             # [(device, dtype)] -> the lists torch's kernel takes: params, grads, exp_avgs, exp_avg_sqs, steps
             lists: dict[tuple, tuple[list[Tensor], ...]] = {}
@@ -113,7 +115,10 @@ class FusedAdam:
                     weight_decay=float(group["weight_decay"]),
                     eps=float(group["eps"]),
                     maximize=False,
+                    found_inf=found_inf,
                 )
+                if found_inf is not None:  # a skipped step does not count (torch's fused Adam does the same)
+                    torch._foreach_sub_(steps, [found_inf] * len(steps))
 
     def state_dict(self) -> dict[str, Any]:
         """torch.optim's format: parameters numbered in group order, state keyed by those numbers."""

@@ -203,8 +203,9 @@ class ReplayBuffer:
         self.rng = np.random.default_rng(seed)
 
     def __len__(self) -> int:
-        """Valid transitions stored (what can be sampled)."""
-        return int(self.valid[: self.filled_blocks].sum())
+        """Valid transitions stored (what can be sampled). Counted in numpy: host bookkeeping, which host-sync counts
+        (tools/learner_loop.py) must not mistake for a read from the training device."""
+        return int(self.valid[: self.filled_blocks].numpy().sum())
 
     def nbytes(self) -> int:
         tensors = [*self.obs.values(), *self.frames.values(), self.starts]
@@ -237,9 +238,9 @@ class ReplayBuffer:
         self.discounts[blocks] = targets.discounts
         self.offsets[blocks] = targets.offsets.to(torch.int16)
         self.valid[blocks] = valid
-        self.next_block = int(blocks[-1] + 1) % self.num_blocks
+        self.next_block = (self.next_block + M) % self.num_blocks
         self.filled_blocks = min(self.num_blocks, self.filled_blocks + M)
-        self.added += int(valid.sum())
+        self.added += int(valid.numpy().sum())
         idx = (blocks.unsqueeze(1) * self.T + torch.arange(self.T)).reshape(-1)  # [M*T]
         if self.prioritized and priorities is not None:
             p = self._priority(priorities.reshape(-1).double().numpy())
@@ -324,7 +325,7 @@ class ReplayBuffer:
         )
 
     def state_dict(self) -> dict:
-        """Everything to continue replaying after a resume (--save_replay_buffer)."""
+        """Everything to continue replaying after a resume (--save_replay_buffer), the sampling RNG included."""
         return {
             "obs": self.obs,
             "frames": self.frames,
@@ -339,25 +340,47 @@ class ReplayBuffer:
             "next_block": self.next_block,
             "filled_blocks": self.filled_blocks,
             "added": self.added,
+            "rng": self.rng.bit_generator.state,  # plain ints and strings: loads with weights_only
         }
 
+    @staticmethod
+    def layout_of(state: dict) -> tuple[int, int, dict[str, tuple[tuple[int, ...], torch.dtype]]]:
+        """(blocks, rollout, observation shapes) of a saved buffer: what to build it with. A frame-stacked key's
+        frames [blocks, T + k, *frame] give back its stack shape (k, *frame)."""
+        blocks, T = state["actions"].shape[:2]
+        shapes = {k: (tuple(v.shape[2:]), v.dtype) for k, v in state["obs"].items()}
+        shapes.update({k: ((v.shape[1] - T, *v.shape[2:]), v.dtype) for k, v in state["frames"].items()})
+        return blocks, T, shapes
+
     def load_state_dict(self, state: dict) -> None:
+        """Takes the saved tensors over (no copy: a saved buffer may be most of the machine's memory)."""
         if state["actions"].shape != self.actions.shape:
             raise ValueError(
-                f"saved replay buffer holds {state['actions'].shape[:2]} blocks x steps, this one "
+                f"saved replay buffer holds {tuple(state['actions'].shape[:2])} blocks x steps, this one "
                 f"{tuple(self.actions.shape[:2])}: capacity or --rollout changed"
             )
-        for k in self.obs:
-            self.obs[k].copy_(state["obs"][k])
-        for k in self.frames:
-            self.frames[k].copy_(state["frames"][k])
-        self.starts.copy_(state["starts"])
-        for k in ("actions", "returns", "discounts", "offsets", "valid"):
-            getattr(self, k).copy_(state[k])
+        mine = {**{f"obs/{k}": v for k, v in self.obs.items()}, **{f"frames/{k}": v for k, v in self.frames.items()}}
+        saved = {**{f"obs/{k}": v for k, v in state["obs"].items()}}
+        saved.update({f"frames/{k}": v for k, v in state["frames"].items()})
+        for k in ("starts", "actions", "returns", "discounts", "offsets", "valid"):
+            mine[k], saved[k] = getattr(self, k), state[k]
+        for k, t in mine.items():
+            if k not in saved or saved[k].shape != t.shape or saved[k].dtype != t.dtype:
+                found = "missing" if k not in saved else f"{tuple(saved[k].shape)} {saved[k].dtype}"
+                raise ValueError(f"saved replay buffer's {k} is {found}, expected {tuple(t.shape)} {t.dtype}")
+        self.obs = {k: state["obs"][k].cpu() for k in self.obs}
+        self.frames = {k: state["frames"][k].cpu() for k in self.frames}
+        for k in ("starts", "actions", "returns", "discounts", "offsets", "valid"):
+            setattr(self, k, state[k].cpu())
         self.tree.tree[:] = state["tree"].cpu().numpy()
+        if not self.prioritized:  # saved by a prioritized buffer: sample the valid transitions uniformly now
+            flat = self.valid.reshape(-1).numpy()
+            self.tree.set(np.arange(self.capacity), flat.astype(np.float64))
         self.max_priority = float(state["max_priority"])
         self.next_block, self.filled_blocks = int(state["next_block"]), int(state["filled_blocks"])
         self.added = int(state["added"])
+        if "rng" in state:  # older checkpoints did not save it
+            self.rng.bit_generator.state = state["rng"]
 
 
 class TrajectoryReplay:
@@ -396,6 +419,25 @@ class TrajectoryReplay:
         idx = torch.randint(0, self.filled, (k,), generator=self.gen)
         return _map(self.store, lambda v: v[idx])
 
+    def state_dict(self) -> dict:
+        """The stored trajectories, the ring position and the sampling generator (--save_replay_buffer)."""
+        return {"store": self.store, "next": self.next, "filled": self.filled, "gen": self.gen.get_state()}
+
+    @staticmethod
+    def slots_of(state: dict) -> int:
+        return next(v for v in _leaves(state["store"])).shape[0]
+
+    def load_state_dict(self, state: dict) -> None:
+        """Takes the saved trajectories over; they were stored from batches of this experiment (same env)."""
+        if self.slots_of(state) != self.num_slots:
+            raise ValueError(
+                f"saved trajectory replay holds {self.slots_of(state)} trajectories, this one {self.num_slots}: "
+                "--replay_buffer_num_slots changed"
+            )
+        self.store = _map(state["store"], lambda v: v.cpu())
+        self.next, self.filled = int(state["next"]), int(state["filled"])
+        self.gen.set_state(state["gen"].cpu())
+
 
 def replayed_count(proportion: float, fresh: int, gen: torch.Generator | None = None) -> int:
     """How many replayed trajectories go with `fresh` new ones: proportion * fresh, the fraction drawn at random so
@@ -407,6 +449,11 @@ def replayed_count(proportion: float, fresh: int, gen: torch.Generator | None = 
 
 def _map(d: dict, fn) -> dict:
     return {k: _map(v, fn) if isinstance(v, dict) else fn(v) for k, v in d.items()}
+
+
+def _leaves(d: dict):
+    for v in d.values():
+        yield from _leaves(v) if isinstance(v, dict) else (v,)
 
 
 def _zip(dst: dict, src: dict, fn) -> None:

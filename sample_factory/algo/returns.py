@@ -36,12 +36,30 @@ def reverse_recurrence(x: Tensor, coefs: Tensor) -> Tensor:
             acc_np = xs[t] + cs[t] * acc_np
             out_np[t] = acc_np
         return torch.from_numpy(out_np)
+    if x.device.type != "cpu" and x.shape[0] ** 2 * x[0].numel() <= CLOSED_FORM_MAX_ELEMENTS:
+        return reverse_recurrence_closed_form(x, coefs)
     out = torch.empty_like(x)
     acc = torch.zeros_like(x[0])  # [B]
     for t in range(x.shape[0] - 1, -1, -1):
         acc = x[t] + coefs[t] * acc
         out[t] = acc
     return out
+
+
+# Largest [T, T, B] weight tensor reverse_recurrence builds on an accelerator instead of looping over time.
+CLOSED_FORM_MAX_ELEMENTS = 1 << 24
+
+
+def reverse_recurrence_closed_form(x: Tensor, coefs: Tensor) -> Tensor:
+    """reverse_recurrence as a weighted sum: out[t] = sum_{k >= t} (prod_{j=t}^{k-1} coefs[j]) x[k]; x, coefs,
+    out [T, B]. On a GPU the time loop is 2T kernel launches of a few microseconds each on [B]-sized slices (V-trace
+    runs it once per minibatch); this is six kernels over a [T, T, B] tensor. Same values up to float rounding."""
+    T = x.shape[0]
+    tri = torch.ones(T, T, dtype=torch.bool, device=x.device).triu().view(T, T, *([1] * (x.dim() - 1)))  # j >= t
+    factors = torch.where(tri, coefs.to(x.dtype).unsqueeze(0), 1.0)  # [t, j, B]: coefs[j] where j >= t, else 1
+    prods = torch.cumprod(factors, dim=1)  # [t, k, B]: prod_{j=t}^{k} coefs[j] for k >= t
+    weights = torch.cat([torch.ones_like(prods[:, :1]), prods[:, :-1]], dim=1)  # [t, k, B]: prod up to k - 1
+    return (torch.where(tri, weights, 0.0) * x.unsqueeze(0)).sum(dim=1)  # [t, B]
 
 
 @torch.no_grad()

@@ -82,6 +82,7 @@ class OptionFields:
     inference_precision: str  # default 'fp32'; one of fp32, bf16, auto
     torch_compile_learner: bool  # default False
     torch_compile_worker: bool  # default False
+    inference_cuda_graphs: str  # default 'auto'; one of auto, True, False
     torch_compile_dynamo_backend: str  # default 'inductor'
     torch_compile_dynamo_mode: str  # default ''
 
@@ -125,6 +126,7 @@ class OptionFields:
 
     # Run control and logging
     train_for_env_steps: float  # default 10000000000.0
+    total_timesteps: float | None  # default None
     train_for_seconds: float  # default 10000000000.0
     stop_at_reward: float | None  # default None
     save_every_sec: int  # default 120
@@ -138,6 +140,7 @@ class OptionFields:
     episode_info_keys: list[str]  # default []
     callbacks: str | None  # default None
     report_interval_sec: float  # default 5.0
+    progress_every_env_steps: float  # default 10000
     stats_avg: int  # default 100
     with_wandb: bool  # default False
     wandb_user: str | None  # default None
@@ -148,14 +151,22 @@ class OptionFields:
     heartbeat_interval: float  # default 2.0
     heartbeat_timeout_sec: float  # default 60.0
     max_worker_restarts: int  # default 3
+    worker_restart_window_sec: float  # default 3600.0
     shutdown_timeout_sec: float  # default 8.0
     probe_env_timeout_sec: float  # default 60.0
 
-    # Evaluation (enjoy.py)
-    max_num_episodes: int  # default 10
-    policy_index: int  # default 0
+    # Evaluation (train.py and enjoy.py)
+    eval_every_env_steps: float  # default -1
+    eval_episodes: int  # default 10
+    eval_policies: str  # default 'all'
+    eval_env_overrides: str | None  # default None
     max_num_frames: float  # default 1000000000.0
     eval_deterministic: bool  # default False
+    capture_video: bool  # default False
+
+    # Evaluation (enjoy.py only)
+    max_num_episodes: int  # default 10
+    policy_index: int  # default 0
     load_checkpoint_kind: str  # default 'latest'; one of latest, best
     no_render: bool  # default False
     fps: float  # default 0.0
@@ -163,10 +174,6 @@ class OptionFields:
     video_frames: float  # default 1000000000.0
     video_name: str | None  # default None
     video_per_episode: bool  # default True
-    eval_every_env_steps: float  # default -1
-    eval_episodes: int  # default 10
-    eval_policies: str  # default 'all'
-    eval_env_overrides: str | None  # default None
     eval_results_file: str | None  # default None
 
     # Remote samplers (Ray)

@@ -10,6 +10,10 @@ from sample_factory.config.options_pbt import PBT_OPTIONS
 from sample_factory.config.options_remote import REMOTE_OPTIONS
 from sample_factory.config.options_replay import REPLAY_OPTIONS
 
+# Groups of options only enjoy.py reads: train.py refuses them, with a line saying where they belong.
+ENJOY_ONLY_GROUP = "Evaluation (enjoy.py only)"
+EVAL_GROUPS = ("Evaluation (train.py and enjoy.py)", ENJOY_ONLY_GROUP)
+
 
 def all_options() -> list[Option]:
     return [opt for options in OPTIONS.values() for opt in options]
@@ -24,6 +28,7 @@ OPTIONS: dict[str, list[Option]] = {
             None,
             "Environment: a gymnasium id (CartPole-v1), a custom env registered with register_env, or module:EnvId "
             "(the module is imported first, in every process).",
+            aliases=("env_id",),
         ),
         Option(
             "experiment",
@@ -31,6 +36,7 @@ OPTIONS: dict[str, list[Option]] = {
             "default_experiment",
             "Experiment name; its folder is <train_dir>/<experiment>. A plain folder name: not '.' or '..', no '/', "
             "at most 200 bytes.",
+            aliases=("exp_name",),
         ),
         Option("train_dir", str, "./train_dir", "Root folder for experiments."),
         Option(
@@ -82,7 +88,13 @@ OPTIONS: dict[str, list[Option]] = {
             "sample_factory.workers.policy_mapping.register_policy_mapping that picks each agent's policy at episode "
             "start (default: uniformly at random).",
         ),
-        Option("rollout", int, 32, "Trajectory length collected per env before it is handed to the learner."),
+        Option(
+            "rollout",
+            int,
+            32,
+            "Trajectory length collected per env before it is handed to the learner.",
+            aliases=("num_steps",),
+        ),
         Option(
             "min_traj_buffers_per_worker",
             int,
@@ -210,9 +222,9 @@ OPTIONS: dict[str, list[Option]] = {
             int,
             1,
             "Minibatches per training iteration; an iteration consumes batch_size * num_batches_per_epoch samples.",
-            aliases=("num_batches_per_iteration",),
+            aliases=("num_batches_per_iteration", "num_minibatches"),
         ),
-        Option("num_epochs", int, 1, "Passes over the data of one iteration.", aliases=("ppo_epochs",)),
+        Option("num_epochs", int, 1, "Passes over the data of one iteration.", aliases=("ppo_epochs", "update_epochs")),
         Option(
             "num_minibatches_to_accumulate",
             int,
@@ -244,6 +256,7 @@ OPTIONS: dict[str, list[Option]] = {
             float,
             0.1,
             "PPO ratio clipping c: the ratio is clipped to [1 - c, 1 + c] (--ppo_clip_mode=unbiased: [1/(1+c), 1+c]).",
+            aliases=("clip_coef",),
         ),
         Option(
             "ppo_clip_mode",
@@ -263,7 +276,13 @@ OPTIONS: dict[str, list[Option]] = {
         ),
         Option("ppo_clip_value", float, 1.0, "Value clipping around the behaviour value (<= 0 disables)."),
         Option("value_loss_coeff", float, 0.5, "Weight of the value loss."),
-        Option("normalize_advantage", str2bool, True, "Normalize advantages to zero mean, unit std per minibatch."),
+        Option(
+            "normalize_advantage",
+            str2bool,
+            True,
+            "Normalize advantages to zero mean, unit std per minibatch.",
+            aliases=("norm_adv",),
+        ),
         Option("exploration_loss_coeff", float, 0.003, "Weight of the exploration loss (--exploration_loss)."),
         Option(
             "exploration_loss",
@@ -339,6 +358,17 @@ OPTIONS: dict[str, list[Option]] = {
             str2bool,
             False,
             "torch.compile the policy workers' encoders for inference (dynamic batch sizes), same fallback.",
+        ),
+        Option(
+            "inference_cuda_graphs",
+            str,
+            "auto",
+            "Replay the policy workers' inference step (forward and action sampling) from CUDA graphs, one per bucket "
+            "of batch sizes (powers of two; a batch is padded to the next): one launch instead of one per kernel. "
+            "auto: on CUDA devices for recurrent models (whole runs 1.15-1.2x), off for feed-forward ones (no whole-run "
+            "gain measured yet) and with --torch_compile_worker. A failed capture falls back to eager with one log "
+            "line. Measured in docs/benchmarks.md.",
+            choices=("auto", "True", "False"),
         ),
         Option(
             "torch_compile_dynamo_backend",
@@ -422,6 +452,14 @@ OPTIONS: dict[str, list[Option]] = {
             "Stop when every policy has collected this many env steps (a budget per policy, as in Sample Factory; "
             "--lr_schedule=linear_decay decays over it).",
         ),
+        Option(
+            "total_timesteps",
+            _num,
+            None,
+            "CleanRL's budget, in agent steps: sets --train_for_env_steps to this many agent steps in the run's "
+            "env-step unit (x --env_frameskip on Atari and VizDoom, whose counters count frames). Not with "
+            "--train_for_env_steps.",
+        ),
         Option("train_for_seconds", _num, 1e10, "Stop after this much wall time."),
         Option(
             "stop_at_reward",
@@ -466,7 +504,15 @@ OPTIONS: dict[str, list[Option]] = {
             "User hooks: a Callbacks subclass registered with sample_factory.experiment.callbacks.register_callbacks "
             "(its name) or module:Class (docs/callbacks-and-metrics.md).",
         ),
-        Option("report_interval_sec", float, 5.0, "Seconds between progress lines."),
+        Option("report_interval_sec", float, 5.0, "Seconds between progress lines (and progress.csv rows)."),
+        Option(
+            "progress_every_env_steps",
+            _num,
+            10000,
+            "Also write a progress.csv row and the reward and FPS TensorBoard points each time the env-step counter "
+            "passes a multiple of this (at most 4 a second), so a short run has a curve; 0: only every "
+            "--report_interval_sec / --experiment_summaries_interval.",
+        ),
         Option("stats_avg", int, 100, "Episodes averaged in reported episode statistics."),
         Option(
             "with_wandb",
@@ -475,9 +521,16 @@ OPTIONS: dict[str, list[Option]] = {
             "Also log the TensorBoard scalars to Weights & Biases (needs the [wandb] extra; WANDB_MODE=offline writes "
             "the run locally, wandb sync uploads it later). The run's id is kept in the experiment folder, so a "
             "resumed experiment continues the same run.",
+            aliases=("track",),
         ),
-        Option("wandb_user", str, None, "W&B entity (user or team); default: the logged-in user's default entity."),
-        Option("wandb_project", str, "sample_factory", "W&B project."),
+        Option(
+            "wandb_user",
+            str,
+            None,
+            "W&B entity (user or team); default: the logged-in user's default entity.",
+            aliases=("wandb_entity",),
+        ),
+        Option("wandb_project", str, "sample_factory", "W&B project.", aliases=("wandb_project_name",)),
         Option("wandb_group", str, None, "W&B group (default: the --env name)."),
         Option("wandb_job_type", str, "SF", "W&B job type."),
         Option("wandb_tags", str_list, [], "W&B tags, comma-separated (a,b,c)."),
@@ -493,25 +546,21 @@ OPTIONS: dict[str, list[Option]] = {
             "max_worker_restarts",
             int,
             3,
-            "Restarts allowed per actor/policy worker after a crash before the run stops with an error.",
+            "Restarts allowed per actor/policy worker within --worker_restart_window_sec: one more crash in that "
+            "window stops the run with an error (a crash loop), while crashes further apart never add up.",
+        ),
+        Option(
+            "worker_restart_window_sec",
+            float,
+            3600.0,
+            "The window of --max_worker_restarts: only a worker's restarts of the last this many seconds count. "
+            "0: every restart of the run counts.",
         ),
         Option("shutdown_timeout_sec", float, 8.0, "Time children get to exit before they are killed."),
         Option("probe_env_timeout_sec", float, 60.0, "Time allowed to create the env once to read its spaces."),
     ],
-    "Evaluation (enjoy.py)": [
-        Option("max_num_episodes", int, 10, "Episodes to evaluate."),
-        Option("policy_index", int, 0, "enjoy.py: which policy of a multi-policy experiment to evaluate."),
-        Option("max_num_frames", _num, 1e9, "Stop evaluating after this many env steps."),
-        Option("eval_deterministic", str2bool, False, "Take the most likely action (argmax / Gaussian mean)."),
-        Option("load_checkpoint_kind", str, "latest", "Which checkpoint to evaluate.", choices=("latest", "best")),
-        Option("no_render", str2bool, False, "Do not open a window (headless evaluation)."),
-        Option(
-            "fps", float, 0.0, "Slow on-screen rendering down to this many frames per second (0: as fast as possible)."
-        ),
-        Option("save_video", str2bool, False, "Write the evaluated episodes as mp4 into the experiment folder."),
-        Option("video_frames", _num, 1e9, "At most this many frames per video."),
-        Option("video_name", str, None, "Video file name (default: <experiment>_ep<N>.mp4 per episode)."),
-        Option("video_per_episode", str2bool, True, "One mp4 per episode; False: one file for all episodes."),
+    # Read by train.py (periodic evaluation, passed on to the enjoy.py it runs) and by enjoy.py.
+    "Evaluation (train.py and enjoy.py)": [
         Option(
             "eval_every_env_steps",
             _num,
@@ -534,6 +583,29 @@ OPTIONS: dict[str, list[Option]] = {
             "Env options changed for evaluation only (periodic and enjoy.py), as name=value pairs: e.g. "
             "env_sticky_actions=0,env_frameskip=4. Allowed: env, seed and the env_* options.",
         ),
+        Option("max_num_frames", _num, 1e9, "Stop evaluating after this many env steps."),
+        Option("eval_deterministic", str2bool, False, "Take the most likely action (argmax / Gaussian mean)."),
+        Option(
+            "capture_video",
+            str2bool,
+            False,
+            "CleanRL's name: record every periodic evaluation (--eval_every_env_steps) as one mp4, "
+            "<experiment>/videos/eval_<env steps>_p<policy>.mp4 (needs the [video] extra).",
+        ),
+    ],
+    # Read by enjoy.py only: train.py refuses them (ENJOY_ONLY_GROUP).
+    "Evaluation (enjoy.py only)": [
+        Option("max_num_episodes", int, 10, "Episodes to evaluate."),
+        Option("policy_index", int, 0, "Which policy of a multi-policy experiment to evaluate."),
+        Option("load_checkpoint_kind", str, "latest", "Which checkpoint to evaluate.", choices=("latest", "best")),
+        Option("no_render", str2bool, False, "Do not open a window (headless evaluation)."),
+        Option(
+            "fps", float, 0.0, "Slow on-screen rendering down to this many frames per second (0: as fast as possible)."
+        ),
+        Option("save_video", str2bool, False, "Write the evaluated episodes as mp4 into the experiment folder."),
+        Option("video_frames", _num, 1e9, "At most this many frames per video."),
+        Option("video_name", str, None, "Video file name (default: <experiment>_ep<N>.mp4 per episode)."),
+        Option("video_per_episode", str2bool, True, "One mp4 per episode; False: one file for all episodes."),
         Option(
             "eval_results_file",
             str,

@@ -75,7 +75,7 @@ REPLAY_OPTIONS: list[Option] = [
         "save_replay_buffer",
         str2bool,
         False,
-        "DQN: checkpoints include the replay buffer (large: see docs/algorithms.md), so a resume continues "
-        "replaying instead of refilling to --learning_starts.",
+        "Checkpoints include the replay buffer (DQN's, or APPO's --replay_proportion trajectories; large: see "
+        "docs/algorithms.md) and its sampling RNG, so a resume continues replaying instead of refilling it.",
     ),
 ]

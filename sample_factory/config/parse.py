@@ -12,8 +12,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from sample_factory.config.cfg import Config
-from sample_factory.config.options import OPTIONS, ConfigError, all_options, int_list
-from sample_factory.config.presets import preset_name_for_env, preset_values
+from sample_factory.config.options import ENJOY_ONLY_GROUP, OPTIONS, ConfigError, Option, all_options, int_list
+from sample_factory.config.presets import GPU_PRESETS, gpu_expected, preset_name_for_env, preset_values
+
+TRAIN_USAGE = "train.py --env=ENV [--experiment=NAME] [--option=value ...]"
+TRAIN_DESCRIPTION = (
+    "sample_factory: asynchronous PPO (APPO) and Ape-X DQN training. Each option shows its default; an env-family "
+    "preset (config/presets.py) replaces the defaults of the options it sets unless they are typed: give --env=NAME "
+    "with --help to see the preset's values. Flags may be written with dashes (--env-id) or underscores."
+)
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
@@ -23,31 +30,103 @@ class _OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser(defaults: bool = True) -> argparse.ArgumentParser:
-    """`defaults=False` gives a parser whose unspecified options are absent: that tells which flags were typed."""
+def package_version() -> str:
+    """The installed distribution's version (setup.py declares it once)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sample_factory")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def normalize_flags(argv: Sequence[str]) -> list[str]:
+    """`--env-id=X` -> `--env_id=X`: flags may be written with dashes (CleanRL's style); values are left alone."""
+    out = []
+    for a in argv:
+        if a.startswith("--") and len(a) > 2:
+            flag, sep, value = a.partition("=")
+            a = "--" + flag[2:].replace("-", "_") + sep + value
+        out.append(a)
+    return out
+
+
+def _show(value: Any) -> str:
+    """A default as it would be typed on the command line."""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "empty"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e7:
+        return str(int(value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "unset" if value is None else str(value)
+
+
+def _help_text(opt: Option, preset: str | None, preset_vals: dict[str, Any], env: str | None) -> str:
+    """The option's help, its default (unless the help says it: "(default: number of CPU cores)") and the
+    preset's value."""
+    shown = [] if "(default" in opt.help else [f"default: {_show(opt.default)}"]
+    if preset and opt.name in preset_vals:
+        shown.append(f"{preset} preset for --env={env}: {_show(preset_vals[opt.name])}")
+    return (opt.help + (f" ({'; '.join(shown)})" if shown else "")).replace("%", "%%")
+
+
+def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
+    """--env and --algo as typed (aliases included), for --help; everything else is ignored."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for opt in all_options():
+        if opt.name in ("env", "algo"):
+            p.add_argument(*opt.flags, dest=opt.name, default=opt.default)
+    args, _ = p.parse_known_args(normalize_flags(argv))
+    return args.env, args.algo
+
+
+def build_parser(
+    defaults: bool = True,
+    prog: str = "train.py",
+    help_argv: Sequence[str] = (),
+    listed: set[str] | None = None,
+    usage: str | None = TRAIN_USAGE,
+    description: str = TRAIN_DESCRIPTION,
+) -> argparse.ArgumentParser:
+    """`defaults=False` gives a parser whose unspecified options are absent: that tells which flags were typed.
+    The help shows each option's default and, for the --env in `help_argv`, its preset's value; options not in
+    `listed` (None: all) are accepted but left out of the help."""
+    env, algo = _env_and_algo(help_argv) if help_argv else (None, "APPO")
+    preset = preset_name_for_env(env, algo) if env else None
+    device = next((a.split("=", 1)[1] for a in help_argv if a.startswith("--device=")), "auto")
+    gpu = preset in GPU_PRESETS and gpu_expected(device)  # the values a run with these flags gets here
+    preset_vals = preset_values(preset, multiprocessing.cpu_count(), gpu) if preset else {}
+    if env and not preset:
+        description += f" --env={env} has no preset: the defaults apply."
     p = _OneLineErrorParser(
-        prog="train.py",
-        description="sample_factory: asynchronous PPO (APPO) training.",
+        prog=prog,
+        usage=usage,
+        description=description,
         allow_abbrev=False,
         argument_default=None if defaults else argparse.SUPPRESS,
     )
+    p.add_argument("--version", action="version", version=f"sample_factory {package_version()}")
     for group_name, options in OPTIONS.items():
-        g = p.add_argument_group(group_name)
+        shown = [opt for opt in options if listed is None or opt.name in listed]
+        g = p.add_argument_group(group_name) if shown else p
         for opt in options:
-            kwargs: dict[str, Any] = {}
+            kwargs: dict[str, Any] = {"metavar": opt.type_name.replace(" ", "_").upper()}
             if opt.choices:
-                kwargs["choices"] = opt.choices
+                kwargs.update(choices=opt.choices, metavar="{" + ",".join(opt.choices) + "}")
             if opt.is_bool:
                 kwargs.update(nargs="?", const=True)
             if defaults:
                 kwargs["default"] = opt.default
-            g.add_argument(*opt.flags, dest=opt.name, type=opt.type, help=opt.help, **kwargs)
+            visible = listed is None or opt.name in listed
+            help_text = _help_text(opt, preset, preset_vals, env) if visible else argparse.SUPPRESS
+            g.add_argument(*opt.flags, dest=opt.name, type=opt.type, help=help_text, **kwargs)
     return p
 
 
 def suggest_flag(argv: Sequence[str]) -> str | None:
-    known = {flag for opt in all_options() for flag in opt.flags} | {"--help"}
-    for a in argv:
+    known = {flag for opt in all_options() for flag in opt.flags} | {"--help", "--version"}
+    for a in normalize_flags(argv):
         if a.startswith("--"):
             flag = a.split("=", 1)[0]
             if flag not in known:
@@ -59,13 +138,14 @@ def suggest_flag(argv: Sequence[str]) -> str | None:
 
 def typed_flags(argv: Sequence[str]) -> dict[str, Any]:
     """Only the options given on the command line (aliases resolved)."""
-    return vars(build_parser(defaults=False).parse_args(list(argv)))
+    return vars(build_parser(defaults=False).parse_args(normalize_flags(argv)))
 
 
 def strip_flags(argv: Sequence[str], names: Sequence[str]) -> list[str]:
     """`argv` without the options `names` (any alias, as --flag=value or --flag value; a bool flag may have no
     value, then the next token starts with '-' like the next flag)."""
     wanted = {flag for opt in all_options() if opt.name in names for flag in opt.flags}
+    argv = normalize_flags(argv)
     out: list[str] = []
     i = 0
     while i < len(argv):
@@ -81,25 +161,57 @@ def strip_flags(argv: Sequence[str], names: Sequence[str]) -> list[str]:
 
 def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     """Parse, apply the env-family preset to flags not typed, and validate. Raises SystemExit on bad input."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    argv = normalize_flags(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(help_argv=argv if ("-h" in argv or "--help" in argv) else ())
     unknown_msg = suggest_flag(argv)
     if unknown_msg:
         parser.error(unknown_msg)
     cfg = parser.parse_args(argv, namespace=Config())
     typed = typed_flags(argv)
+    enjoy_only = [opt for opt in OPTIONS[ENJOY_ONLY_GROUP] if opt.name in typed]
+    if enjoy_only:
+        parser.error(_enjoy_only_message(enjoy_only[0]))
     cfg.preset = preset_name_for_env(cfg.env, cfg.algo)
     if cfg.preset:
-        for k, v in preset_values(cfg.preset, multiprocessing.cpu_count()).items():
+        gpu = cfg.preset in GPU_PRESETS and gpu_expected(cfg.device)
+        for k, v in preset_values(cfg.preset, multiprocessing.cpu_count(), gpu).items():
             if k not in typed:
                 setattr(cfg, k, v)
     cfg.command_line = " ".join(argv)
     cfg.cli_flags = sorted(typed)
     try:
+        _one_budget(cfg, typed)
         finalize_cfg(cfg)
     except ConfigError as e:
         parser.error(str(e))
     return cfg
+
+
+# What train.py offers instead of an enjoy.py-only flag.
+_TRAIN_EQUIVALENT = {
+    "save_video": "--capture_video=True records the periodic evaluations",
+    "max_num_episodes": "--eval_episodes sets the episodes of each periodic evaluation",
+    "policy_index": "--eval_policies chooses the policies evaluated during training",
+}
+
+
+def _enjoy_only_message(opt: Option) -> str:
+    instead = _TRAIN_EQUIVALENT.get(opt.name)
+    return (
+        f"--{opt.name} belongs to enjoy.py (python enjoy.py --env=... --experiment=... --{opt.name}=...), "
+        f"train.py does not read it" + (f"; during training, {instead}" if instead else "")
+    )
+
+
+def _one_budget(cfg: Config, typed: dict[str, Any]) -> None:
+    """CleanRL's --total_timesteps (agent steps; the runner sets --train_for_env_steps from it once the env's unit
+    is known, envs/env_utils.py::set_step_units) or --train_for_env_steps: the one typed now wins on resume."""
+    if "total_timesteps" in typed and "train_for_env_steps" in typed:
+        raise ConfigError("--total_timesteps (agent steps) and --train_for_env_steps are the same budget: give one")
+    if cfg.total_timesteps is not None and cfg.total_timesteps <= 0:
+        raise ConfigError(f"--total_timesteps must be > 0, got {cfg.total_timesteps}")
+    if "total_timesteps" in typed or "train_for_env_steps" in typed:  # as if both typed: no saved budget returns
+        cfg.cli_flags = sorted({*cfg.cli_flags, "total_timesteps", "train_for_env_steps"})
 
 
 # Env options an evaluation may not change, and why (the others named env_*, plus env and seed, are allowed).
@@ -269,10 +381,20 @@ def finalize_cfg(cfg: Config) -> Config:
         raise ConfigError(
             f"--decorrelate_experience_max_seconds must be >= 0, got {cfg.decorrelate_experience_max_seconds}"
         )
+    if cfg.max_worker_restarts < 0 or cfg.worker_restart_window_sec < 0:
+        raise ConfigError("--max_worker_restarts and --worker_restart_window_sec must be >= 0")
     if cfg.with_wandb and not cfg.evaluation_run and not module_available("wandb"):
         raise ConfigError(
             "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
         )
+    if cfg.capture_video and not cfg.evaluation_run:
+        if cfg.eval_every_env_steps <= 0:
+            raise ConfigError(
+                "--capture_video records the periodic evaluations: give --eval_every_env_steps too "
+                "(e.g. --eval_every_env_steps=100000)"
+            )
+        if not module_available("imageio_ffmpeg"):
+            raise ConfigError("--capture_video needs imageio and imageio-ffmpeg: pip install -e '.[video]'")
     if cfg.auto_tune and (cfg.serial_mode or (cfg.with_pbt and cfg.pbt_backend == "ray")):
         raise ConfigError(
             "--auto_tune tunes a multi-process run: not with --serial_mode or --pbt_backend=ray (tune a single run "

@@ -3,6 +3,7 @@ Each preset says in a comment why its values were chosen."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -286,14 +287,53 @@ PRESETS["mujoco"] = {
 }
 
 
+# What a preset changes on a machine where the run trains on a GPU (--device=gpu, or auto with CUDA visible): there
+# the learner is no longer the bottleneck at 2-core settings, and the setup that reaches a score fastest differs.
+# atari: Sample Factory 2's documented fast Atari setup (8 envs per worker, 2 splits, rollout 32, 4 epochs x 4
+# minibatches of 1,024, normalized returns, Nature CNN). On one H200 with 16 workers (2026-11-26, before the
+# learner-loop work of issue 31) it ran 46.8k frames/s against 36.9k for the 2-core preset, and Pong reached a mean
+# of +18.5 after 196 s of training (10.1M frames), where the 2-core preset was at -1.7 after 8.4 min on an H100
+# (docs/results.md). Measured again with the final code: docs/results.md, "Time to a score on a GPU machine".
+GPU_PRESETS: dict[str, dict[str, Any]] = {
+    "atari": {
+        "num_envs_per_worker": 8,
+        "worker_num_splits": 2,
+        "rollout": 32,
+        "batch_size": 1024,
+        "num_batches_per_epoch": 4,
+        "num_epochs": 4,
+        "normalize_returns": True,
+        "encoder_conv_architecture": "convnet_nature",
+    },
+}
+
+
+def gpu_expected(device: str) -> bool:
+    """Whether --device will put training on a CUDA GPU (runtime/device.py decides for real). torch, slow to import,
+    is imported only where an NVIDIA driver is present and --device=auto leaves the choice open."""
+    if device == "cpu":
+        return False
+    if device in ("gpu", "cuda") or device.startswith("cuda:"):
+        return True
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "").strip() in ("-1",) or (
+        "CUDA_VISIBLE_DEVICES" in os.environ and not os.environ["CUDA_VISIBLE_DEVICES"].strip()
+    ):
+        return False
+    if not (os.path.exists("/dev/nvidia0") or os.path.isdir("/proc/driver/nvidia")):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
 # The learner threads a preset asks for are capped at half the machine's cores, so that the sampler processes keep
 # the rest: on 2 cores, `train.py --env=atari_pong --num_workers=2` collected and trained 1.11x as many frames in
 # 75 s with one learner thread as with the preset's two (208,896 and 204,800 vs 188,416 and 183,040 frames, two
 # alternating runs each, 2026-11-24), and doom_basic 1.12x (234,688 and 217,088 vs 204,800 and 196,608); the tuner
 # found the same for Pong (docs/benchmarks.md, "Throughput auto-tuner").
-def preset_values(name: str, cpu_count: int) -> dict[str, Any]:
-    """The preset's values on a machine with `cpu_count` cores."""
-    values = dict(PRESETS[name])
+def preset_values(name: str, cpu_count: int, gpu: bool = False) -> dict[str, Any]:
+    """The preset's values on a machine with `cpu_count` cores, with its GPU_PRESETS changes where `gpu`."""
+    values = {**PRESETS[name], **(GPU_PRESETS.get(name, {}) if gpu else {})}
     if "learner_main_loop_num_cores" in values:
         values["learner_main_loop_num_cores"] = min(values["learner_main_loop_num_cores"], max(1, cpu_count // 2))
     return values

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sample_factory.launcher.ray_init import LOOPBACK, NO_CLUSTER_ENV, loopback_only
+
 
 @dataclass
 class LoopbackCluster:
@@ -30,16 +32,15 @@ class LoopbackCluster:
 def loopback_cluster(num_nodes: int = 2, num_cpus: int = 2) -> Iterator[LoopbackCluster]:
     tmp = tempfile.mkdtemp(prefix="sfray")  # short: Ray's unix socket paths live under it
     os.makedirs(os.path.join(tmp, "ray"))
-    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": tmp}
+    env = {**NO_CLUSTER_ENV, "RAY_TMPDIR": tmp}
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # before ray reads its constants; the cluster's processes inherit it
+    os.environ.update(env)  # the cluster's processes inherit it
     cluster = None
     try:
-        import ray._private.ray_constants as ray_constants
         from ray.cluster_utils import Cluster
 
-        ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before the variable was set
-        common = {"num_cpus": num_cpus, "node_ip_address": "127.0.0.1", "temp_dir": os.path.join(tmp, "ray")}
+        loopback_only()
+        common = {"num_cpus": num_cpus, "node_ip_address": LOOPBACK, "temp_dir": os.path.join(tmp, "ray")}
         cluster = Cluster(initialize_head=True, head_node_args={**common, "include_dashboard": False})
         for _ in range(num_nodes - 1):
             cluster.add_node(**common)

@@ -17,9 +17,9 @@ learner's version when they arrive are dropped here, unimported, and counted as 
 Weights: every --broadcast_interval policy versions, one `ray.put` of (flat weights, version), passed to every
 live node (Ray ships the object once per node).
 
-A lost node (its actor died, its node left the cluster, or a component of it failed for good) is logged in one
-line; the run goes on with the others and the local samplers. With --local_samplers=False the run stops when the
-last node is lost.
+A lost node (its actor died, its node left the cluster, a component of it failed for good, or its `next_batch` did
+not return within --heartbeat_timeout_sec: hung) is logged in one line and its actor killed; the run goes on with
+the others and the local samplers. With --local_samplers=False the run stops when the last node is lost.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import numpy as np
 from sample_factory.config import Config
 from sample_factory.distributed.rollouts import decode, policy_lags, stale_rollouts, write_rollout
 from sample_factory.experiment.summaries import ProgressTracker
+from sample_factory.launcher.ray_init import init_ray
 from sample_factory.runtime.messages import FREE_SLOTS, Channels, Rollout
 from sample_factory.runtime.shared_buffers import BufferSpec, SharedWeights, SlotPool, TrajectoryBuffers
 
@@ -71,6 +72,7 @@ class NodeState:
         self.alive = True
         self.info: dict = {}
         self.call: Any = None  # the outstanding next_batch ObjectRef
+        self.call_sent = 0.0  # time.monotonic() when it was sent
         self.backlog: collections.deque = collections.deque()  # (batch, rollout index) not yet in a slot
 
 
@@ -116,7 +118,7 @@ class RemoteSamplers:
         cfg = self.cfg
         check_reachable(cfg.ray_address)
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        ray.init(address=cfg.ray_address, logging_level="warning", configure_logging=True, log_to_driver=True)
+        init_ray(ray, cfg.ray_address, logging_level="warning", configure_logging=True, log_to_driver=True)
         self.ray = ray  # connected: stop() disconnects
         for s, h in handlers.items():  # the runner's Ctrl+C / SIGTERM handling stays in charge
             signal.signal(s, h)
@@ -171,6 +173,8 @@ class RemoteSamplers:
                     self._place_backlog(n)
                     if n.alive and n.call is None and not n.backlog:
                         n.call = n.handle.next_batch.remote(PULL_TIMEOUT_S)
+                        n.call_sent = time.monotonic()
+                self._check_silent()
                 self._maybe_broadcast()
                 calls = {n.call: n for n in self.nodes if n.call is not None}
                 if not calls:
@@ -190,6 +194,17 @@ class RemoteSamplers:
                         self._import(node, out, time.perf_counter() - t0)
         except Exception as e:
             self.error = f"remote sampler importer: {type(e).__name__}: {e}"
+
+    def _check_silent(self) -> None:
+        """The liveness rule of local workers: a node whose next_batch (answered within PULL_TIMEOUT_S when all is
+        well) has not returned for --heartbeat_timeout_sec is hung (its actor process stopped, deadlocked, or its
+        node unreachable without Ray noticing) and is declared lost."""
+        now = time.monotonic()
+        for n in self.nodes:
+            if n.alive and n.call is not None and now - n.call_sent > self.cfg.heartbeat_timeout_sec:
+                n.call = None
+                limit = f"--heartbeat_timeout_sec={self.cfg.heartbeat_timeout_sec:g}"
+                self._lost(n, f"next_batch silent for {now - n.call_sent:.0f} s, over {limit}")
 
     def _take_free_slots(self) -> None:
         for n in self.nodes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import multiprocessing
+import re
 import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -13,7 +14,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 
 from sample_factory.config import Config
-from sample_factory.envs.atari import atari_env_id, make_atari_env
+from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
 
 _ENV_REGISTRY: dict[str, Callable[..., gym.Env]] = {}
@@ -99,15 +100,58 @@ def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | Non
             config["render_mode"] = render_mode
         return _ENV_REGISTRY[name](cfg, config)
     if name not in gym.registry:
-        hint = _missing_extra_hint(name)
-        if not hint:
-            close = difflib.get_close_matches(name, list(_ENV_REGISTRY) + list(gym.registry.keys()), n=3, cutoff=0.6)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown env {name!r}{hint}")
+        raise ValueError(_unknown_gym_env(name))
     try:
         return gym.make(name, render_mode=render_mode) if render_mode else gym.make(name)
     except gym.error.DependencyNotInstalled as e:
         raise ValueError(f"env {name!r} cannot be created: {e}{_missing_extra_hint(name)}") from None
+
+
+def _did_you_mean(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def _unknown_gym_env(name: str) -> str:
+    hint = _missing_extra_hint(name) or _did_you_mean(name, list(_ENV_REGISTRY) + list(gym.registry.keys()))
+    return f"unknown env {name!r}{hint}"
+
+
+def _atari_names() -> list[str]:
+    """Our atari_<game> names of ALE's v5 games (atari_space_invaders for ALE/SpaceInvaders-v5)."""
+    games = [i[4:-3] for i in gym.registry if i.startswith("ALE/") and i.endswith("-v5") and "-ram" not in i]
+    return ["atari_" + re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", g).lower() for g in games]
+
+
+def unknown_env_message(name: str) -> str | None:
+    """Why `name` is no env we can make (one line, with the closest names in the same naming scheme), None when it
+    may be one. Creates no env and imports no torch: train.py checks --env with it before starting anything. Names
+    whose check needs the env's own code (module:EnvId, pettingzoo.*, a missing optional package) pass here;
+    make_env reports them."""
+    if name in _ENV_REGISTRY or name in MUJOCO_NAMES or ":" in name or name.startswith("pettingzoo."):
+        return None
+    if name.startswith("mujoco_"):
+        return f"unknown env {name!r}{_did_you_mean(name, list(MUJOCO_NAMES))}"
+    if name.startswith(("atari_", "ALE/")):
+        if not register_ale_envs() or atari_env_id(name) in gym.registry:
+            return None  # without ale_py, make_atari_env names the missing extra
+        ale_ids = [i for i in gym.registry if i.startswith("ALE/")]
+        return f"unknown env {name!r}{_did_you_mean(name, _atari_names() if name.startswith('atari_') else ale_ids)}"
+    if name.startswith("doom_"):
+        from sample_factory.envs.doom import DOOM_ENVS
+
+        return None if name in DOOM_ENVS else f"unknown env {name!r}{_did_you_mean(name, list(DOOM_ENVS))}"
+    if name.startswith("Vizdoom"):
+        return None  # vizdoom registers its ids when imported; make_env checks them
+    return None if name in gym.registry else _unknown_gym_env(name)
+
+
+def set_step_units(cfg: Config) -> None:
+    """`cfg.frames_per_env_step`, and CleanRL's --total_timesteps (agent steps) as --train_for_env_steps in that
+    unit (frames on Atari and VizDoom)."""
+    cfg.frames_per_env_step = frames_per_env_step(cfg)
+    if cfg.total_timesteps is not None:
+        cfg.train_for_env_steps = int(cfg.total_timesteps) * cfg.frames_per_env_step
 
 
 def frames_per_env_step(cfg: Config) -> int:

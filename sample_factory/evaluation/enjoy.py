@@ -38,10 +38,13 @@ from sample_factory.config import (
     Config,
     build_parser,
     finalize_cfg,
+    overridable_env_options,
     parse_env_overrides,
     suggest_flag,
     typed_flags,
 )
+from sample_factory.config.options import EVAL_GROUPS
+from sample_factory.config.parse import normalize_flags
 from sample_factory.envs.env_group import EnvGroup, env_num_agents
 from sample_factory.envs.env_utils import make_env
 from sample_factory.evaluation.policy_api import load_policy
@@ -50,7 +53,26 @@ from sample_factory.runner import Runner
 from sample_factory.runtime.device import torch_device
 from sample_factory.runtime.messages import Report
 
-EVAL_FLAGS = {opt.name for opt in OPTIONS["Evaluation (enjoy.py)"]}
+EVAL_FLAGS = {opt.name for group in EVAL_GROUPS for opt in OPTIONS[group]}
+# What --help lists: the options enjoy reads. Other (training) options are still accepted: typed, they override
+# the experiment's cfg.json like these.
+ENJOY_HELP_OPTIONS = {
+    "experiment",
+    "train_dir",
+    "device",
+    "num_workers",
+    "num_envs_per_worker",
+    "worker_num_splits",
+    "policy_workers_per_policy",
+    "env_backend",
+    *EVAL_FLAGS,
+    *overridable_env_options(),
+}
+ENJOY_DESCRIPTION = (
+    "Evaluate a trained policy: the experiment's cfg.json gives every training option; the options below, typed, "
+    "override it (evaluation options always come from this command line or their defaults). Other training options "
+    "are accepted too but not listed (python train.py --help)."
+)
 
 
 class EnjoyError(RuntimeError):
@@ -65,9 +87,13 @@ def notice(msg: str) -> None:
 def load_experiment_cfg(argv: Sequence[str]) -> Config:
     """Parser defaults <- the experiment's cfg.json (except evaluation flags) <- flags typed now <-
     --eval_env_overrides. `cfg.cli_flags` lists the flags typed on this command line."""
-    argv = list(argv)
-    parser = build_parser()
-    parser.prog = "enjoy.py"
+    argv = normalize_flags(argv)
+    parser = build_parser(
+        prog="enjoy.py",
+        listed=ENJOY_HELP_OPTIONS,
+        usage="enjoy.py --env=ENV --experiment=NAME [--train_dir=DIR] [--option=value ...]",
+        description=ENJOY_DESCRIPTION,
+    )
     unknown = suggest_flag(argv)
     if unknown:
         parser.error(unknown)

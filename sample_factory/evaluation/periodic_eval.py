@@ -7,7 +7,13 @@ steps.
 Which policies (--eval_policies), sampled or most likely actions (--eval_deterministic) and env options changed for
 evaluation only (--eval_env_overrides) are passed on to enjoy. One evaluation runs at a time and a policy is queued
 at most once, so evaluations never pile up: multiples passed while a policy is queued or being evaluated are
-skipped, and the queue is served in order, so every policy gets its turn."""
+skipped, and the queue is served in order, so every policy gets its turn.
+
+When training ends (`finish`), an evaluation still running is waited for, and one that is due (queued, waiting for
+its checkpoint, or a multiple passed while the policy was busy) runs on the final checkpoint, all within
+FINAL_EVAL_TIMEOUT_SEC; an interrupted run skips them. Either way a log line says what became of each.
+
+--capture_video adds one mp4 per evaluation, videos/eval_<env steps>_p<policy>.mp4 in the experiment folder."""
 
 from __future__ import annotations
 
@@ -23,10 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from sample_factory.config import Config, parse_eval_policies
+from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints
 
 # A checkpoint asked for but not reported within this time (a learner that never answers): give up on it, so one
 # lost request does not end periodic evaluation for the rest of the run.
 CHECKPOINT_TIMEOUT_SEC = 300.0
+# The evaluations due when training ends get this long in all (a long Atari evaluation is cut off, with a log line).
+FINAL_EVAL_TIMEOUT_SEC = 300.0
 
 
 @dataclass
@@ -60,6 +69,7 @@ class PeriodicEvaluator:
         self.awaiting: int | None = None  # the policy whose checkpoint was asked for
         self.awaiting_since = 0.0
         self.running: _Evaluation | None = None
+        self.evaluated: dict[int, int] = {}  # policy -> env steps of its last evaluated checkpoint
 
     @property
     def enabled(self) -> bool:
@@ -101,7 +111,11 @@ class PeriodicEvaluator:
         if policy != self.awaiting:
             return
         self.awaiting = None
+        self._launch(policy, path)
+
+    def _launch(self, policy: int, path: str | Path) -> None:
         env_steps = int(Path(path).stem.split("_")[2])  # checkpoint_<version>_<env steps>.pth
+        self.evaluated[policy] = env_steps
         out_dir = self.exp_dir / "eval"
         out_dir.mkdir(exist_ok=True)
         result_file = out_dir / f"eval_{env_steps}_p{policy}.json"
@@ -130,6 +144,8 @@ class PeriodicEvaluator:
         ]
         if cfg.eval_env_overrides:
             cmd.append(f"--eval_env_overrides={cfg.eval_env_overrides}")
+        if cfg.capture_video:  # one file per evaluation, named like its results
+            cmd += ["--save_video=True", "--video_per_episode=False", f"--video_name=videos/{result_file.stem}"]
         return cmd
 
     def poll(self) -> dict | None:
@@ -165,6 +181,50 @@ class PeriodicEvaluator:
             self.add_scalar(policy, "eval/reward_mean", results["reward_mean"], steps)
             self.add_scalar(policy, "eval/reward_std", results["reward_std"], steps)
             self.add_scalar(policy, "eval/episode_length", results["length_mean"], steps)
+
+    def finish(self, env_steps: Sequence[int], interrupted: bool, cancel: Callable[[], bool] = lambda: False) -> None:
+        """At the end of training (the learners have written their final checkpoints): wait for the running
+        evaluation, then evaluate the final checkpoint of every policy that is due, within FINAL_EVAL_TIMEOUT_SEC
+        in all (`cancel()` true: stop at once). `interrupted`: skip them all. Each outcome is logged."""
+        if not self.enabled:
+            return
+        due = list(self.queue) + ([self.awaiting] if self.awaiting is not None else [])
+        due += [p for p in self.policies if env_steps[p] >= self.next_at[p] and p not in due]
+        self.queue.clear()
+        self.awaiting = None
+        if interrupted:
+            for p in ([self.running.policy] if self.running is not None else []) + due:
+                self.log(f"periodic evaluation of policy {p} skipped: training was interrupted or stopped by an error")
+            return
+        deadline = self.clock() + FINAL_EVAL_TIMEOUT_SEC
+        if self.running is not None:
+            self._wait(deadline, cancel)
+        for p in due:
+            checkpoints = list_checkpoints(checkpoint_dir(self.cfg, p))
+            if not checkpoints:
+                self.log(f"periodic evaluation of policy {p} skipped: no checkpoint")
+                continue
+            steps = int(checkpoints[-1].stem.split("_")[2])
+            if self.evaluated.get(p) == steps:
+                continue  # its final checkpoint is the one just evaluated
+            if self.clock() >= deadline or cancel():
+                self.log(f"periodic evaluation of policy {p} at {steps} env steps skipped: no time left at the end")
+                continue
+            self.log(f"evaluating policy {p}'s final checkpoint ({steps} env steps): an evaluation was due at the end")
+            self._launch(p, checkpoints[-1])
+            self._wait(deadline, cancel)
+
+    def _wait(self, deadline: float, cancel: Callable[[], bool]) -> None:
+        """Until the running evaluation ends (then it is reported) or the deadline or `cancel` (then it is stopped)."""
+        ev = self.running
+        while ev.proc.poll() is None and self.clock() < deadline and not cancel():
+            time.sleep(0.05)
+        if self.poll() is None and self.running is not None:
+            self.log(
+                f"periodic evaluation of policy {ev.policy} at {ev.env_steps} env steps stopped: over "
+                f"{FINAL_EVAL_TIMEOUT_SEC:.0f} s at the end of training" + (" (interrupted)" if cancel() else "")
+            )
+            self.stop()
 
     def stop(self) -> None:
         ev, self.running = self.running, None

@@ -30,7 +30,7 @@ from sample_factory.config import Config
 from sample_factory.envs.actions import action_converter, bound_box
 from sample_factory.envs.env_utils import make_env
 from sample_factory.envs.spaces import ACTION_MASK_KEY, OBS_KEY, as_obs_dict, is_dict_space, obs_fields
-from sample_factory.experiment.checkpoints import list_best_checkpoints, load_latest_checkpoint
+from sample_factory.experiment.checkpoints import list_best_checkpoints, load_checkpoint_file, load_latest_checkpoint
 from sample_factory.experiment.folder import resolve_experiment_dir
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.runtime.device import torch_device
@@ -58,7 +58,7 @@ def _load_checkpoint(exp_dir: Path, checkpoint: str | Path, policy_id: int, devi
     path = find_best_checkpoint(ckpt_dir) if checkpoint == "best" else Path(checkpoint)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint file {path} not found")
-    return torch.load(path, map_location=device, weights_only=False), path
+    return load_checkpoint_file(path, device), path
 
 
 def _build_cfg(exp_dir: Path, ckpt_cfg: dict | None) -> Config:

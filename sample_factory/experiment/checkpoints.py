@@ -1,8 +1,14 @@
-"""Checkpoint files of one policy: atomic writes (temp file, fsync, rename), newest-N retention, loading."""
+"""Checkpoint files of one policy: atomic writes (temp file, fsync, rename), newest-N retention, loading.
+
+Loading never runs code from a file: torch.load(weights_only=True) builds only tensors, plain Python values and
+containers, which is all a checkpoint holds (replay buffers included); a file that asks for anything else is
+refused (UnsafeCheckpointError), never unpickled.
+"""
 
 from __future__ import annotations
 
 import os
+import pickle
 import re
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,40 @@ class CheckpointError(RuntimeError):
     user_facing = True
 
 
+class UnsafeCheckpointError(CheckpointError):
+    """The file asks the unpickler for a class or function outside what checkpoints hold: it may be crafted to run
+    code, so it is refused instead of skipped (an older checkpoint is not resumed from behind the user's back)."""
+
+
+# What the weights-only unpickler says when a file asks for more than tensors and plain values.
+_UNSAFE = re.compile(r"GLOBAL (\S+)|allowlisted|unrecognized function")
+
+
+def load_checkpoint_file(path: Path, map_location: Any = "cpu") -> dict:
+    """One checkpoint file, loaded with weights_only=True. A file that needs more is refused with UnsafeCheckpointError
+    (one line naming what it asked for); an unreadable one raises as torch does (truncated, not a checkpoint)."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = _UNSAFE.search(str(e))
+        if found is None:  # not a torch zip file at all (garbage, a raw pickle): unreadable, nothing was run
+            raise CheckpointError(f"{path} is not a checkpoint file") from None
+        what = found.group(1) or "an object outside tensors and plain values"
+        raise UnsafeCheckpointError(
+            f"refused to load {path}: it is not a plain checkpoint (unpickling it would call {what}, which can run "
+            f"any code); delete it unless you made it yourself"
+        ) from None
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable (the file's own fsync does not cover its directory entry)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def checkpoint_dir(cfg: Config, policy_id: int) -> Path:
     return Path(cfg.train_dir) / cfg.experiment / f"checkpoint_p{policy_id}"
 
@@ -33,21 +73,35 @@ def list_checkpoints(directory: Path) -> list[Path]:
 _BEST = re.compile(r"^best_(\d+)_(\d+)_(.+)\.pth$")
 
 
+def _write_failure(e: BaseException) -> str | None:
+    """Why a write failed, if `e` is a failed write: an OSError, or torch's RuntimeError from its zip writer, which
+    carries the OSError (ENOSPC on a full disk) only as its context. None for any other error."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen.strerror or str(seen)
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(e, RuntimeError) and ("PytorchStreamWriter" in str(e) or "inline_container" in str(e)):
+        return f"the write failed ({str(e).splitlines()[0]})"
+    return None
+
+
 def _atomic_save(path: Path, state: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp"
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # atomic: readers see the old file set or the complete new file
-    except OSError as e:
+        fsync_dir(path.parent)
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
-        raise CheckpointError(f"could not write checkpoint {path}: {e.strerror or e}") from e
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        why = _write_failure(e) if isinstance(e, Exception) else None
+        if why is None:
+            raise
+        raise CheckpointError(f"could not write checkpoint {path}: {why}; the previous checkpoints are kept") from e
 
 
 def save_checkpoint(directory: Path, state: dict, version: int, env_steps: int, keep: int) -> Path:
@@ -89,32 +143,49 @@ def load_policy_checkpoint(
     cfg: Config, policy_id: int, map_location: Any = "cpu", quiet: bool = False
 ) -> tuple[dict, Path] | None:
     """The checkpoint a run starts from: the latest one, or for an evaluation with --load_checkpoint_kind=best the
-    best one. An evaluation without a checkpoint is an error; a training run without one starts fresh."""
+    best one. An evaluation without a checkpoint is an error; a training run without one starts fresh. A training
+    run (which holds the experiment lock) moves broken newer files aside, so that they never count towards
+    --keep_checkpoints."""
     directory = checkpoint_dir(cfg, policy_id)
     evaluating = cfg.evaluation_run
     if evaluating and cfg.load_checkpoint_kind == "best":
         best = list_best_checkpoints(directory)
         if not best:
             raise FileNotFoundError(f"no best checkpoint (best_*.pth) in {directory}")
-        return torch.load(best[-1], map_location=map_location, weights_only=False), best[-1]
-    loaded = load_latest_checkpoint(directory, map_location=map_location, quiet=quiet)
+        return load_checkpoint_file(best[-1], map_location), best[-1]
+    loaded = load_latest_checkpoint(directory, map_location=map_location, quiet=quiet, set_aside=not evaluating)
     if loaded is None and evaluating:
         raise FileNotFoundError(f"no checkpoint in {directory}")
     return loaded
 
 
-def load_latest_checkpoint(directory: Path, map_location: Any = "cpu", quiet: bool = False) -> tuple[dict, Path] | None:
-    """The newest checkpoint that loads; unreadable newer files are reported and skipped, never ignored silently."""
-    errors = []
+def load_latest_checkpoint(
+    directory: Path, map_location: Any = "cpu", quiet: bool = False, set_aside: bool = False
+) -> tuple[dict, Path] | None:
+    """The newest checkpoint that loads; unreadable newer files are reported and skipped, never ignored silently.
+    With `set_aside` (only the run that owns the folder) they are renamed to <name>.corrupt once an older one
+    loaded: rotation would otherwise keep them as the newest and delete the good file. A file that would run code
+    is refused (UnsafeCheckpointError), not skipped."""
+    errors, broken = [], []
     for path in reversed(list_checkpoints(directory)):
         try:
-            return torch.load(path, map_location=map_location, weights_only=False), path
+            state = load_checkpoint_file(path, map_location)
+        except UnsafeCheckpointError:
+            raise
         except Exception as e:
             errors.append(f"{path.name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             if not quiet:
                 print(
                     f"[sample_factory] checkpoint {path} failed to load ({type(e).__name__}), trying the previous one"
                 )
+            if not isinstance(e, FileNotFoundError):  # a file rotated away meanwhile is not broken
+                broken.append(path)
+            continue
+        for bad in broken if set_aside else ():
+            aside = bad.with_name(bad.name + ".corrupt")
+            os.replace(bad, aside)
+            print(f"[sample_factory] moved the unreadable checkpoint {bad.name} aside to {aside.name}")
+        return state, path
     if errors:
         raise CheckpointError(
             f"no checkpoint could be loaded from {directory} ({'; '.join(errors)}); move the broken files away to "

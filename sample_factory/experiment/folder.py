@@ -19,10 +19,12 @@ from typing import Any
 import psutil
 
 from sample_factory.config import Config, experiment_name_problem
+from sample_factory.experiment.checkpoints import fsync_dir
 
 # Changing these would make the saved checkpoints unusable or meaningless.
 UNSAFE_ON_RESUME = (
     "env",
+    "algo",  # the checkpoints hold one algorithm's state (DQN: the target network and the replay buffer)
     "encoder_mlp_layers",
     "encoder_custom",
     "nonlinearity",
@@ -92,17 +94,9 @@ class ExperimentLock:
         if _try_flock(fd):
             return
         holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-        pid = int(holder) if holder.isdigit() else None
-        others = lock_holders(self.path)
-        if pid is None or pid == os.getpid():
-            runner_alive = True
-        else:  # the runner that wrote its pid still has the file open (where /proc shows nothing: that pid runs)
-            runner_alive = pid in others if others else _alive(pid)
-        if runner_alive:
-            raise ExperimentError(
-                f"experiment {self.path.parent} is already being trained by pid {holder or 'another process'} "
-                f"(lock {self.path}); stop that run or choose another --experiment"
-            )
+        alive, others = self._runner_alive(holder)
+        if alive:
+            raise self._held_by(holder or "another process")
         if log is not None:
             log(
                 f"the previous run of {self.path.parent} (pid {holder}) is gone, but its processes "
@@ -124,6 +118,36 @@ class ExperimentLock:
         """What a component process is given so that it holds this lock until it exits."""
         assert self.fd is not None, "the lock is not held"
         return InheritedLock(self.fd)
+
+    def check_free(self) -> None:
+        """Raise the error `acquire` would if another run holds the lock now; takes nothing (train.py asks this
+        before its slow start, the runner then acquires)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError:
+            return  # no lock file: free (a folder that cannot be written is reported by acquire)
+        try:
+            if not _try_flock(fd):
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                if self._runner_alive(holder)[0]:  # else only a killed run's processes: acquire waits for them
+                    raise self._held_by(holder or "another process")
+        finally:
+            os.close(fd)  # drops the probe's lock too
+
+    def _runner_alive(self, holder: str) -> tuple[bool, list[int]]:
+        """Whether the runner whose pid the lock file holds still runs, and the pids that have the file open."""
+        pid = int(holder) if holder.isdigit() else None
+        others = lock_holders(self.path)
+        if pid is None or pid == os.getpid():
+            return True, others
+        # it still has the file open (where /proc shows nothing: that pid runs)
+        return (pid in others if others else _alive(pid)), others
+
+    def _held_by(self, holder: str) -> ExperimentError:
+        return ExperimentError(
+            f"experiment {self.path.parent} is already being trained by pid {holder} (lock {self.path}); "
+            f"stop that run or choose another --experiment"
+        )
 
     def release(self) -> None:
         if self.fd is not None:
@@ -286,8 +310,12 @@ def _prepare_locked(cfg: Config, d: Path, existed: bool, lock: ExperimentLock) -
     try:
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / ".cfg.json.tmp"
-        tmp.write_text(json.dumps(vars(cfg), indent=2, sort_keys=True))
+        with open(tmp, "w") as f:
+            f.write(json.dumps(vars(cfg), indent=2, sort_keys=True))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, d / "cfg.json")
+        fsync_dir(d)
     except OSError as e:
         raise ExperimentError(f"cannot write the experiment folder {d}: {e.strerror}") from None
     return d, what, lock

@@ -130,7 +130,9 @@ class ProgressTracker:
         target = self.cfg.train_for_env_steps
         fps = "/".join(f"{self.fps(w):.0f}" for w in FPS_WINDOWS)
         unit = unit_name(self.cfg)
-        parts = [f"FPS 10s/60s/300s: {fps} ({unit}/s)", f"{unit}: {total}"]
+        resumed = sum(self.resumed_steps)
+        counts = f"{total} total, {total - resumed} this session" if resumed else str(total)
+        parts = [f"FPS 10s/60s/300s: {fps} ({unit}/s)", f"{unit}: {counts}"]
         if target < 1e10:
             done, P = self.budget_env_steps(), len(self.env_steps)
             f10 = self.fps(10) / P  # per policy, assuming an even share
@@ -159,6 +161,11 @@ class ProgressTracker:
         collected = self.total_env_steps() - sum(self.resumed_steps)
         unit = unit_name(self.cfg)
         lines = [f"done: {collected} {unit} in {elapsed:.1f} s, {collected / max(elapsed, 1e-6):.0f} FPS overall"]
+        if self.resumed_steps != [0] * len(self.resumed_steps):  # the progress line counts the total
+            lines[0] += (
+                f" (this session; {self.total_env_steps()} {unit} in total, {sum(self.resumed_steps)} before the "
+                f"resume)"
+            )
         for role, reports in sorted(self.timing.items()):
             total: collections.Counter = collections.Counter()
             for r in reports:
@@ -167,9 +174,10 @@ class ProgressTracker:
             lines.append(f"  {role} (avg of {len(reports)}): {per}")
         for p in range(len(self.episodes)):
             steps = self.env_steps[p] - self.resumed_steps[p]
+            this_session = " this session" if self.resumed_steps[p] else ""
             lines.append(
-                f"  policy {p}: reward {self.reward_mean(p):.2f}, {self.num_episodes[p]} episodes, "
-                f"{steps} {unit} ({steps / max(elapsed, 1e-6):.0f} FPS), "
+                f"  policy {p}: reward {self.reward_mean(p):.2f}, {self.num_episodes[p]} episodes{this_session}, "
+                f"{steps} {unit}{this_session} ({steps / max(elapsed, 1e-6):.0f} FPS), "
                 f"{self.dropped_samples[p]} samples dropped for lag, checkpoint {self.last_checkpoint.get(p)}"
             )
             custom = self.episode_stats_means(p)
@@ -180,10 +188,24 @@ class ProgressTracker:
         return "\n".join(lines)
 
 
+def _last_time(rows: list[str]) -> float:
+    """time_s of the last complete row of progress.csv (0 when there is none)."""
+    for row in reversed(rows):
+        try:
+            return float(row.split(",", 1)[0])
+        except ValueError:
+            continue  # a partly written line
+    return 0.0
+
+
 class SummaryWriters:
     """One TensorBoard writer per policy under <experiment>/.summary/<policy>/, x axis = env steps (or frames: the
     unit of the run's counters), and progress.csv: time_s, the counter (env_steps or env_frames), fps_10s,
-    reward_p<p>, then a column <key>_p<p> per episode statistic, added when the statistic first appears."""
+    reward_p<p>, then a column <key>_p<p> per episode statistic, added when the statistic first appears.
+
+    time_s is training time across sessions: a resumed run continues from its last row, so the column never goes
+    back. Beside our tags, CleanRL's charts/episodic_return, charts/episodic_length and charts/SPS (x axis and rate
+    in agent steps, as CleanRL's global_step) let its dashboards show our runs."""
 
     def __init__(self, exp_dir: Path, num_policies: int, enabled: bool = True, cfg: Config | None = None):
         self.enabled = enabled
@@ -207,8 +229,10 @@ class SummaryWriters:
         self.csv = open(self.csv_path, "a+")
         self.csv.seek(0)
         header = self.csv.readline().strip()
-        if header:  # a resumed run goes on with the columns it had
+        self.time_offset = 0.0  # the training time of the sessions before this one
+        if header:  # a resumed run goes on with the columns it had, and its time
             self.columns = header.split(",")
+            self.time_offset = _last_time(self.csv.read().splitlines())
         else:
             counter = unit.replace(" ", "_")
             self.columns = ["time_s", counter, "fps_10s", *(f"reward_p{p}" for p in range(num_policies))]
@@ -218,14 +242,25 @@ class SummaryWriters:
     def add_train_stats(self, policy: int, stats: dict) -> None:
         self.pending_train[policy].append(stats)
 
-    def write(self, progress: ProgressTracker) -> None:
+    def points(self, progress: ProgressTracker) -> None:
+        """The curves' points (reward, episode length, FPS; ours and CleanRL's) at the current env steps."""
         fps = progress.fps(10)
+        per_agent_step = progress.cfg.frames_per_env_step
         for p, w in enumerate(self.writers):
             step = progress.env_steps[p]
+            agent_steps = step // per_agent_step
             w.add_scalar("perf/fps_" + self.unit.replace(" ", "_"), fps, step)
+            w.add_scalar("charts/SPS", fps / per_agent_step, agent_steps)
             if progress.episodes[p]:
                 w.add_scalar("reward/mean", progress.reward_mean(p), step)
                 w.add_scalar("reward/episode_length", progress.length_mean(p), step)
+                w.add_scalar("charts/episodic_return", progress.reward_mean(p), agent_steps)
+                w.add_scalar("charts/episodic_length", progress.length_mean(p), agent_steps)
+
+    def write(self, progress: ProgressTracker) -> None:
+        self.points(progress)
+        for p, w in enumerate(self.writers):
+            step = progress.env_steps[p]
             for k, v in progress.episode_stats_means(p).items():
                 w.add_scalar(f"policy_stats/{k}", v, step)
             for st in self.pending_train[p]:
@@ -243,7 +278,7 @@ class SummaryWriters:
             return
         P = len(self.writers)
         row = {
-            "time_s": f"{time.monotonic() - progress.start:.2f}",
+            "time_s": f"{self.time_offset + time.monotonic() - progress.start:.2f}",
             self.columns[1]: str(progress.total_env_steps()),
             "fps_10s": f"{progress.fps(10):.1f}",
             **{f"reward_p{p}": f"{progress.reward_mean(p):.3f}" for p in range(P)},

@@ -37,6 +37,7 @@ from sample_factory.launcher.jobs import (
     StopRequest,
     run_status,
 )
+from sample_factory.launcher.ray_init import init_ray
 
 WAIT_S = 0.5
 GIVE_UP_S = 15.0  # after the stop timeout and the kill: actors not done by then are dropped
@@ -151,9 +152,9 @@ def run_ray(
     ray = _import_ray()
     try:
         if address:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            init_ray(ray, address, log_to_driver=False, configure_logging=False)
         else:
-            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=False)
+            init_ray(ray, None, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         raise LauncherError(f"cannot start or reach {where}: {e}") from None

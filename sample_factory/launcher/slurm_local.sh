@@ -2,25 +2,25 @@
 # A single-node Slurm on this machine, for trying the launcher's slurm backend and for its tests.
 #
 #   slurm_local.sh start   install slurm-wlm + munge if missing (apt-get, needs root), write a slurm.conf for this
-#                          host under $SF_SLURM_DIR, start munged, slurmctld and slurmd, wait until the node is idle
+#                          host in a private folder, start munged, slurmctld and slurmd, wait until the node is idle
 #   slurm_local.sh stop    stop the daemons this script started (by their pid files)
 #   slurm_local.sh env     print the SLURM_CONF line to export before using sbatch/squeue with this cluster
 #
-# Idempotent: `start` with the daemons already up only checks them. The configuration lives entirely in
-# $SF_SLURM_DIR (default /tmp/sf_slurm) and the daemons use their own ports, so a system Slurm (if any) is not
-# touched; commands find this cluster through SLURM_CONF=$SF_SLURM_DIR/slurm.conf. No cgroups, no accounting:
-# processes are tracked by /proc (proctrack/linuxproc), which works in containers.
+# Idempotent: `start` with the daemons already up only checks them. The configuration, the munge key, the state and
+# the logs live entirely in one private folder (mode 700, owned by this user): a fresh `mktemp -d` under $TMPDIR
+# (default /tmp) whose path is remembered in $STATE_FILE for `stop` and `env`, or $SF_SLURM_DIR if set (created
+# with mode 700, or refused if it exists and is not private: the daemons run as root and write there, so a folder
+# someone else could write to would let them plant symlinks). The daemons use their own ports, so a system Slurm
+# (if any) is not touched; commands find this cluster through SLURM_CONF=<folder>/slurm.conf. No cgroups, no
+# accounting: processes are tracked by /proc (proctrack/linuxproc), which works in containers.
 # Exit codes: 0 ready, 3 cannot be set up here (the reason is printed on the last line), 1 anything else.
 set -uo pipefail
 
-DIR="${SF_SLURM_DIR:-/tmp/sf_slurm}"
-CONF="$DIR/slurm.conf"
+STATE_FILE="${XDG_STATE_HOME:-$HOME/.local/state}/sample_factory/slurm_local_dir"
 HOST="$(hostname -s)"
 CPUS="${SF_SLURM_CPUS:-$(nproc)}"
 CTLD_PORT="${SF_SLURM_CTLD_PORT:-16817}"
 SLURMD_PORT="${SF_SLURM_SLURMD_PORT:-16818}"
-MUNGE_SOCKET="$DIR/munge/munge.socket"
-export SLURM_CONF="$CONF"
 
 cannot() {
     echo "CANNOT: $*" >&2
@@ -28,6 +28,45 @@ cannot() {
 }
 
 log() { echo "[slurm_local] $*" >&2; }
+
+# private_dir DIR: a real folder (not a symlink) owned by this user that no one else may read or write
+private_dir() {
+    [[ -d "$1" && ! -L "$1" ]] || return 1
+    local owner mode
+    read -r owner mode < <(stat -c '%u %a' "$1") || return 1
+    [[ "$owner" == "$(id -u)" ]] && (((8#$mode & 8#077) == 0))
+}
+
+# choose_dir CREATE: set DIR to the cluster's folder (CREATE=1: make a fresh one if there is none yet)
+choose_dir() {
+    if [[ -n "${SF_SLURM_DIR:-}" ]]; then
+        DIR="$SF_SLURM_DIR"
+        if [[ "$1" == 1 && ! -e "$DIR" && ! -L "$DIR" ]]; then
+            mkdir -m 700 "$DIR" || cannot "cannot create $DIR"
+        fi
+        if [[ -e "$DIR" || -L "$DIR" ]]; then
+            private_dir "$DIR" || cannot "$DIR (SF_SLURM_DIR) is not a private folder of this user (mode 700, no symlink)"
+        else
+            DIR=""
+        fi
+        return 0
+    fi
+    DIR="$(cat "$STATE_FILE" 2>/dev/null)"
+    if [[ -n "$DIR" ]] && private_dir "$DIR"; then
+        return 0
+    fi
+    DIR=""
+    [[ "$1" == 1 ]] || return 0
+    DIR="$(mktemp -d "${TMPDIR:-/tmp}/sf_slurm.XXXXXXXX")" || cannot "mktemp -d failed"
+    mkdir -p -m 700 "$(dirname "$STATE_FILE")" && echo "$DIR" >"$STATE_FILE.tmp" && mv "$STATE_FILE.tmp" "$STATE_FILE" \
+        || cannot "cannot write $STATE_FILE"
+}
+
+set_paths() {
+    CONF="$DIR/slurm.conf"
+    MUNGE_SOCKET="$DIR/munge/munge.socket"
+    export SLURM_CONF="$CONF"
+}
 
 # pid_alive PIDFILE: the daemon named like the file (slurmctld.pid -> slurmctld) runs with that pid (a stale file's
 # pid may belong to another process by now)
@@ -102,9 +141,8 @@ start_munge() {
     if pid_alive "$DIR/munged.pid" && munge -S "$MUNGE_SOCKET" -n </dev/null | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1; then
         return 0
     fi
-    local key=/etc/munge/munge.key
+    local key="$DIR/munge/munge.key"  # this cluster's own key: a system munge's is left alone
     if [[ ! -s "$key" ]]; then
-        mkdir -p /etc/munge
         if command -v mungekey >/dev/null; then
             mungekey --create --keyfile="$key" >/dev/null 2>&1 || cannot "mungekey could not create $key"
         else
@@ -126,7 +164,8 @@ start_munge() {
 node_state() { sinfo -h -N -n "$HOST" -o '%T' 2>/dev/null | head -n1; }
 
 start() {
-    mkdir -p "$DIR"
+    choose_dir 1
+    set_paths
     install_packages
     if pid_alive "$DIR/slurmctld.pid" && pid_alive "$DIR/slurmd.pid" && [[ "$(node_state)" =~ ^(idle|mixed|allocated) ]]; then
         log "already running (SLURM_CONF=$CONF)"
@@ -171,6 +210,12 @@ stop_pid() {
 }
 
 stop() {
+    choose_dir 0
+    [[ -n "$DIR" && -d "$DIR" ]] || {
+        log "no cluster of this script to stop"
+        return 0
+    }
+    set_paths
     if pid_alive "$DIR/slurmctld.pid"; then
         # jobs would outlive the daemons (their slurmstepd is not a daemon's child): cancel them first
         squeue -h -o '%i' 2>/dev/null | xargs -r scancel 2>/dev/null
@@ -188,7 +233,15 @@ stop() {
 case "${1:-start}" in
 start) start ;;
 stop) stop ;;
-env) echo "export SLURM_CONF=$CONF" ;;
+env)
+    choose_dir 0
+    [[ -n "$DIR" ]] || {
+        echo "no cluster started by $0 (run: $0 start)" >&2
+        exit 1
+    }
+    set_paths
+    echo "export SLURM_CONF=$CONF"
+    ;;
 *)
     echo "usage: $0 start|stop|env" >&2
     exit 1

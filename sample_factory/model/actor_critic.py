@@ -226,16 +226,17 @@ class ActorCritic(nn.Module):
     def normalize_values(self, values: Tensor) -> Tensor:
         return values if self.returns_normalizer is None else self.returns_normalizer.normalize(values)
 
-    def update_returns_normalizer(self, returns: Tensor) -> None:
+    def update_returns_normalizer(self, returns: Tensor, mask: Tensor | None = None) -> None:
+        """returns [...] value targets; mask (same shape, bool): only those count."""
         if self.returns_normalizer is not None:
-            self.returns_normalizer.update(returns.reshape(-1))
+            self.returns_normalizer.update(returns.reshape(-1), None if mask is None else mask.reshape(-1))
 
-    def update_normalizers(self, obs: Tensor | dict[str, Tensor]) -> None:
-        """obs {key: [N, *shape]} of a training batch."""
+    def update_normalizers(self, obs: Tensor | dict[str, Tensor], mask: Tensor | None = None) -> None:
+        """obs {key: [N, *shape]} of a training batch; mask [N] (bool): only those samples count."""
         if self.obs_normalizers is not None:
             obs = as_obs_tensors(obs)
             for k, norm in self.obs_normalizers.items():
-                norm.update(obs[k])
+                norm.update(obs[k], mask)
 
     def distribution(self, params: Tensor, action_mask: Tensor | None = None):
         """params [B, P]; action_mask [B, A] (nonzero = allowed) for masked discrete actions."""

@@ -21,19 +21,33 @@ class RunningMeanStd(nn.Module):
         self.clip, self.eps = clip, eps
 
     @torch.no_grad()
-    def update(self, x: Tensor) -> None:
-        """x [N, *shape]: a batch of samples."""
+    def update(self, x: Tensor, mask: Tensor | None = None) -> None:
+        """x [N, *shape]: a batch of samples; mask [N] (bool): only those samples count. The masked update selects
+        by weights rather than by indexing, so the count stays on the device (no host read: boolean indexing asks
+        the GPU how many rows it kept), and an empty selection leaves the statistics as they were."""
         x = x.reshape(-1, *self.mean.shape).double()
-        n = x.shape[0]
-        if n == 0:
-            return
-        batch_mean = x.mean(dim=0)
-        batch_var = x.var(dim=0, unbiased=False)
+        if mask is None:
+            n = x.shape[0]
+            if n == 0:
+                return
+            batch_mean = x.mean(dim=0)
+            batch_var = x.var(dim=0, unbiased=False)
+        else:
+            w = mask.reshape(-1, *([1] * self.mean.dim())).double()  # [N, 1...]
+            n = w.sum()
+            denom = n.clamp(min=1.0)
+            batch_mean = (x * w).sum(dim=0) / denom
+            batch_var = ((x - batch_mean) ** 2 * w).sum(dim=0) / denom
         total = self.count + n
         delta = batch_mean - self.mean
-        self.mean += delta * n / total
-        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / total
-        self.var.copy_(m2 / total)
+        # with n = 0 every term below reduces to the old statistics (total = count; count 0 only before any data)
+        safe_total = total.clamp(min=1.0) if mask is not None else total
+        self.mean += delta * n / safe_total
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / safe_total
+        if mask is None:
+            self.var.copy_(m2 / total)
+        else:
+            self.var.copy_(torch.where(total > 0, m2 / safe_total, self.var))
         self.count.copy_(total)
 
     def normalize(self, x: Tensor) -> Tensor:

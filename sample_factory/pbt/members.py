@@ -136,11 +136,13 @@ def transplant_state(target: Mapping[str, Any], source: Mapping[str, Any]) -> di
     return out
 
 
-def _load_latest(exp_dir: Path, attempts: int = 3) -> tuple[dict, Path]:
-    """The newest loadable checkpoint; a running source may rotate its files meanwhile, so try again."""
+def _load_latest(exp_dir: Path, attempts: int = 3, set_aside: bool = False) -> tuple[dict, Path]:
+    """The newest loadable checkpoint; a running source may rotate its files meanwhile, so try again. `set_aside`:
+    the member is stopped and about to get a new checkpoint, so its unreadable files are moved aside (otherwise
+    they would outlive the good ones in its rotation)."""
     for attempt in range(attempts):
         try:
-            loaded = load_latest_checkpoint(exp_dir / "checkpoint_p0", quiet=True)
+            loaded = load_latest_checkpoint(exp_dir / "checkpoint_p0", quiet=True, set_aside=set_aside)
         except Exception:  # noqa: BLE001 - rotated away while being read: look again
             loaded = None
             if attempt == attempts - 1:
@@ -155,7 +157,7 @@ def copy_member_weights(source_dir: Path, target_dir: Path, keep: int) -> tuple[
     """Write the source's latest weights as the target's newest checkpoint (atomically: a crash leaves the old
     files or the complete new one). The target must not be running. Returns (source file, new target file)."""
     source, source_path = _load_latest(source_dir)
-    target, _ = _load_latest(target_dir)
+    target, _ = _load_latest(target_dir, set_aside=True)
     state = transplant_state(target, source)
     path = save_checkpoint(
         target_dir / "checkpoint_p0", state, state["policy_version"], int(state["env_steps"]), max(keep, 1)

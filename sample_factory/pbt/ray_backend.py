@@ -38,6 +38,7 @@ from sample_factory.config import Config
 from sample_factory.experiment.folder import prepare_experiment_dir
 from sample_factory.launcher.jobs import Job, LauncherError, StopRequest
 from sample_factory.launcher.ray_backend import ExperimentActor, _check_feasible, _import_ray, stop_actors, submit
+from sample_factory.launcher.ray_init import init_ray
 from sample_factory.pbt.members import (
     copy_member_weights,
     latest_checkpoint_info,
@@ -269,9 +270,9 @@ def run_population(cfg: Config, argv: Sequence[str]) -> int:
         log(f"{what}: population of {cfg.num_policies} members in {pop_dir}, {population.cpus} CPUs each")
         try:
             if cfg.ray_address:
-                ray.init(address=cfg.ray_address, log_to_driver=False, configure_logging=False)
+                init_ray(ray, cfg.ray_address, log_to_driver=False, configure_logging=False)
             else:
-                ray.init(include_dashboard=False, log_to_driver=False)
+                init_ray(ray, None, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
             print(f"train.py: error: cannot start or reach Ray ({cfg.ray_address or 'local'}): {e}", flush=True)
             return 2

@@ -5,12 +5,20 @@ train M more" ends bit-identical to "train N + M steps".
 A snapshot is used only if it belongs to the latest checkpoint (same policy version and env steps) and the run's
 configuration differs from it only in flags that do not affect training (budgets, logging, checkpoint cadence).
 Otherwise resuming falls back to the checkpoint (weights, optimizer, counters; fresh envs).
+
+A snapshot pickles whole objects (envs included), so loading it can run code: it is signed with an HMAC under a key
+private to the user (snapshot_key_path) and loaded only when the signature matches. A snapshot that is not this
+user's (copied from elsewhere, planted, or edited) is not unpickled; the run resumes from the checkpoint instead.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import io
 import os
 import random
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +28,7 @@ import torch
 from sample_factory.config import Config
 
 SNAPSHOT_NAME = "serial_state.pth"
+_MAGIC = b"SFSNAP1\n"  # then the HMAC-SHA256 of the payload (32 bytes), then the torch.save payload
 # Flags that may change between the stop and the resume without breaking exactness.
 SAFE_TO_CHANGE = {
     "train_for_env_steps",
@@ -62,11 +71,44 @@ def save_snapshot(exp_dir: Path, cfg: Config, components: list, channels: Any, b
         "counters": counters,
         "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
     }
+    payload = io.BytesIO()
+    torch.save(state, payload)
+    data = payload.getvalue()
     path = exp_dir / SNAPSHOT_NAME
     tmp = exp_dir / f".{SNAPSHOT_NAME}.tmp"
-    torch.save(state, tmp)
+    tmp.write_bytes(_MAGIC + hmac.digest(_snapshot_key(create=True), data, hashlib.sha256) + data)
     os.replace(tmp, path)
     return path
+
+
+def snapshot_key_path() -> Path:
+    """The user's secret for signing snapshots: $XDG_CONFIG_HOME/sample_factory/snapshot.key (~/.config by default),
+    readable by the user only."""
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "sample_factory" / "snapshot.key"
+
+
+def _snapshot_key(create: bool) -> bytes | None:
+    path = snapshot_key_path()
+    if create and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # never replaces a key another run made meanwhile
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return key if len(key) >= 32 else None
 
 
 def load_snapshot(exp_dir: Path, cfg: Config, latest_checkpoint: tuple[int, int] | None) -> tuple[dict | None, str]:
@@ -75,7 +117,15 @@ def load_snapshot(exp_dir: Path, cfg: Config, latest_checkpoint: tuple[int, int]
     if not path.exists():
         return None, "no serial snapshot"
     try:
-        state = torch.load(path, weights_only=False)
+        data = path.read_bytes()
+    except OSError as e:
+        return None, f"serial snapshot unreadable ({e.strerror})"
+    key = _snapshot_key(create=False)
+    mac, payload = data[len(_MAGIC) : len(_MAGIC) + 32], data[len(_MAGIC) + 32 :]
+    if key is None or not data.startswith(_MAGIC) or not hmac.compare_digest(mac, hmac.digest(key, payload, "sha256")):
+        return None, f"serial snapshot not signed with this user's key ({snapshot_key_path()}): not unpickled"
+    try:
+        state = torch.load(io.BytesIO(payload), weights_only=False)  # signed by this user: their own objects
     except Exception as e:
         return None, f"serial snapshot unreadable ({type(e).__name__})"
     now = _fingerprint(cfg)

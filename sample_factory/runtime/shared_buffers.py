@@ -224,11 +224,17 @@ class TrajectoryBuffers:
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
 
     def gather(
-        self, slots: list[int], columns: list[torch.Tensor] | None = None, keys: Iterable[str] | None = None
+        self,
+        slots: list[int],
+        columns: list[torch.Tensor] | None = None,
+        keys: Iterable[str] | None = None,
+        pin_memory: bool = False,
     ) -> dict:
         """Copy the given slots out as trajectories: every tensor becomes [len(slots) * n, T(+1), ...]; "obs" is
         a dict of such tensors. With `columns` (one index tensor per slot) only those columns are copied:
-        [total columns, T(+1), ...]. With `keys` (SLOT_KEYS names, "obs") only those tensors are copied."""
+        [total columns, T(+1), ...]. With `keys` (SLOT_KEYS names, "obs") only those tensors are copied.
+        With `pin_memory` the copies are page-locked, so that a CUDA learner moves them without waiting
+        (algo/transfer.py). Each byte is copied once, straight into its trajectory-major place."""
         keys = (*self.SLOT_KEYS, "obs") if keys is None else tuple(keys)
         if unknown := set(keys) - {*self.SLOT_KEYS, "obs"}:
             raise KeyError(f"no trajectory tensor named {sorted(unknown)}")
@@ -237,14 +243,17 @@ class TrajectoryBuffers:
             ci = torch.cat(columns)
 
             def take(t: torch.Tensor) -> torch.Tensor:
-                return t[si, :, ci]  # [K, L, ...] (advanced indexing copies)
+                x = t[si, :, ci]  # [K, L, ...] (advanced indexing copies)
+                return x.pin_memory() if pin_memory else x
 
         else:
-            idx = torch.as_tensor(slots, dtype=torch.long)
 
             def take(t: torch.Tensor) -> torch.Tensor:
-                x = t.index_select(0, idx)  # [k, L, n, ...] (a copy)
-                return x.transpose(1, 2).reshape(-1, *x.shape[1:2], *x.shape[3:])
+                k, L, n = len(slots), t.shape[1], t.shape[2]
+                out = torch.empty((k * n, L, *t.shape[3:]), dtype=t.dtype, pin_memory=pin_memory)
+                for j, s in enumerate(slots):  # slot s [L, n, ...] -> rows j*n..(j+1)*n-1 [n, L, ...]
+                    out[j * n : (j + 1) * n].copy_(t[s].transpose(0, 1))
+                return out
 
         out: dict = {k: take(getattr(self, k)) for k in self.SLOT_KEYS if k in keys}
         if "obs" in keys:

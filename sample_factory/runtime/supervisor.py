@@ -1,5 +1,6 @@
 """Supervisor: the runner's process keeper. Starts one process per component, notices processes that died or
-stopped sending heartbeats, restarts actor and policy workers (up to --max_worker_restarts each), and stops
+stopped sending heartbeats, restarts actor and policy workers (up to --max_worker_restarts each within
+--worker_restart_window_sec: a crash loop stops the run, sporadic crashes over a long run do not), and stops
 everything in order at the end.
 
 Restarting actor worker w safely (its slots may still be referenced by queued messages):
@@ -21,6 +22,7 @@ next start of a process (a restart) starts a new fork server.
 from __future__ import annotations
 
 import collections
+import multiprocessing.forkserver
 import multiprocessing.util
 import os
 import signal
@@ -111,7 +113,8 @@ class Supervisor:
         self.fork_server_loss_logged = False
         self.components: dict[ComponentKey, Component] = {}
         self.finished: set[ComponentKey] = set()
-        self.restarts: collections.Counter = collections.Counter()
+        self.restarts: collections.Counter = collections.Counter()  # over the whole run (the hook's count)
+        self.restart_times: dict[ComponentKey, collections.deque] = collections.defaultdict(collections.deque)
         self.pending_restarts: dict[ComponentKey, float] = {}  # key -> when to start the replacement
         self.discarded_rollouts = 0
         # The fork server listens on a socket file in the runner's multiprocessing temp dir (pymp-*), which only the
@@ -152,11 +155,13 @@ class Supervisor:
             fatal = self._on_death(key, proc.exit_description, stopping)
             if fatal:
                 return fatal
-        if not self.fork_server_loss_logged and any(p.orphaned for p in self.processes.values()):
-            self.fork_server_loss_logged = True
-            self.log(
-                "the multiprocessing fork server died: the components run on, a new one starts with the next restart"
-            )
+        if self.runner_tmpdir and any(p.orphaned for p in self.processes.values()):
+            if not self.fork_server_loss_logged:
+                self.fork_server_loss_logged = True
+                self.log("the multiprocessing fork server died: the components run on, a new one starts now")
+            # Started now, in its own process (returns at once while it imports torch), rather than by the next
+            # restart, which would wait for those imports in this loop (no reports, no stop checks meanwhile).
+            multiprocessing.forkserver.ensure_running()
         for key, silent_for, activity in self.monitor.stale():
             why = f"silent for {silent_for:.0f} s"
             if key.role not in RESTARTABLE or stopping:
@@ -184,17 +189,26 @@ class Supervisor:
         activity = self.monitor.last_activity(key)
         self.monitor.forget(key)
         self.processes[key].join(0.1)
-        if role not in RESTARTABLE or stopping:
+        if role not in RESTARTABLE:
             return f"{role} {index} died ({why}, last activity: {activity})"
-        if self.restarts[key] >= self.cfg.max_worker_restarts:
+        if stopping:  # the run ends anyway: the learners still save their final checkpoints
+            self.log(f"{role} {index} died while the run stops ({why}): not restarted")
+            self.finished.add(key)  # nothing more to do for it
+            return None
+        recent = self._recent_restarts(key)
+        if len(recent) >= self.cfg.max_worker_restarts:
+            within = f" in {time.monotonic() - recent[0]:.0f} s" if recent else ""
+            window = self.cfg.worker_restart_window_sec
+            per = f" (per --worker_restart_window_sec={window:g})" if window > 0 else ""
             return (
-                f"{role} {index} crashed {self.restarts[key] + 1} times ({why}); "
-                f"--max_worker_restarts={self.cfg.max_worker_restarts} reached"
+                f"{role} {index} crashed {len(recent) + 1} times{within} ({why}); "
+                f"--max_worker_restarts={self.cfg.max_worker_restarts} reached{per}"
             )
+        recent.append(time.monotonic())
         self.restarts[key] += 1
         self.log(
             f"{role} {index} died ({why}, last activity: {activity}); restarting it "
-            f"({self.restarts[key]} of {self.cfg.max_worker_restarts})"
+            f"({len(recent)} of {self.cfg.max_worker_restarts}{self._window_text()})"
         )
         if self.on_restart is not None:
             self.on_restart(role, index, why, self.restarts[key])
@@ -203,6 +217,18 @@ class Supervisor:
             self.discarded_rollouts += self.cfg.worker_num_splits  # its half-finished rollouts
         self.pending_restarts[key] = time.monotonic() + RESTART_GRACE_SEC
         return None
+
+    def _recent_restarts(self, key: ComponentKey) -> collections.deque:
+        """The monotonic times of `key`'s restarts that count now: those within the window (all with window 0)."""
+        times = self.restart_times[key]
+        window = self.cfg.worker_restart_window_sec
+        while window > 0 and times and time.monotonic() - times[0] > window:
+            times.popleft()
+        return times
+
+    def _window_text(self) -> str:
+        window = self.cfg.worker_restart_window_sec
+        return f" within {window:g} s" if window > 0 else ""
 
     def _finishing(self, key: ComponentKey) -> bool:
         """A learner still running after the shutdown timeout is finishing an SGD step before it saves its final

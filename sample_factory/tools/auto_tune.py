@@ -7,6 +7,11 @@ The tuner's search runs the user's command (without its folder, budget and namin
 picks the sampling settings (`tune.TUNED_ALL`) that collect and train fastest; the pick is cached as JSON in
 `--auto_tune_cache_dir` under a key of the env, the flags that can change speed and the machine (host name, usable
 cores), so a second run with the same command starts at once. Flags the user typed are never tuned.
+
+A cache file is input like any other (it may be shared, hand-edited or stale): a pick is applied only as settings of
+`tune.TUNED_ALL`, never for a flag the user typed, as whole numbers the option table accepts within what the search
+could have reached from this run's values, and as a combination train.py accepts; anything else is left out with a
+line saying why.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sample_factory.config import Config, parse_cfg, strip_flags, typed_flags
-from sample_factory.tools.tune import flags_of, search
+from sample_factory.config import Config, all_options, parse_cfg, strip_flags, typed_flags
+from sample_factory.tools.tune import TUNED_ALL, flags_of, parses, search, valid
 
 # Flags that say where, how long and under which name a run trains, not how fast: neither passed to the trial runs
 # nor part of the cache key.
@@ -86,10 +91,54 @@ def pick_flags(argv: Sequence[str], cfg: Config, log: Callable[[str], None]) -> 
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(record, indent=2) + "\n")
         tmp.replace(path)  # atomic: a concurrent run reads the old file or the new one
-    flags = flags_of(record["changed"])
-    fps = f"{record['pick_fps']:,.0f} FPS vs the defaults' {record['defaults_fps']:,.0f}"
-    log(f"auto-tune: {' '.join(flags) if flags else 'the defaults are fastest'} ({fps})")
+    flags = flags_of(accepted(record["changed"], argv, cfg, log, str(path)))
+    if flags:
+        log(f"auto-tune: {' '.join(flags)}{_fps_text(record)}")
+    else:
+        log(f"auto-tune: {'nothing of the pick applies' if record['changed'] else 'the defaults are fastest'}")
     return flags
+
+
+def accepted(
+    changed: dict[str, Any], argv: Sequence[str], cfg: Config, log: Callable[[str], None], source: str
+) -> dict[str, int]:
+    """The settings of a pick (from `source`) that this run takes: see the module docstring."""
+    typed = typed_flags(list(argv))
+    options = {o.name: o for o in all_options()}
+    cores = len(os.sched_getaffinity(0))
+    current = {k: int(getattr(cfg, k)) for k in TUNED_ALL}
+    # one search moves num_workers by at most max(1, cores // 2) and doubles num_envs_per_worker at most per trial
+    trials = cfg.auto_tune_max_trials
+    most = {
+        "num_workers": current["num_workers"] + trials * max(1, cores // 2),
+        "num_envs_per_worker": current["num_envs_per_worker"] * 2**trials,
+    }
+    out: dict[str, int] = {}
+    for name, value in changed.items():
+        why = None
+        if name not in TUNED_ALL:
+            why = f"not a setting auto-tune picks ({', '.join(TUNED_ALL)})"
+        elif name in typed:
+            why = f"--{name} is on the command line and stays {typed[name]}"
+        elif isinstance(value, bool) or not isinstance(value, int) or options[name].type(str(value)) != value:
+            why = "not a whole number"
+        elif not 1 <= value <= most.get(name, value):
+            why = f"out of range (1 to {most[name]})" if name in most else "out of range (>= 1)"
+        if why:
+            log(f"auto-tune: ignoring {name}={value!r} from {source}: {why}")
+        else:
+            out[name] = value
+    if out and not (valid({**current, **out}, cores, current) and parses(list(argv), out)):
+        log(f"auto-tune: ignoring the pick {' '.join(flags_of(out))} from {source}: not a valid combination here")
+        return {}
+    return out
+
+
+def _fps_text(record: dict) -> str:
+    pick, defaults = record.get("pick_fps"), record.get("defaults_fps")
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (pick, defaults)):
+        return ""
+    return f" ({pick:,.0f} FPS vs the defaults' {defaults:,.0f})"
 
 
 def _read(path: Path, key: dict[str, Any]) -> dict | None:

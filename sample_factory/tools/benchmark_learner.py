@@ -7,9 +7,14 @@ interleaved over --rounds so that a noisy machine affects all variants alike, an
 the NCHW fp32 step. Runs on --device (cpu by default).
 
 --inference times the policy worker's forward pass (no grad) at the batch sizes of --inference_batches: fp32 against
-the conv encoder in bf16 (--inference_precision=bf16). --compile adds the channels_last variants with
+the conv encoder in bf16 (--inference_precision=bf16); then its whole inference step (host -> device, act, device
+-> host) eager against CUDA graphs (--inference_cuda_graphs; on a CPU, the same bucket path without graphs), for APPO
+and DQN (tools/benchmark_inference.py). --compile adds the channels_last variants with
 torch.compile'd encoders (--torch_compile_learner: static shapes, compiled in the warm-up steps, which are not timed)
 and, to the inference timing, fp32 compiled for dynamic shapes (--torch_compile_worker).
+
+--loop runs the real learner loop instead (tools/learner_loop.py): the algorithm's `train` on a realistic batch,
+APPO or DQN, against the isolated SGD step, with host syncs per SGD step counted by torch.profiler.
 
 --mlp times one whole APPO training iteration (algo/appo.py: V-trace, 4 epochs x 2 minibatches, Adam) of the
 classic_control preset on a CartPole-shaped batch of 2,048 samples, with each CPU fast path on its own and all
@@ -38,6 +43,7 @@ from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_encoders
 from sample_factory.model.encoders import ConvEncoder
+from sample_factory.tools.benchmark_inference import time_inference_step
 
 VARIANTS = {  # name: (channels_last, bf16, compiled)
     "NCHW fp32": (False, False, False),
@@ -99,8 +105,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--inference_batches", default="8,16,32,128", help="Batch sizes of the inference timing.")
     p.add_argument("--mlp", action="store_true", help="Time a CartPole APPO iteration instead (CPU fast paths).")
+    p.add_argument(
+        "--loop",
+        action="store_true",
+        help="Time the real learner loop (the algorithm's train) against the isolated SGD step and count host syncs "
+        "per SGD step (tools/learner_loop.py); the last line printed is one JSON object.",
+    )
+    p.add_argument("--algo", default="APPO", choices=("APPO", "DQN"), help="With --loop: the algorithm.")
+    p.add_argument("--env", default="atari_pong", help="With --loop: whose preset gives the model and the batch.")
+    p.add_argument("--iterations", type=int, default=4, help="With --loop: timed training iterations.")
+    p.add_argument(
+        "--train_flags",
+        default="",
+        help='With --loop: train.py flags on top of the preset, e.g. "--batch_size=256 --rollout=128".',
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.loop:
+        from sample_factory.tools import learner_loop
+
+        return learner_loop.main(args)
     if args.mlp:
         time_mlp_iteration(args.rounds)
         return 0
@@ -147,6 +171,7 @@ def time_inference(batches: list[int], rounds: int, device: torch.device, compil
             med = {name: statistics.median(ts) for name, ts in times.items()}
             cells = "  ".join(f"{name} {t * 1e3:7.2f} ms ({med['fp32'] / t:4.2f}x)" for name, t in med.items())
             print(f"  batch {batch:4d}: {cells}")
+    time_inference_step(batches, rounds, device, ("APPO", "DQN"))
 
 
 def time_mlp_iteration(rounds: int) -> None:

@@ -227,7 +227,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sample_factory.tools.plot", description=__doc__.split("\n")[0])
     p.add_argument("--experiment", action="append", required=True, help="Experiment name or folder; repeatable.")
     p.add_argument("--train_dir", default=None, help=f"Root folder of experiments (default {DEFAULT_TRAIN_DIR}).")
-    p.add_argument("--output", default="plot.png", help="PNG file to write.")
+    p.add_argument(
+        "--output",
+        default="plot.png",
+        help="Where the PNG goes (default: plot.png in the folder you run this from; the path written is printed).",
+    )
     p.add_argument(
         "--policy_id",
         type=parse_policy_id,

@@ -27,6 +27,7 @@ from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config
 from sample_factory.experiment.callbacks import call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import (
+    CheckpointError,
     best_metric_of,
     checkpoint_dir,
     list_best_checkpoints,
@@ -102,6 +103,8 @@ class Learner(Component):
         self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
         self.early: list[tuple] = []  # messages taken from the inbox during an iteration, handled after it
         self.stop_arrived = False  # a STOP is among them
+        # (version, env steps) of a checkpoint that could not be written (a full disk): not tried again at the stop
+        self.failed_save: tuple[int, int] | None = None
 
     def init(self) -> None:
         cfg = self.cfg
@@ -126,13 +129,14 @@ class Learner(Component):
         self.env_steps = 0
         self.ckpt_dir = checkpoint_dir(cfg, self.policy_id)
         # The runner already loaded (and reported on) the same files.
-        loaded = load_policy_checkpoint(self.cfg, self.policy_id, map_location=self.device, quiet=True)
+        # Loaded to CPU: weights and optimizer moments are copied onto the device by their load_state_dict, and a saved
+        # replay buffer (GBs with --save_replay_buffer) stays in host memory instead of passing through the GPU.
+        loaded = load_policy_checkpoint(self.cfg, self.policy_id, map_location="cpu", quiet=True)
         if loaded is not None:
             state, path = loaded
             self.model.load_state_dict(state["model"])
             self.algo.load_state_dict(state["algo"])
             self.version, self.env_steps = state["policy_version"], state["env_steps"]
-            # map_location moved every tensor to self.device; the RNG states are CPU byte tensors.
             if "rng" in state:
                 torch.set_rng_state(state["rng"].cpu())
             if "cuda_rng" in state and self.device.type == "cuda":
@@ -237,22 +241,24 @@ class Learner(Component):
         self.activity = "copying a batch"
         with self.timing.add("copy_batch"):
             columns = None if self.cfg.num_policies == 1 else [p.cols for p in taken]
-            batch = self.buffers.gather([p.slot for p in taken], columns, self.batch_keys)
+            batch = self.buffers.gather([p.slot for p in taken], columns, self.batch_keys, self.device.type == "cuda")
             if self.cfg.async_rl or self.cfg.sampler_only:
                 self._return_slots(taken)  # collection continues while we train
         if self.cfg.num_policies == 1:
             samples = len(taken) * self.buffers.spec.samples_per_slot
         else:  # the columns may hold steps of other policies too (an env passes to another policy)
             samples = int((batch["policy_id"][:, :-1] == self.policy_id).sum())
-        self.env_steps += samples * self.cfg.frames_per_env_step  # the run's unit (frames on Atari)
+        env_steps = self.env_steps + samples * self.cfg.frames_per_env_step  # the run's unit (frames on Atari)
         if self.cfg.sampler_only:
+            self.env_steps = env_steps
             self.report("train", {"samples": samples, "env_steps": self.env_steps, "version": self.version})
             return
         self.activity = "training"
         trained_before = self.timing.get("train", 0.0)
         with self.timing.add("train"):
-            self.algo.update_learning_rate(self.env_steps)
+            self.algo.update_learning_rate(env_steps)
             stats, self.version = self.algo.train(batch, self.version, self.policy_id)
+        self.env_steps = env_steps  # only now: a failed iteration's samples are not counted as trained on
         train_time = self.timing["train"] - trained_before
         if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:
             raise RuntimeError(
@@ -304,9 +310,13 @@ class Learner(Component):
     def save(self) -> None:
         self.activity = "saving a checkpoint"
         with self.timing.add("save_checkpoint"), self._alive_while(self.activity):
-            path = save_checkpoint(
-                self.ckpt_dir, self._state(), self.version, self.env_steps, self.cfg.keep_checkpoints
-            )
+            try:
+                path = save_checkpoint(
+                    self.ckpt_dir, self._state(), self.version, self.env_steps, self.cfg.keep_checkpoints
+                )
+            except CheckpointError:
+                self.failed_save = (self.version, self.env_steps)
+                raise
         self.last_save = time.monotonic()
         self.report("checkpoint", str(path))
         call_hook(self.callbacks, "on_checkpoint", self.policy_id, str(path), "latest")
@@ -337,5 +347,6 @@ class Learner(Component):
 
     def finish(self) -> None:
         # only a learner that started properly may write checkpoints
-        if self.initialized and not self.cfg.evaluation_run:
+        # (a save that just failed, e.g. on a full disk, is not tried again for the same state: one error line)
+        if self.initialized and not self.cfg.evaluation_run and self.failed_save != (self.version, self.env_steps):
             self.save()

@@ -21,13 +21,13 @@ import torch
 from sample_factory.algo.base import reduced_precision_dtype
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
-from sample_factory.envs.spaces import ACTION_MASK_KEY
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role, warm_up
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import torch_device
 from sample_factory.runtime.messages import REQUEST, STOP, ActionsReady, Channels, Request, Stop, decode
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
+from sample_factory.workers.inference_runner import InferenceRunner, obs_spec_of, resolve_mode
 
 
 class PolicyWorker(Component):
@@ -63,6 +63,8 @@ class PolicyWorker(Component):
         self.version = -1  # of the weights in self.model
         self.deterministic = False
         self.agent_ranks = False  # set from the algorithm class in init
+        self.runner: InferenceRunner | None = None  # the inference step (staging buffers, CUDA graphs): init
+        self._algo: type | None = None  # the algorithm class (`algo`): init
         # Shared views (bind_views): actor generations [num_workers], latest request numbers [num_workers, splits]
         self.generation: np.ndarray | None = None
         self.request_seq: np.ndarray | None = None
@@ -84,7 +86,9 @@ class PolicyWorker(Component):
         self.bind_views()
         self.activity = "waiting for requests"
 
-    _view_attrs = ("generation", "request_seq", "answer_np", "answer_version_np")
+    # runner: not pickled (serial-mode snapshots): CUDA graphs do not pickle; remade by bind_views, it holds no state
+    # that outlives a batch
+    _view_attrs = ("generation", "request_seq", "answer_np", "answer_version_np", "runner")
 
     def bind_views(self) -> None:
         b = self.buffers
@@ -93,6 +97,34 @@ class PolicyWorker(Component):
         names = ("answer_actions", "answer_log_probs", "answer_values", "answer_rnn_states")
         self.answer_np = {name: getattr(b, name).numpy()[self.answer_area] for name in names}
         self.answer_version_np = b.answer_version.numpy()
+        if self.runner is None:
+            self.runner = InferenceRunner(
+                self.cfg,
+                self.model,
+                self.algo,
+                obs_spec_of(b.obs, leading=3),
+                self.device,
+                max_rows=self.num_agents,  # every split's request in one batch
+                mode=resolve_mode(self.cfg, self.device, self._note),
+                log=self._note,
+                out_dtypes={f: getattr(b, f"answer_{f}").dtype for f in ("actions", "log_probs", "values")}
+                | {"new_rnn_states": b.answer_rnn_states.dtype},
+            )
+
+    @property
+    def algo(self) -> type | None:
+        """The algorithm class whose `act` and `values` this worker calls; replacing it (a test's recorder, say)
+        replaces it in the inference runner too."""
+        return self._algo
+
+    @algo.setter
+    def algo(self, cls: type) -> None:
+        self._algo = cls
+        if self.runner is not None:
+            self.runner.algo = cls
+
+    def _note(self, line: str) -> None:
+        self.report("note", f"policy worker: {line}")
 
     def on_messages(self, msgs: list[tuple]) -> None:
         # Plain ints (copied once per batch) compare faster than numpy scalars: this runs per request.
@@ -127,6 +159,7 @@ class PolicyWorker(Component):
 
     def _maybe_update_weights(self) -> None:
         if self.weights.version != self.version:
+            # copies into the model's own tensors: the runner's CUDA graphs read them by address
             self.version = self.weights.load_into(self.model)
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
 
@@ -144,21 +177,22 @@ class PolicyWorker(Component):
         """Inputs are read from the slots, outputs written into this worker's answer area only (rows: the
         requests' splits). The area of a split is rewritten only for a newer request of it, which the actor sends
         after it has copied the previous answer, so the actor never reads an area while it is being written."""
-        b, dev, w = self.buffers, self.device, self.answer_area
+        b, w = self.buffers, self.answer_area
         cols = [self._columns(r.slot, r.t) for r in requests]
         rows = [r.actor_idx * self.num_splits + r.split_idx for r in requests]  # [R] split rows of the answers
         N = sum(len(c) for c in cols)
         if N:
-            # {key: [N, *shape]}
-            obs = {k: self._rows(v, requests, cols).to(dev, non_blocking=True) for k, v in b.obs.items()}
-            h = None
-            if self.model.recurrent:
-                keep = (~self._rows(b.is_first, requests, cols)).unsqueeze(-1)  # [N, 1]
-                h = (self._rows(b.rnn_states, requests, cols) * keep).to(dev)
-            rank = self._agent_rank(rows, cols) if self.agent_ranks else None
-            actions, log_probs, values, h_new = self.algo.act(
-                self.cfg, self.model, obs, h, obs.get(ACTION_MASK_KEY), self.deterministic, agent_rank=rank
-            )  # values: real scale, as the buffers hold them
+            # gathered from the slots straight into the runner's staging rows (pinned on CUDA)
+            x = self.runner.staging(N)
+            for k, v in b.obs.items():
+                self._rows(v, requests, cols, out=x.obs[k])
+            if self.model.recurrent:  # reset where is_first: inside the inference step
+                self._rows(b.rnn_states, requests, cols, out=x.rnn_states)
+                self._rows(b.is_first, requests, cols, out=x.is_first)
+            if self.agent_ranks:
+                x.agent_rank.copy_(self._agent_rank(rows, cols))
+            # host tensors; values: real scale, as the buffers hold them
+            actions, log_probs, values, h_new = self.runner.run(N, self.deterministic)
             answers = {
                 "answer_actions": actions.view(N, *b.answer_actions.shape[3:]),
                 "answer_log_probs": log_probs,
@@ -206,17 +240,19 @@ class PolicyWorker(Component):
             area = getattr(self.buffers, name)
             area[w, ri, ci] = values.to("cpu", area.dtype)
 
-    def _rows(self, v: torch.Tensor, requests: list[Request], cols: list[torch.Tensor]) -> torch.Tensor:
+    def _rows(
+        self, v: torch.Tensor, requests: list[Request], cols: list[torch.Tensor], out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """[N, ...] copy of the rows of a slot tensor v [S, T+1, n, ...] at each request's (slot, t) and columns, in
-        request order. A slice (or index_select) per request, then one cat: advanced indexing over (slot, t, column)
-        copied Atari frames 15-17x slower (8 rows: 142 us against 9 us; 1 thread), a tenth of the policy worker's
-        time. Always a copy: the model (a custom encoder, say) may change its input in place, and the learner reads
-        these buffers."""
+        request order, into `out` [N, ...] if given. A slice (or index_select) per request, then one cat: advanced
+        indexing over (slot, t, column) copied Atari frames 15-17x slower (8 rows: 142 us against 9 us; 1 thread), a
+        tenth of the policy worker's time. Always a copy: the model (a custom encoder, say) may change its input in
+        place, and the learner reads these buffers."""
         parts = [
             v[r.slot, r.t] if c is self.all_columns else v[r.slot, r.t].index_select(0, c)
             for r, c in zip(requests, cols)
         ]
-        return torch.cat(parts)
+        return torch.cat(parts, out=out) if out is not None else torch.cat(parts)
 
     def _final_values(self, request: Request) -> None:
         """V(final observation) of this policy's agents whose episode was truncated at step t - 1 (value

@@ -313,3 +313,27 @@ def test_guarded_step_with_parameters_the_loss_does_not_reach():
     assert torch.allclose(grad_norm, expected)
     moved = {n for n, p in algo.model.named_parameters() if not torch.equal(p, before[n])}
     assert moved == {"value_head.weight", "value_head.bias"}
+
+
+def test_device_step_skips_nonfinite_and_empty_minibatches_without_a_read_back():
+    """device_step decides on the device: a NaN loss leaves the weights as they were and is counted (total and in a
+    row), a minibatch without data (has_data False) is not applied and not counted, and neither resets the run of
+    NaN skips; a good step is applied and resets it. The counts reach the host only through read_skip_counts."""
+    algo = _algo()
+    before = [p.detach().clone() for p in algo.model.parameters()]
+
+    def loss():
+        return sum(p.sum() for p in algo.model.parameters())
+
+    norm, ok = algo.device_step(loss() * float("nan"), algo.optimizer)
+    assert not bool(ok) and algo.skipped_updates == 0  # not read back yet
+    _, ok = algo.device_step(loss(), algo.optimizer, has_data=torch.tensor(False))
+    assert not bool(ok)
+    assert all(torch.equal(a, b) for a, b in zip(before, algo.model.parameters(), strict=True))
+    algo.read_skip_counts()
+    assert (algo.skipped_updates, algo.consecutive_skipped) == (1, 1)
+    _, ok = algo.device_step(loss(), algo.optimizer, has_data=torch.tensor(True))
+    assert bool(ok)
+    assert not all(torch.equal(a, b) for a, b in zip(before, algo.model.parameters(), strict=True))
+    algo.read_skip_counts()
+    assert (algo.skipped_updates, algo.consecutive_skipped) == (1, 0)

@@ -9,9 +9,10 @@ import torch
 
 from sample_factory.algo.appo import APPOAlgorithm
 from sample_factory.algo.replay import TrajectoryReplay, concat_batches, replayed_count
-from sample_factory.config import parse_cfg
+from sample_factory.config import ConfigError, parse_cfg
 from sample_factory.model.actor_critic import ActorCritic
 from tests.algo.appo_fixture import SMALL, VEC, M, make_batch
+from tests.algo.test_dqn import through_a_file
 
 
 def test_trajectory_ring_keeps_the_newest_and_samples_uniformly():
@@ -69,3 +70,29 @@ def test_appo_replay_config_errors(flags, message, capsys):
         parse_cfg(["--env=CartPole-v1", *flags])
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_trajectory_replay_is_checkpointed_with_save_replay_buffer():
+    """--save_replay_buffer keeps APPO's replayed trajectories and their sampling generator across a resume."""
+    flags = [*SMALL, "--use_rnn=False", "--replay_proportion=0.5", "--replay_buffer_num_slots=40"]
+    spaces = (VEC, gym.spaces.Discrete(2))
+
+    def make(*extra: str) -> APPOAlgorithm:
+        cfg = parse_cfg([*flags, *extra])
+        torch.manual_seed(0)
+        return APPOAlgorithm(cfg, ActorCritic(cfg, *spaces), torch.device("cpu"))
+
+    algo = make("--save_replay_buffer=True")
+    for i in range(2):
+        algo.train(make_batch(*spaces, 0, version=i), i, 0)
+    assert "replay" not in make().state_dict() and "replay" not in make("--save_replay_buffer=True").state_dict()
+    state = through_a_file(algo.state_dict())
+    assert state["replay"]["filled"] == 2 * M
+    resumed = make("--save_replay_buffer=True")
+    assert APPOAlgorithm.check_resume(resumed.cfg, state) == []
+    resumed.load_state_dict(state)
+    assert len(resumed.replay) == 2 * M and through_a_file(resumed.state_dict())["replay"]["filled"] == 2 * M
+    a, b = algo.replay.sample(7), resumed.replay.sample(7)
+    assert torch.equal(a["obs"]["obs"], b["obs"]["obs"]) and torch.equal(a["actions"], b["actions"])
+    with pytest.raises(ConfigError, match="--replay_buffer_num_slots=40"):
+        APPOAlgorithm.check_resume(make("--replay_buffer_num_slots=80", "--save_replay_buffer=True").cfg, state)

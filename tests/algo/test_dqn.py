@@ -4,6 +4,8 @@ checkpoint state with and without the replay buffer."""
 
 from __future__ import annotations
 
+import io
+
 import gymnasium as gym
 import pytest
 import torch
@@ -180,3 +182,42 @@ def test_appo_refuses_a_replayer_and_dqn_defaults():
     assert cfg.preset == "classic_control_dqn" and cfg.exp_replayer == "prioritized" and cfg.eval_deterministic
     cfg = parse_cfg(["--env=MyEnv-v0", "--algo=DQN"])
     assert cfg.preset == "dqn" and cfg.use_rnn is False
+
+
+def through_a_file(state: dict) -> dict:
+    """A state as a checkpoint gives it back (saved, loaded with weights_only)."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+def test_a_loaded_replay_buffer_is_in_every_later_checkpoint_and_samples_on_exactly():
+    """A checkpoint written before the resumed learner's first batch (Ctrl+C right after the resume) still holds
+    the buffer, and the resumed buffer draws what the original would have drawn (its RNG is saved too)."""
+    flags = ["--batch_size=32", "--learning_starts=100", "--save_replay_buffer=True"]
+    algo = make_algo(*flags)
+    algo.train(fake_batch(M=4), 0, 0)
+    algo.train(fake_batch(M=4, seed=1), 0, 0)  # sampled from the buffer: its RNG moved on
+    resumed = make_algo(*flags)
+    resumed.load_state_dict(through_a_file(algo.state_dict()))
+    again = through_a_file(resumed.state_dict())["replay"]  # no batch yet
+    assert again["filled_blocks"] == algo.replay.filled_blocks and torch.equal(again["valid"], algo.replay.valid)
+    a, b = algo.replay.sample(64, 0.4), resumed.replay.sample(64, 0.4)
+    assert torch.equal(a.indices, b.indices) and torch.equal(a.weights, b.weights)
+    assert torch.equal(a.obs["obs"], b.obs["obs"])
+
+
+def test_resume_checks_refuse_a_buffer_that_does_not_fit():
+    algo = make_algo("--batch_size=32", "--learning_starts=100", "--save_replay_buffer=True")
+    algo.train(fake_batch(M=4), 0, 0)
+    state = through_a_file(algo.state_dict())
+    same = make_algo("--batch_size=32", "--save_replay_buffer=True").cfg
+    assert DQNAlgorithm.check_resume(same, state) == []
+    bigger = make_algo("--batch_size=32", "--save_replay_buffer=True", "--replay_buffer_capacity=200000").cfg
+    with pytest.raises(ConfigError, match=r"resume with --replay_buffer_capacity=\d+ --rollout=32"):
+        DQNAlgorithm.check_resume(bigger, state)
+    dropped = make_algo("--batch_size=32", "--save_replay_buffer=False", "--replay_buffer_capacity=200000").cfg
+    assert "not loaded" in DQNAlgorithm.check_resume(dropped, state)[0]
+    with pytest.raises(ConfigError, match="not written by --algo=DQN"):
+        DQNAlgorithm.check_resume(same, {"optimizer": state["optimizer"]})

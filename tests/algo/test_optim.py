@@ -152,3 +152,28 @@ def test_a_learner_never_imports_dynamo():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_found_inf_skips_the_update_on_the_device():
+    """With found_inf = 1 nothing moves: parameters, moments and step counts stay as they were; with 0 the step is
+    the ordinary one (the NaN/inf guard skips steps this way without a read-back: Algorithm.device_step)."""
+    net, ref = _net(0), _net(0)
+    opt, ref_opt = FusedAdam(net.parameters(), lr=0.1), FusedAdam(ref.parameters(), lr=0.1)
+    x = torch.randn(2, 2, 6, 6).to(memory_format=torch.channels_last)
+    for m, o in ((net, opt), (ref, ref_opt)):
+        m(x).sum().backward()
+        o.step()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    moments = {id(p): {k: v.clone() for k, v in s.items()} for p, s in opt.state.items()}
+    net(x).sum().backward()
+    opt.step(found_inf=torch.ones(()))
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+    for p, s in opt.state.items():
+        assert all(torch.equal(v, moments[id(p)][k]) for k, v in s.items())
+    opt.zero_grad()
+    ref_opt.zero_grad()
+    for m in (net, ref):
+        m(x).sum().backward()
+    opt.step(found_inf=torch.zeros(()))
+    ref_opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), ref.parameters(), strict=True))

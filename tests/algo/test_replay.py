@@ -4,6 +4,8 @@ overwrite, priority updates, state round trip."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -296,3 +298,36 @@ def test_sum_tree_takes_a_scalar_index():
     tree.set(2, 1.5)
     tree.set(np.int64(0), 0.5)
     assert tree.total == pytest.approx(2.0) and list(tree.get(np.arange(4))) == [0.5, 0.0, 1.5, 0.0]
+
+
+def test_a_saved_frame_stacked_buffer_is_rebuilt_from_its_own_layout():
+    """What a resumed DQN learner does: build the buffer from the saved state's layout (stacked frames included),
+    take its tensors over and sample exactly what the original samples next (the RNG state is saved too)."""
+    M, T, k = 3, 8, 4
+    obs, is_first = frame_stack_rollouts(M, T, k, {(0, 2), (1, 6)})
+    shapes = {"obs": ((k, 3, 3), torch.uint8), "vec": ((2,), torch.float32)}
+    buf = ReplayBuffer(2 * M * T, T, shapes, (), torch.int64, prioritized=True, seed=5, stacked={"obs": k})
+    z = torch.zeros(M, T, dtype=torch.bool)
+    targets = nstep_targets(torch.ones(M, T), z, z, torch.zeros(M, T), 0.9, 3)
+    batch = {"obs": obs, "vec": torch.randn(M, T + 1, 2)}
+    buf.add(batch, torch.zeros(M, T, dtype=torch.int64), targets, ~z, torch.rand(M, T), is_first)
+    buf.sample(5)  # the RNG moves on
+    saved = torch.load(io.BytesIO(save_bytes(buf.state_dict())), weights_only=True)
+    blocks, rollout, layout = ReplayBuffer.layout_of(saved)
+    assert (blocks, rollout) == (2 * M, T) and layout == shapes
+    other = ReplayBuffer(blocks * rollout, rollout, layout, (), torch.int64, prioritized=True, stacked={"obs": k})
+    other.load_state_dict(saved)
+    a, b = buf.sample(16), other.sample(16)
+    assert torch.equal(a.indices, b.indices) and torch.equal(a.obs["obs"], b.obs["obs"])
+    assert torch.equal(a.next_obs["vec"], b.next_obs["vec"]) and torch.equal(a.weights, b.weights)
+    wrong = {**saved, "frames": {"obs": saved["frames"]["obs"].float()}}
+    with pytest.raises(ValueError, match="frames/obs is"):
+        ReplayBuffer(blocks * rollout, rollout, layout, (), torch.int64, True, stacked={"obs": k}).load_state_dict(
+            wrong
+        )
+
+
+def save_bytes(state: dict) -> bytes:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()

@@ -163,3 +163,16 @@ def test_reverse_recurrence_keeps_bfloat16_on_the_torch_loop():
     x = torch.randn(T, B).bfloat16()
     out = returns.reverse_recurrence(x, torch.full((T, B), 0.5).bfloat16())
     assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("T,B", [(1, 3), (7, 5), (32, 64), (128, 4)])
+def test_closed_form_recurrence_equals_the_time_loop(T, B, monkeypatch):
+    """The accelerator path of reverse_recurrence (a weighted sum over a [T, T, B] tensor instead of 2T launches)
+    gives the loop's values, with episode ends (coefficient 0) inside the window."""
+    torch.manual_seed(T)
+    x = torch.randn(T, B)
+    coefs = torch.rand(T, B) * (torch.rand(T, B) > 0.2)
+    monkeypatch.setattr(returns, "NUMPY_LOOP", False)
+    loop = returns.reverse_recurrence(x, coefs)
+    assert torch.allclose(returns.reverse_recurrence_closed_form(x, coefs), loop, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(returns.reverse_recurrence_closed_form(x[:, 0], coefs[:, 0]), loop[:, 0], atol=1e-5)

@@ -413,6 +413,24 @@ def test_atari_dqn_preset_applies_and_typed_flags_win(env):
         assert getattr(cfg, k) == typed.get(k, v), k
 
 
+def test_atari_preset_takes_its_gpu_setup_where_training_is_on_a_gpu(monkeypatch):
+    """--device=gpu (or auto with CUDA visible) applies GPU_PRESETS' changes on top of the atari preset; --device=cpu,
+    or auto on a machine without an NVIDIA driver, keeps the 2-core setup; a flag the user typed wins over both."""
+    from sample_factory.config import presets
+
+    cpu = parse_cfg(["--env=atari_pong", "--device=cpu"])
+    gpu = parse_cfg(["--env=atari_pong", "--device=gpu"])
+    for k, v in presets.GPU_PRESETS["atari"].items():
+        assert getattr(gpu, k) == v
+    assert (cpu.batch_size, cpu.num_envs_per_worker) == (256, 16)
+    assert parse_cfg(["--env=atari_pong", "--device=gpu", "--batch_size=512"]).batch_size == 512
+    monkeypatch.setattr(presets.os.path, "exists", lambda p: False)
+    monkeypatch.setattr(presets.os.path, "isdir", lambda p: False)
+    assert parse_cfg(["--env=atari_pong"]).batch_size == 256  # auto, no driver: torch is not even asked
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert not presets.gpu_expected("auto")
+
+
 @pytest.mark.parametrize(
     "name, message",
     [

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import gymnasium as gym
@@ -227,3 +228,60 @@ def test_unreachable_ray_address_fails_fast():
         assert time.monotonic() - t0 < 5
     for address in (None, "auto", "ray://head:10001"):
         check_reachable(address)  # left to Ray
+
+
+class _HungNodeRay:
+    """Ray as the importer sees it, with one sampler node whose next_batch never returns."""
+
+    def __init__(self):
+        self.killed: list = []
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        time.sleep(timeout or 0)
+        return [], list(refs)  # nothing ever finishes
+
+    def put(self, value):
+        return object()
+
+    def kill(self, handle):
+        self.killed.append(handle)
+
+
+class _Method:
+    def remote(self, *args):
+        return object()
+
+
+class _HungHandle:
+    next_batch = set_weights = stop = _Method()
+
+
+@pytest.mark.timeout(60)
+def test_a_node_whose_next_batch_never_returns_is_lost_after_the_heartbeat_timeout():
+    """The same liveness rule as local workers: silent past --heartbeat_timeout_sec, the node is declared lost
+    (its actor killed); without local samplers the run stops with one line instead of hanging."""
+    cfg = _cfg("--sampler_nodes=1", "--local_samplers=False", "--heartbeat_timeout_sec=1.5")
+    rs, _, _ = _importer(cfg)
+    lines: list[str] = []
+    rs.log = lines.append
+    rs.ray = _HungNodeRay()
+    rs.nodes[0].handle = _HungHandle()
+    rs.thread = threading.Thread(target=rs._run, daemon=True)
+    try:
+        started = time.monotonic()
+        rs.thread.start()
+        progress = ProgressTracker(cfg)
+        why = None
+        while why is None and time.monotonic() - started < 20:
+            time.sleep(0.1)
+            why = rs.update(progress)
+        took = time.monotonic() - started
+        assert why == "every sampler node was lost (--local_samplers=False)", (why, lines)
+        assert 1.5 <= took < 5, took
+        lost = [ln for ln in lines if "lost (" in ln]
+        assert len(lost) == 1 and "next_batch silent for 2 s, over --heartbeat_timeout_sec=1.5" in lost[0], lines
+        assert lost[0].endswith("no sampler left") and rs.ray.killed == [rs.nodes[0].handle]
+    finally:
+        rs.stop_event.set()
+        rs.thread.join(timeout=5)
+        rs.channels.close()

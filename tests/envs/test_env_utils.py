@@ -225,3 +225,27 @@ def test_probe_env_subprocess_unknown_env():
     msg = str(exc.value)
     assert "ValueError" in msg and "CartPole-v1" in msg  # the child's error, with its suggestion
     assert "\n" not in msg  # one clear line, not a traceback
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("CartPole-v1", None),
+        ("atari_pong", None),
+        ("atari_space_invaders", None),
+        ("atari_spaceinvaders", None),  # Sample Factory's spelling
+        ("ALE/Pong-v5", None),
+        ("mujoco_hopper", None),
+        ("doom_basic", None),
+        ("some.module:Env-v0", None),  # needs the module: make_env checks it
+        ("atari_pongg", "unknown env 'atari_pongg'; did you mean atari_pong,"),
+        ("ALE/Breakot-v5", "unknown env 'ALE/Breakot-v5'; did you mean ALE/Breakout-v5"),
+        ("mujoco_hoper", "unknown env 'mujoco_hoper'; did you mean mujoco_hopper"),
+        ("doom_basik", "unknown env 'doom_basik'; did you mean doom_basic?"),
+        ("CartPol-v1", "unknown env 'CartPol-v1'; did you mean CartPole-v1"),
+    ],
+)
+def test_unknown_env_message(name, expected):
+    pytest.importorskip("ale_py")
+    msg = env_utils.unknown_env_message(name)
+    assert msg == expected if expected is None else msg.startswith(expected), msg

@@ -134,6 +134,73 @@ def test_lost_checkpoint_request_and_failed_evaluation(tmp_path):
     assert rec.scalars == []
 
 
+def _checkpoint(tmp_path: Path, policy: int, steps: int) -> Path:
+    """An (empty) checkpoint file as the learner names it: the stand-in evaluation does not read it."""
+    path = tmp_path / "x" / f"checkpoint_p{policy}" / f"checkpoint_{steps:09d}_{steps}.pth"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    return path
+
+
+def test_due_evaluations_run_at_the_end_of_training(tmp_path):
+    """The run ends while policy 0 is being evaluated and has passed another multiple, and while policy 1 waits
+    for its turn: the running one is waited for, both due ones run on the final checkpoints."""
+    cfg = _cfg(tmp_path, "--num_policies=2", "--eval_every_env_steps=100")
+    rec = Recorder()
+    ev = rec.evaluator(cfg)
+    ev.command = _fake_command()
+    ev.update([100, 100])
+    ev.on_checkpoint(0, str(_checkpoint(tmp_path, 0, 96)))
+    ev.update([250, 250])  # 0 passes 200 while busy; 1 waits in the queue for its turn
+    assert ev.running is not None and rec.requests == [0] and list(ev.queue) == [1]
+    _checkpoint(tmp_path, 0, 250)
+    _checkpoint(tmp_path, 1, 250)
+    ev.finish([250, 250], interrupted=False)
+    assert ev.running is None
+    assert [(p, steps) for p, tag, _, steps in rec.scalars if tag == "eval/reward_mean"] == [
+        (0, 96),
+        (1, 250),
+        (0, 250),
+    ]
+    assert sorted(f.name for f in (tmp_path / "x" / "eval").iterdir()) == [
+        "eval_250_p0.json",
+        "eval_250_p1.json",
+        "eval_96_p0.json",
+    ]
+    assert sum("an evaluation was due at the end" in line for line in rec.logs) == 2
+
+
+def test_due_evaluations_at_the_end_are_skipped_when_interrupted_or_bounded(tmp_path, monkeypatch):
+    cfg = _cfg(tmp_path, "--eval_every_env_steps=100")
+    rec = Recorder()
+    ev = rec.evaluator(cfg)
+    ev.command = _fake_command()
+    ev.update([150])
+    ev.finish([150], interrupted=True)
+    assert rec.logs == ["periodic evaluation of policy 0 skipped: training was interrupted or stopped by an error"]
+    assert ev.running is None and not ev.queue
+
+    # An evaluation that takes too long is stopped at the bound, with a line saying so.
+    monkeypatch.setattr(periodic_eval, "FINAL_EVAL_TIMEOUT_SEC", 0.5)
+    ev = rec.evaluator(cfg)
+    ev.clock = time.monotonic
+    ev.command = lambda policy, result_file: [sys.executable, "-c", "import time; time.sleep(30)"]
+    ev.update([150])
+    _checkpoint(tmp_path, 0, 150)
+    start = time.monotonic()
+    ev.finish([150], interrupted=False)
+    assert time.monotonic() - start < 10 and ev.running is None
+    assert "periodic evaluation of policy 0 at 150 env steps stopped: over 0 s at the end of training" in rec.logs[-1]
+
+
+def test_capture_video_records_each_evaluation(tmp_path):
+    cfg = _cfg(tmp_path, "--eval_every_env_steps=100", "--capture_video=True")
+    cmd = PeriodicEvaluator(cfg, tmp_path, lambda p: None, print).command(0, tmp_path / "eval" / "eval_96_p0.json")
+    assert cmd[-3:] == ["--save_video=True", "--video_per_episode=False", "--video_name=videos/eval_96_p0"]
+    with pytest.raises(SystemExit):  # it records the periodic evaluations: there must be some
+        _cfg(tmp_path, "--capture_video=True")
+
+
 def _evaluate(cfg, exp_dir: Path, policy: int = 0) -> dict:
     """One real periodic evaluation (enjoy.py in a subprocess) of the policy's latest checkpoint."""
     rec = Recorder()
@@ -241,13 +308,33 @@ def test_two_policies_evaluated_during_training(tmp_path):
         out = _stop_when(run, lambda o: {p for p, *_ in _logged(o)} == {0, 1}, timeout=75)
     finally:
         run.kill()
-    assert "periodic evaluation" not in out, out  # neither failed nor skipped
+    assert not re.search("periodic evaluation.*(failed|no checkpoint)", out), out  # the SIGINT may skip one
     logged = _logged(out)
     _check_results(tmp_path / "pe2", logged, {0, 1}, deterministic=False)
     for p, steps, *_ in logged:
         res = json.loads((tmp_path / "pe2" / "eval" / f"eval_{steps}_p{p}.json").read_text())
         assert res["env_overrides"] == {"seed": 5}
         assert res["checkpoint_env_steps"] == steps  # the checkpoint asked for was the one evaluated
+
+
+@pytest.mark.timeout(120)
+def test_evaluation_due_when_training_ends_is_run(tmp_path):
+    """Evaluations every 2,500 env steps in a 6,000-step run: the one due as training ends is not dropped, it runs
+    on the final checkpoint (before the fix only the first result appeared, with no log line)."""
+    args = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=end", "--serial_mode=True"]
+    args += ["--num_workers=1", "--num_envs_per_worker=4", "--batch_size=128", "--device=cpu", "--use_rnn=False"]
+    args += ["--encoder_mlp_layers=32", "--train_for_env_steps=6000", "--eval_every_env_steps=2500"]
+    args += ["--eval_episodes=2"]
+    run = Run(args)
+    try:
+        assert run.wait(100) == 0, run.output
+    finally:
+        run.kill()
+    final = int(list_checkpoints(tmp_path / "end" / "checkpoint_p0")[-1].stem.split("_")[2])
+    assert final > 5000  # past the second multiple
+    logged = _logged(run.output)
+    assert logged[-1][:2] == (0, final), run.output
+    _check_results(tmp_path / "end", logged, {0}, deterministic=False)
 
 
 @pytest.mark.timeout(120)
@@ -260,7 +347,7 @@ def test_periodic_evaluation_multiprocess(tmp_path):
         out = _stop_when(run, lambda o: bool(EVALUATED.search(o)), timeout=90)
     finally:
         run.kill()
-    assert "periodic evaluation" not in out, out
+    assert not re.search("periodic evaluation.*(failed|no checkpoint)", out), out
     logged = _logged(out)
     assert all(steps > 0 and n == 3 for _, steps, _, _, n, _ in logged), logged
     _check_results(tmp_path / "pe", logged, {0}, deterministic=False)

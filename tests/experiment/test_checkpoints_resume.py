@@ -83,7 +83,9 @@ def saves(tmp_path_factory):
 def test_keep_n_leaves_exactly_n(saves):
     assert len(saves.checkpoints) >= 3, f"expected several saves in 3.5 s, got {saves.checkpoints}"
     left = list_checkpoints(saves.exp_dir / "checkpoint_p0")
-    assert left == saves.checkpoints[-2:], (left, saves.checkpoints)
+    # the final save may rewrite the last periodic one (no training in between: the same version and env steps)
+    written = list(dict.fromkeys(saves.checkpoints))
+    assert left == written[-2:], (left, saves.checkpoints)
     assert sorted(p.name for p in left[0].parent.glob("checkpoint_*.pth")) == [p.name for p in left]
     assert not list(left[0].parent.glob(".*.tmp")), "a temporary file of an atomic write was left behind"
 

@@ -90,3 +90,29 @@ def test_resume_on_gpu_and_on_cpu(tmp_path, train_run):
         run.assert_no_leftovers()
         assert (progress_samples_trained(run) or 0) > 0, run.describe()
         assert i == 0 or "resuming" in run.output, run.describe()
+
+
+def test_transfers_to_and_from_the_gpu_keep_values_and_order():
+    """PinnedStaging's ring and DeferredReads on a CUDA device: values arrive intact through reused pinned buffers,
+    and reads come back in order once they have landed."""
+    from sample_factory.algo.transfer import DeferredReads, PinnedStaging
+
+    dev = torch.device("cuda")
+    staging, reads = PinnedStaging(dev, depth=2), DeferredReads(dev)
+    for i in range(5):
+        batch = {"obs": {"obs": torch.full((3, 4), float(i))}, "a": torch.arange(3) + i}
+        out = staging.to_device(batch)
+        assert out["obs"]["obs"].device.type == "cuda" and float(out["obs"]["obs"].sum()) == 12.0 * i
+        assert torch.equal(out["a"].cpu(), torch.arange(3) + i)
+        reads.put(i, out["a"] * 2)
+    got = reads.ready() + reads.drain()
+    assert [tag for tag, _ in got] == list(range(5))
+    assert all(torch.equal(x, (torch.arange(3) + i) * 2) for i, x in got)
+
+
+@pytest.mark.parametrize("algo", ["APPO", "DQN"])
+def test_learner_loop_on_gpu_reads_back_once_per_iteration(algo):
+    from sample_factory.tools import learner_loop
+
+    r = learner_loop.measure(algo, "CartPole-v1", torch.device("cuda"), 2)
+    assert r["sgd_steps"] >= 8 and 0 < r["host_syncs_per_sgd_step"] <= 0.25, r

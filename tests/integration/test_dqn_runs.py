@@ -104,3 +104,30 @@ def test_dqn_atari_serial_run_replays_single_frames(tmp_path):
     replay = torch.load(list_checkpoints(exp / "checkpoint_p0")[-1], weights_only=False)["algo"]["replay"]
     assert not replay["obs"] and replay["frames"]["obs"].shape[-2:] == (84, 84)  # [blocks, T + 4, 84, 84]
     assert replay["filled_blocks"] > 0
+
+
+@pytest.mark.timeout(240)
+def test_a_resumed_replay_buffer_survives_every_save_and_a_misfit_is_refused(tmp_path, capsys):
+    """A resume that saves before its first batch (here: the budget is already reached, as with a Ctrl+C right
+    after the "resumed from" line) writes the same file name again: it must still hold the buffer. A resume whose
+    --replay_buffer_capacity does not fit the saved buffer is refused before anything runs, files untouched."""
+    flags = ["--experiment=r", "--save_replay_buffer=True"]
+    assert train(tmp_path, *flags, "--train_for_env_steps=3000") == 0
+    d = tmp_path / "r" / "checkpoint_p0"
+    (path,) = list_checkpoints(d)[-1:]
+    saved = torch.load(path, weights_only=True)["algo"]["replay"]
+    (tmp_path / "r" / "serial_state.pth").unlink()  # resume from the checkpoint, as a multi-process run does
+    assert train(tmp_path, *flags, "--train_for_env_steps=3000") == 0
+    assert list_checkpoints(d)[-1] == path  # the same version and env steps: the same file, written again
+    again = torch.load(path, weights_only=True)["algo"]["replay"]
+    assert again["filled_blocks"] == saved["filled_blocks"] and torch.equal(again["valid"], saved["valid"])
+
+    (tmp_path / "r" / "serial_state.pth").unlink(missing_ok=True)
+    files = {p.name: p.read_bytes() for p in d.iterdir()}
+    capsys.readouterr()
+    assert train(tmp_path, *flags, "--train_for_env_steps=9000", "--replay_buffer_capacity=300000") != 0
+    out = capsys.readouterr().out
+    errors = [ln for ln in out.splitlines() if "ERROR" in ln]
+    assert len(errors) == 1 and "--replay_buffer_capacity=300000" in errors[0] and "does not fit" in errors[0], out
+    assert "Traceback" not in out, out
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == files, "a refused resume changed the checkpoints"

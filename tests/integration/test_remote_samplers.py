@@ -144,3 +144,31 @@ def test_lost_only_sampler_node_stops_the_run_cleanly(tmp_path, train_run, ray_c
     assert "Traceback" not in out, run.describe()
     run.assert_no_leftovers()
     _assert_gone([actor_pid, *component_pids])
+
+
+@pytest.mark.timeout(240)
+def test_hung_only_sampler_node_is_lost_and_stops_the_run(tmp_path, train_run, ray_cluster):
+    """A node whose next_batch never returns (its actor process stopped: alive, silent) is declared lost after
+    --heartbeat_timeout_sec, like a silent local worker; without local samplers the run stops with one line."""
+    args = _args(ray_cluster, "--local_samplers=False", "--train_for_seconds=300", "--heartbeat_timeout_sec=15")
+    run = train_run(args, tmp_path, extra_env=ray_cluster.env)
+    actor_pid, component_pids = _node_pids(run)
+    assert run.wait_until(lambda: (progress_env_steps(run) or 0) > 0, timeout=60), run.describe()
+    actor = psutil.Process(actor_pid)
+    actor.suspend()  # SIGSTOP
+    stopped_at = time.monotonic()
+    try:
+        assert run.wait(timeout=120) == 1, run.describe()
+    finally:
+        try:
+            actor.resume()
+        except psutil.Error:
+            pass
+    took = time.monotonic() - stopped_at
+    out = run.output
+    lost = [ln for ln in out.splitlines() if "sampler node 0 lost (next_batch silent for" in ln]
+    assert len(lost) == 1 and "over --heartbeat_timeout_sec=15); no sampler left" in lost[0], run.describe()
+    assert "stopping: every sampler node was lost (--local_samplers=False)" in out, run.describe()
+    assert "Traceback" not in out and took >= 15, (took, run.describe())
+    run.assert_no_leftovers()
+    _assert_gone([actor_pid, *component_pids])

@@ -51,3 +51,23 @@ def test_returns_normalizer_round_trip_and_identity_when_off():
     v = torch.randn(7)
     assert torch.equal(off.normalize_values(v), v) and torch.equal(off.denormalize_values(v), v)
     assert "returns_normalizer.var" in on.state_dict()
+
+
+def test_masked_update_equals_the_update_on_the_selected_rows():
+    """update(x, mask) gives the statistics of update(x[mask]) without indexing (no host read on a GPU); an empty
+    selection leaves them unchanged, also before any data."""
+    torch.manual_seed(0)
+    a, b = RunningMeanStd((3,)), RunningMeanStd((3,))
+    for _ in range(3):
+        x = torch.randn(40, 3) * 4 + 1
+        mask = torch.rand(40) < 0.6
+        a.update(x[mask])
+        b.update(x, mask)
+        for name in ("mean", "var", "count"):
+            assert torch.allclose(getattr(a, name), getattr(b, name), rtol=1e-10, atol=1e-12)
+    state = {k: v.clone() for k, v in b.state_dict().items()}
+    b.update(torch.randn(10, 3), torch.zeros(10, dtype=torch.bool))
+    assert all(torch.equal(v, state[k]) for k, v in b.state_dict().items())
+    fresh = RunningMeanStd(())
+    fresh.update(torch.randn(5), torch.zeros(5, dtype=torch.bool))
+    assert (float(fresh.mean), float(fresh.var), float(fresh.count)) == (0.0, 1.0, 0.0)

@@ -235,3 +235,18 @@ def test_coordinator_decisions_replacement_restart_and_failure(tmp_path):
     again = RayPopulation(cfg, POP, pop_dir, None)
     assert again.members[0].status == "finished" and again.members[1].target == 2020
     assert [s.history for s in again.pbt.states] == [s.history for s in pop.pbt.states]
+
+
+def test_copy_member_weights_sets_the_targets_unreadable_files_aside(tmp_path):
+    """A broken newer file in the (stopped) target must not outlive its good checkpoints in the rotation."""
+    src = _member_with_checkpoint(tmp_path, "member_0", 30, 12000, seed=2)
+    tgt = _member_with_checkpoint(tmp_path, "member_1", 7, 9000, seed=1)
+    broken = tgt / "checkpoint_p0" / "checkpoint_000000050_20000.pth"
+    broken.write_bytes(b"\x00not a checkpoint")
+    _, new_file = copy_member_weights(src, tgt, keep=1)
+    assert list_checkpoints(tgt / "checkpoint_p0") == [new_file] and new_file.name == "checkpoint_000000008_9000.pth"
+    assert (tgt / "checkpoint_p0" / f"{broken.name}.corrupt").exists()
+    src_broken = src / "checkpoint_p0" / "checkpoint_000000099_99999.pth"
+    src_broken.write_bytes(b"\x00not a checkpoint")
+    copy_member_weights(src, tgt, keep=1)
+    assert src_broken.exists(), "the source (possibly running) is only read"

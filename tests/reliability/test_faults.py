@@ -274,7 +274,7 @@ def test_env_raising_once_is_restarted(tmp_path, start_run, monkeypatch):
     raised = re.findall(r"ERROR in actor \d+: EnvError: env \d+ raised in step: RuntimeError: injected fault", out)
     assert len(raised) == 1, run.describe()
     assert TRACEBACK in out, run.describe()
-    assert re.search(r"actor \d died \(exit code 1.*restarting it \(1 of 3\)", out), run.describe()
+    assert re.search(r"actor \d died \(exit code 1.*restarting it \(1 of 3 within 3600 s\)", out), run.describe()
 
 
 @pytest.mark.timeout(120)

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sample_factory.config import ConfigError, parse_cfg
+from sample_factory.config import ConfigError, parse_cfg, strip_flags
 from sample_factory.tools import auto_tune
 from sample_factory.tools.auto_tune import SPEED_NEUTRAL, cache_key, cache_path
 from sample_factory.tools.tune import TUNED_ALL, TuneResult
+from sample_factory.train import auto_tuned_flags
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,3 +95,53 @@ def test_the_tool_prints_the_cached_flags_as_json(tmp_path, capsys, monkeypatch)
     assert searched == [["--num_workers", "2"]]  # the speed flags only
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == ["--worker_num_splits=2"]
     assert json.loads(path.read_text())["key"] == key  # the new pick replaced the stale one
+
+
+def _cached(tmp_path: Path, argv: list[str], changed: dict) -> Path:
+    """A cache file for `argv` holding `changed` (as a hand-edited or shared cache would)."""
+    key = cache_key("CartPole-v1", strip_flags(argv, SPEED_NEUTRAL))
+    path = cache_path(str(tmp_path), key)
+    path.write_text(json.dumps({"key": key, "changed": changed, "defaults_fps": 1.0, "pick_fps": 2.0}))
+    return path
+
+
+def test_a_hand_edited_cache_changes_only_tuned_settings_the_user_did_not_type(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(auto_tune, "search", lambda *a, **k: pytest.fail("the cached pick must be used"))
+    argv = ["--env=CartPole-v1", "--auto_tune=True", f"--auto_tune_cache_dir={tmp_path}", "--num_workers=1"]
+    changed = {
+        "num_workers": 7,  # typed: stays 1
+        "restart_behavior": "overwrite",  # not a tuned setting
+        "train_dir": "/tmp/elsewhere",
+        "num_envs_per_worker": 128,  # the one valid entry
+        "policy_workers_per_policy": "2",  # not a number
+        "learner_main_loop_num_cores": True,
+        "worker_num_splits": 1e9,
+    }
+    _cached(tmp_path, argv, changed)
+    assert auto_tune.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1]) == ["--num_envs_per_worker=128"], err
+    assert "ignoring num_workers=7" in err and "--num_workers is on the command line and stays 1" in err
+    for name in ("restart_behavior", "train_dir", "policy_workers_per_policy", "learner_main_loop_num_cores"):
+        assert f"ignoring {name}=" in err, err
+    # what train.py appends to its command line (the tool run as train.py runs it)
+    assert auto_tuned_flags(argv) == ["--num_envs_per_worker=128"]
+
+
+@pytest.mark.parametrize(
+    "changed, why",
+    [
+        ({"num_workers": 100_000}, "out of range"),  # more than any search from here reaches: not a pick
+        ({"num_workers": 0}, "out of range"),
+        ({"num_envs_per_worker": 64, "worker_num_splits": 3}, "not a valid combination"),  # 64 % 3 != 0
+        ({"policy_workers_per_policy": 4096}, "not a valid combination"),  # past half the cores
+    ],
+)
+def test_a_cached_pick_out_of_range_or_invalid_is_not_applied(tmp_path, capsys, monkeypatch, changed, why):
+    monkeypatch.setattr(auto_tune, "search", lambda *a, **k: pytest.fail("the cached pick must be used"))
+    argv = ["--env=CartPole-v1", "--auto_tune=True", f"--auto_tune_cache_dir={tmp_path}"]
+    _cached(tmp_path, argv, changed)
+    assert auto_tune.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1]) == [], err
+    assert why in err and "nothing of the pick applies" in err, err

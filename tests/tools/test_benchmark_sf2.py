@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import pytest
 
 from sample_factory.tools import benchmark_sf2 as b
 from sample_factory.tools.benchmark_gpu import SF2_ATARI_WORK
 from sample_factory.tools.throwaway_venv import make_venv
+
+REPO = Path(__file__).resolve().parents[2]
 
 # From `python -m sf_examples.atari.train_atari --env=atari_pong --num_workers=2 --num_envs_per_worker=8
 # --async_rl=True --device=cpu` (sample-factory 2.1.1, 2026-11-23), colour codes included.
@@ -133,3 +138,121 @@ def test_main_alternates_rounds(tmp_path, monkeypatch):
     assert out["ceilings"] == [2000.0, 2000.0] and out["runs"][0]["to_ceiling"] == 0.2
     assert out["summary"]["each with its own defaults"]["ratio_fps10"] == 1.5
     assert (tmp_path / "o.json").exists()
+
+
+# A stand-in for SF2's wheel: its top-level package is `sample_factory` too, it brings the modules SF2_WRAPPER and
+# sf2_offline's check import, and its train_atari reports as SF2 2.1.1 does until SIGINT.
+FAKE_TRAIN_ATARI = """import datetime, multiprocessing, os, sys, time
+import sample_factory
+
+def _child(q):
+    q.put("ale_py" in sys.modules)
+
+def main():
+    if "--crash" in sys.argv:
+        raise RuntimeError("boom")
+    print("summaries_use_frameskip=True")
+    ctx = multiprocessing.get_context("spawn")  # as SF2 starts its processes
+    q = ctx.Queue()
+    child = ctx.Process(target=_child, args=(q,))
+    child.start()
+    print("ale_py in a spawned child:", q.get(timeout=60), flush=True)
+    child.join()
+    print("sample_factory from", sample_factory.__file__, "PYTHONPATH", os.environ.get("PYTHONPATH"), flush=True)
+    print("argv", " ".join(sys.argv[1:]), flush=True)
+    frames = 0
+    try:
+        while True:
+            now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+            print(f"[{now}][1] Fps is (10 sec: {100.0 if frames else 'nan'}, 60 sec: nan, 300 sec: nan). "
+                  f"Total num frames: {frames}. Throughput: 0: nan.", flush=True)
+            frames += 1000
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        print(f"Collected {{0: {frames}}}, FPS: 123.0", flush=True)
+    return 0
+"""
+FAKE_FILES = {
+    "sample_factory/__init__.py": "",
+    "ale_py/__init__.py": "",
+    "gymnasium/__init__.py": "def make(env_id):\n    return env_id\n",
+    "sf_examples/__init__.py": "",
+    "sf_examples/atari/__init__.py": "",
+    "sf_examples/atari/train_atari.py": FAKE_TRAIN_ATARI,
+    "sample_factory-9.9.9.dist-info/METADATA": "Metadata-Version: 2.1\nName: sample-factory\nVersion: 9.9.9\n",
+    "sample_factory-9.9.9.dist-info/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+
+
+@pytest.fixture
+def fake_sf2_wheels(tmp_path):
+    wheels = tmp_path / "whl"
+    wheels.mkdir()
+    files = {**FAKE_FILES, "sample_factory-9.9.9.dist-info/RECORD": "".join(f"{n},,\n" for n in FAKE_FILES)}
+    with zipfile.ZipFile(wheels / "sample_factory-9.9.9-py3-none-any.whl", "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return wheels
+
+
+def test_offline_commands_and_environ(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    cmd = b.sf2_command(b.Path("/py"), "atari_pong", 16, b.CASES["fast"][0], "/td", device="gpu", site=site)
+    assert cmd[:2] == ["/py", str(site / b.SF2_MAIN)] and "--device=gpu" in cmd and "--async_rl=True" in cmd
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    assert b.sf2_environ(site)["PYTHONPATH"] == str(site)  # SF2's folder alone, never ours beside it
+    assert "PYTHONPATH" not in b.sf2_environ(None)
+    # issue 31's cases: the work per sample as stated there, the same on both sides
+    sf2_same, ours_same = b.CASES["same_work"]
+    for flags in (sf2_same, ours_same):
+        assert {"--num_envs_per_worker=16", "--worker_num_splits=2"} <= {*flags}
+    assert set(SF2_ATARI_WORK) <= {*ours_same} and "--num_envs_per_worker=8" not in ours_same
+    sf2_fast, ours_fast = b.CASES["fast"]
+    assert set(b.FAST) <= {*sf2_fast} and set(b.FAST) <= {*ours_fast}
+    assert "--rollout=32" in b.FAST and "--batch_size=1024" in b.FAST
+    assert "--encoder_conv_architecture=convnet_nature" in ours_fast
+
+
+@pytest.mark.timeout(120)
+def test_offline_install_and_run_beside_our_pythonpath(fake_sf2_wheels, tmp_path, monkeypatch):
+    """From our checkout with our package first on PYTHONPATH, SF2's wheels install without an index and SF2 runs
+    with its own `sample_factory`."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    site = tmp_path / "site"
+    versions = b.sf2_offline(fake_sf2_wheels, site)
+    assert versions["sample-factory"] == "9.9.9"  # not our sample_factory's metadata
+    sf2 = b.Sf2(b.Path(sys.executable), site, device="gpu", after_frames=True, start_timeout=60)
+    r = b.run_sf2(sf2, "atari_pong", 2, ["--rollout=32"], seconds=1.0)
+    assert "error" not in r, r
+    assert r["fps10"] == 100.0 and r["fps"] == 123.0 and r["left_behind"] == []
+    log = "\n".join(r["log_tail"])
+    assert f"sample_factory from {site / 'sample_factory' / '__init__.py'} PYTHONPATH {site}" in log
+    assert "--device=gpu" in log and "--rollout=32" in log
+    assert "ale_py in a spawned child: True" in log  # registers the NoFrameskip ids in SF2's processes too
+    assert b.run_sf2(sf2, "atari_pong", 2, ["--crash"], seconds=1.0)["error"] == "no Fps report: RuntimeError: boom"
+    # SF2's start refuses a PYTHONPATH where something else could come first
+    monkeypatch.setenv("PYTHONPATH", f"{REPO}{os.pathsep}{site}")
+    done = subprocess.run([sys.executable, str(site / b.SF2_MAIN)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode != 0 and "not from SF2's" in done.stderr
+
+
+def test_offline_install_failure_is_recorded(tmp_path, monkeypatch, capsys):
+    """No wheels: SF2's runs record the error, ours still run, and the last line is the JSON headline."""
+    monkeypatch.setattr(b, "run_ours", lambda env, w, flags, s: {"fps10": 600.0, "timing": [], "flags": flags})
+    monkeypatch.setattr(b, "raw_ceiling", lambda env, n, seconds: 500.0)
+    argv = ["--seconds=1", "--rounds=1", "--cases=fast,same_work", "--device=gpu", f"--sf2_wheels={tmp_path}"]
+    out = b.main([*argv, f"--output={tmp_path / 'o.md'}"])
+    assert [(r["case"], r["lib"]) for r in out["runs"]] == [
+        ("fast", "sf2"),
+        ("fast", "ours"),
+        ("same_work", "sf2"),
+        ("same_work", "ours"),
+    ]
+    assert out["runs"][0]["error"].startswith("SF2 setup failed: RuntimeError: no wheels")
+    assert out["runs"][1]["flags"][0] == "--device=gpu" and "--device=gpu" in out["runs"][0]["command"]
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["device"] == "gpu" and last["cases"]["fast"]["ours"] == 600.0
+    assert last["cases"]["fast"]["sf2"] is None and last["cases"]["fast"]["errors"][0].startswith("sf2: SF2 setup")
+    with pytest.raises(SystemExit):
+        b.main(["--cases=nope"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import struct
 import sys
+from pathlib import Path
 
 import pytest
 from tensorboardX import SummaryWriter
@@ -164,3 +165,17 @@ def test_plot_all_policies_of_a_real_pbt_run(tmp_path):
         assert len(pbt_replacements(exp, p)) == sum(e["kind"] == "replacement" for e in state["history"])
     out = plot_experiments(["pbt"], tmp_path / "pbt.png", str(tmp_path), "all")
     assert out.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_help_says_where_the_png_goes(capsys):
+    with pytest.raises(SystemExit) as exc:
+        plot_main(["--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Where the PNG goes (default: plot.png in the folder you run this from" in out
+
+
+def test_readme_lists_the_plot_tool():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    tools = readme[readme.index("## Tools") : readme.index("## Read on")]
+    assert "python -m sample_factory.tools.plot --experiment=" in tools

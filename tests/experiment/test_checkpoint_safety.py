@@ -1,0 +1,271 @@
+"""What a checkpoint file may do to a run: a crafted file never runs code (weights_only loading everywhere, the serial
+snapshot signed), an unreadable newest file is moved aside instead of outliving the good ones in the rotation, a
+really full disk gives one line and keeps the old checkpoint, and --algo cannot change on resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from sample_factory.config import parse_cfg
+from sample_factory.evaluation.enjoy import main as enjoy_main
+from sample_factory.evaluation.policy_api import load_policy
+from sample_factory.experiment.checkpoints import (
+    CheckpointError,
+    UnsafeCheckpointError,
+    checkpoint_dir,
+    list_checkpoints,
+    load_checkpoint_file,
+    load_latest_checkpoint,
+    load_policy_checkpoint,
+    save_checkpoint,
+)
+from sample_factory.experiment.folder import ExperimentError, merge_for_resume
+from sample_factory.runtime.serial_snapshot import SNAPSHOT_NAME, load_snapshot
+from tests.experiment.test_checkpoints_resume import SERIAL, train
+
+
+class RunsACommand:
+    """Pickles as a call of os.system: unpickling it creates the marker file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def plant(path: Path, marker: Path) -> None:
+    """A checkpoint-shaped file whose unpickling would run a command."""
+    torch.save({"model": RunsACommand(marker), "policy_version": 9999, "env_steps": 1}, path)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Real serial runs, each resumed from by a test: APPO with its trajectory replay and DQN with its replay
+    buffer, both saved (--save_replay_buffer)."""
+    td = tmp_path_factory.mktemp("safety")
+    appo = ["--train_for_env_steps=3000", "--replay_proportion=0.5", "--replay_buffer_num_slots=64"]
+    assert train(td, "appo", *appo, "--save_replay_buffer=True") == 0
+    dqn = ["--algo=DQN", "--batch_size=64", "--learning_starts=500", "--encoder_mlp_layers=32"]
+    assert train(td, "dqn", *dqn, "--train_for_env_steps=3000", "--save_replay_buffer=True") == 0
+    return td
+
+
+def copy_run(runs: Path, name: str, tmp_path: Path) -> Path:
+    shutil.copytree(runs / name, tmp_path / name)
+    return tmp_path / name
+
+
+# ---- item 9: nothing runs code from a file --------------------------------------------------------------------
+def test_real_appo_and_dqn_checkpoints_load_weights_only(runs):
+    appo, _ = load_latest_checkpoint(runs / "appo" / "checkpoint_p0")
+    assert appo["algo"]["replay"]["filled"] > 0 and "store" in appo["algo"]["replay"]
+    dqn, _ = load_latest_checkpoint(runs / "dqn" / "checkpoint_p0")
+    replay = dqn["algo"]["replay"]
+    assert replay["filled_blocks"] > 0 and replay["rng"]["bit_generator"] == "PCG64" and "target" in dqn["algo"]
+
+
+def test_a_crafted_checkpoint_is_refused_by_every_loader(runs, tmp_path, capsys):
+    exp = copy_run(runs, "appo", tmp_path)
+    marker = tmp_path / "marker"
+    crafted = exp / "checkpoint_p0" / "checkpoint_000009999_1.pth"
+    plant(crafted, marker)
+    with pytest.raises(UnsafeCheckpointError, match=r"refused to load .*checkpoint_000009999_1\.pth.*posix\.system"):
+        load_latest_checkpoint(exp / "checkpoint_p0")
+    cfg = parse_cfg([*SERIAL, f"--train_dir={tmp_path}", "--experiment=appo"])
+    with pytest.raises(UnsafeCheckpointError):
+        load_policy_checkpoint(cfg, 0)
+    assert crafted.exists(), "a refused file is left where it is, for the user to look at"
+    with pytest.raises(UnsafeCheckpointError):
+        load_policy(exp)
+    with pytest.raises(UnsafeCheckpointError):
+        load_policy(exp, checkpoint=crafted)
+    capsys.readouterr()
+    assert enjoy_main([f"--train_dir={tmp_path}", "--experiment=appo", "--no_render", "--max_num_episodes=1"]) != 0
+    out = "".join(capsys.readouterr())
+    assert "enjoy: error: refused to load" in out and "Traceback" not in out, out
+    # training from it: refused with one line before anything starts
+    assert train(tmp_path, "appo", "--train_for_env_steps=6000") != 0
+    out = capsys.readouterr().out
+    assert len([ln for ln in out.splitlines() if "refused to load" in ln]) == 1 and "Traceback" not in out, out
+    assert not marker.exists(), "unpickling the crafted file ran its command"
+
+
+def test_a_garbage_file_is_unreadable_not_unsafe(tmp_path):
+    path = tmp_path / "checkpoint_000000001_1.pth"
+    path.write_bytes(b"\x00garbage\xff" * 7)
+    with pytest.raises(CheckpointError, match="not a checkpoint file") as e:
+        load_checkpoint_file(path)
+    assert not isinstance(e.value, UnsafeCheckpointError)
+
+
+def test_a_planted_serial_snapshot_is_not_unpickled(runs, tmp_path, capsys):
+    exp = copy_run(runs, "appo", tmp_path)
+    cfg = parse_cfg([*SERIAL, f"--train_dir={tmp_path}", "--experiment=appo"])
+    latest = list_checkpoints(exp / "checkpoint_p0")[-1]
+    key = tuple(int(x) for x in latest.stem.split("_")[1:3])
+    marker = tmp_path / "marker"
+    torch.save({"components": RunsACommand(marker)}, exp / SNAPSHOT_NAME)  # a plain torch file, as before signing
+    state, why = load_snapshot(exp, cfg, key)
+    assert state is None and "not signed" in why and not marker.exists(), why
+    # a signed file whose payload was swapped
+    signed = (runs / "appo" / SNAPSHOT_NAME).read_bytes()
+    torch.save({"components": RunsACommand(marker)}, tmp_path / "payload")
+    (exp / SNAPSHOT_NAME).write_bytes(signed[:40] + (tmp_path / "payload").read_bytes())
+    state, why = load_snapshot(exp, cfg, key)
+    assert state is None and "not signed" in why and not marker.exists(), why
+    capsys.readouterr()
+    assert train(tmp_path, "appo", "--train_for_env_steps=4000") == 0
+    out = capsys.readouterr().out
+    assert "not signed" in out and "resuming from the checkpoint instead" in out and not marker.exists(), out
+    # the run's own (signed) snapshot still gives the exact resume
+    shutil.copytree(runs / "appo", tmp_path / "own" / "appo")
+    assert train(tmp_path / "own", "appo", "--train_for_env_steps=4000") == 0
+    out = capsys.readouterr().out
+    assert "exact resume from the serial snapshot" in out, out
+
+
+# ---- item 7: broken files do not count towards --keep_checkpoints ---------------------------------------------
+def test_a_truncated_newest_checkpoint_is_moved_aside_and_rotation_keeps_the_good_one(runs, tmp_path, capsys):
+    exp = copy_run(runs, "appo", tmp_path)
+    d = exp / "checkpoint_p0"
+    good = list_checkpoints(d)[-1]
+    state = load_checkpoint_file(good)
+    # a newer file, truncated (as by a crash of the machine mid-write on a file system without ordering)
+    broken = d / f"checkpoint_{state['policy_version'] + 100:09d}_{state['env_steps'] + 100000}.pth"
+    shutil.copy(good, broken)
+    broken.write_bytes(broken.read_bytes()[: broken.stat().st_size // 3])
+    (exp / SNAPSHOT_NAME).unlink()  # resume from the checkpoint files
+    capsys.readouterr()
+    assert train(tmp_path, "appo", "--train_for_env_steps=6000", "--keep_checkpoints=1") == 0
+    out = capsys.readouterr().out
+    assert f"resumed from {good}" in out, out
+    assert f"moved the unreadable checkpoint {broken.name} aside to {broken.name}.corrupt" in out, out
+    assert (d / f"{broken.name}.corrupt").exists() and not broken.exists()
+    left = list_checkpoints(d)
+    assert len(left) == 1 and left[0] != good and load_checkpoint_file(left[0])["env_steps"] > state["env_steps"]
+
+
+def test_readers_do_not_move_files(tmp_path):
+    d = tmp_path / "checkpoint_p0"
+    save_checkpoint(d, {"w": torch.zeros(2)}, 1, 10, keep=0)
+    bad = save_checkpoint(d, {"w": torch.zeros(2)}, 2, 20, keep=0)
+    bad.write_bytes(bad.read_bytes()[:50])
+    _, path = load_latest_checkpoint(d)  # enjoy, load_policy, PBT: never touch a folder they do not own
+    assert path.name == "checkpoint_000000001_10.pth" and bad.exists()
+    cfg = parse_cfg([*SERIAL, f"--train_dir={tmp_path}", "--experiment=x"])
+    cfg.evaluation_run = True
+    (tmp_path / "x").mkdir()
+    shutil.move(d, checkpoint_dir(cfg, 0))
+    assert load_policy_checkpoint(cfg, 0)[1].name == "checkpoint_000000001_10.pth"
+    assert (checkpoint_dir(cfg, 0) / bad.name).exists()
+
+
+# ---- item 8: a really full disk ------------------------------------------------------------------------------
+def mount_tiny(mnt: Path):
+    """A 1 MiB tmpfs at `mnt` for the test (root only; skipped where it cannot be mounted)."""
+    mnt.mkdir(parents=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    yield from mount_tiny(tmp_path / "tiny")
+
+
+@pytest.fixture
+def tiny_checkpoint_fs(tmp_path):
+    """The checkpoint folder of experiment `full` on its own tiny file system (the rest of the run, its TensorBoard
+    files included, writes elsewhere)."""
+    yield from mount_tiny(tmp_path / "td" / "full" / "checkpoint_p0")
+
+
+def fill(directory: Path, leave: int = 16384) -> None:
+    """Fill the file system but for `leave` bytes: a checkpoint's first bytes still fit, its tensors do not (torch's
+    zip writer then raises RuntimeError with the ENOSPC only as its context; on a disk with no byte left the error
+    would come as an OSError from the file's close instead)."""
+    fd = os.open(directory / f"filler_{uuid.uuid4().hex}", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (65536, 4096, 1):
+            while True:
+                try:
+                    os.write(fd, b"\xff" * size)
+                except OSError:
+                    break
+        os.ftruncate(fd, max(os.fstat(fd).st_size - leave, 0))
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_keeps_the_old_checkpoint_with_one_clear_error(tiny_fs):
+    d = tiny_fs / "checkpoint_p0"
+    old = save_checkpoint(d, {"w": torch.ones(1000)}, 1, 10, keep=1)
+    fill(tiny_fs)
+    with pytest.raises(CheckpointError, match=r"could not write checkpoint .*: No space left on device; the previous"):
+        save_checkpoint(d, {"w": torch.zeros(100_000)}, 2, 20, keep=1)
+    assert list_checkpoints(d) == [old] and torch.equal(load_checkpoint_file(old)["w"], torch.ones(1000))
+    assert sorted(os.listdir(d)) == [old.name], "a temp file was left behind"
+
+
+def test_a_run_on_a_full_disk_stops_with_one_error_line(tiny_checkpoint_fs, capsys):
+    """A whole serial run whose disk fills after its first checkpoint (a callback fills it)."""
+    args = ["--save_every_sec=1", "--train_for_seconds=20", "--callbacks=tests.experiment.disk_filler:FillDisk"]
+    capsys.readouterr()
+    rc = train(tiny_checkpoint_fs.parents[1], "full", *args)
+    out = capsys.readouterr().out
+    assert rc != 0, out
+    errors = [ln for ln in out.splitlines() if "ERROR" in ln]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and "checkpoint" in errors[0], out
+    assert "Traceback" not in out, out
+    ckpts = list_checkpoints(tiny_checkpoint_fs)
+    assert len(ckpts) == 1 and "model" in load_checkpoint_file(ckpts[0]), ckpts
+
+
+def test_cfg_json_is_written_durably(tmp_path, monkeypatch):
+    from sample_factory.experiment import folder
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(folder.os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real(fd))
+    cfg = parse_cfg([*SERIAL, f"--train_dir={tmp_path}", "--experiment=durable"])
+    _, _, lock = folder.prepare_experiment_dir(cfg)
+    lock.release()
+    assert any(p.endswith(".cfg.json.tmp") for p in synced), synced  # the file, before the rename
+    assert str(tmp_path / "durable") in synced, synced  # the folder, after it
+    assert json.loads((tmp_path / "durable" / "cfg.json").read_text())["experiment"] == "durable"
+
+
+# ---- item 5: --algo is fixed for an experiment ----------------------------------------------------------------
+@pytest.mark.parametrize("saved, typed", [("DQN", "APPO"), ("APPO", "DQN")])
+def test_algo_cannot_change_on_resume(runs, saved, typed):
+    name = "dqn" if saved == "DQN" else "appo"
+    saved_cfg = json.loads((runs / name / "cfg.json").read_text())
+    assert saved_cfg["algo"] == saved
+    cfg = parse_cfg([*SERIAL, f"--train_dir={runs}", f"--experiment={name}", f"--algo={typed}"])
+    with pytest.raises(ExperimentError, match=rf"--algo={typed} differs from the experiment's saved value '{saved}'"):
+        merge_for_resume(cfg, saved_cfg)
+
+
+def test_algo_change_is_refused_in_one_line(runs, tmp_path, capsys):
+    copy_run(runs, "dqn", tmp_path)
+    before = sorted(os.listdir(tmp_path / "dqn" / "checkpoint_p0"))
+    capsys.readouterr()
+    assert train(tmp_path, "dqn", "--algo=APPO", "--train_for_env_steps=6000") != 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if "--algo=APPO" in ln]
+    assert len(lines) == 1 and "cannot change on resume" in lines[0] and "Traceback" not in out, out
+    assert sorted(os.listdir(tmp_path / "dqn" / "checkpoint_p0")) == before

@@ -1,0 +1,118 @@
+"""progress.csv and TensorBoard summaries a user reads (issue 33): time_s keeps going across a resume, the
+progress line and the final summary say which counts are this session's and which the total, CleanRL's tags are
+written beside ours, and a run of seconds gets a curve (a row and points every --progress_every_env_steps)."""
+
+from __future__ import annotations
+
+import csv
+import time
+
+import pytest
+
+from sample_factory.config import parse_cfg
+from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
+from sample_factory.runner import Runner
+from sample_factory.tools.plot import read_scalars
+from tests.policy_helpers import Run
+
+
+def _rows(path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_time_s_continues_after_a_resume(tmp_path):
+    cfg = parse_cfg(["--env=CartPole-v1"])
+    (tmp_path / "progress.csv").write_text(
+        "time_s,env_steps,fps_10s,reward_p0\n10.00,500,1.0,nan\n125.50,1000,1.0,nan\n"
+    )
+    progress = ProgressTracker(cfg)
+    progress.resume(0, 1000)
+    writers = SummaryWriters(tmp_path, 1, cfg=cfg)
+    progress.add_samples(0, 100, [(10.0, 10)])
+    writers.progress_row(progress)
+    writers.close()
+    times = [float(r["time_s"]) for r in _rows(tmp_path / "progress.csv")]
+    assert times == sorted(times) and 125.5 <= times[-1] < 125.5 + 60, times
+
+
+def test_session_and_total_counts_are_named():
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=1"])
+    fresh = ProgressTracker(cfg)
+    fresh.add_samples(0, 300, [])
+    assert "env steps: 300 |" in fresh.line() and "this session" not in fresh.final_summary(1.0)
+    resumed = ProgressTracker(cfg)
+    resumed.resume(0, 1000)
+    resumed.add_samples(0, 500, [(1.0, 5)])
+    assert "env steps: 1500 total, 500 this session |" in resumed.line()
+    summary = resumed.final_summary(2.0)
+    assert summary.startswith(
+        "done: 500 env steps in 2.0 s, 250 FPS overall (this session; 1500 env steps in total, 1000 before the resume)"
+    )
+    assert "policy 0: reward 1.00, 1 episodes this session, 500 env steps this session (250 FPS)" in summary
+
+
+def test_cleanrl_tags_beside_ours_in_agent_steps(tmp_path):
+    cfg = parse_cfg(["--env=atari_pong", "--num_workers=1"])
+    cfg.frames_per_env_step = 4  # as the runner sets it for Atari: our counters count frames
+    progress = ProgressTracker(cfg)
+    writers = SummaryWriters(tmp_path, 1, cfg=cfg)
+    progress.add_samples(0, 4000, [(-21.0, 800), (-19.0, 900)])
+    writers.write(progress)
+    writers.close()
+    scalars = read_scalars(tmp_path / ".summary" / "0")
+    assert scalars["reward/mean"] == [(4000, -20.0)]
+    assert scalars["charts/episodic_return"] == [(1000, -20.0)]  # x: agent steps, as CleanRL's global_step
+    assert scalars["charts/episodic_length"] == [(1000, 850.0)]
+    assert [s for s, _ in scalars["charts/SPS"]] == [1000]
+    assert scalars["charts/SPS"][0][1] == pytest.approx(scalars["perf/fps_env_frames"][0][1] / 4)
+
+
+class _Recorder:
+    def __init__(self):
+        self.rows = 0
+
+    def progress_row(self, progress):
+        self.rows += 1
+
+    def points(self, progress):
+        pass
+
+
+def test_progress_points_every_n_env_steps_at_most_four_a_second():
+    runner = Runner(parse_cfg(["--env=CartPole-v1", "--num_workers=1", "--progress_every_env_steps=1000"]))
+    runner.progress = ProgressTracker(runner.cfg)
+    runner.summaries = _Recorder()
+    now = time.monotonic()
+    runner._progress_points(now)  # 0 env steps: the first point
+    runner.progress.add_samples(0, 900, [])
+    runner._progress_points(now + 1)  # not at 1000 yet
+    assert runner.summaries.rows == 1
+    runner.progress.add_samples(0, 200, [])
+    runner._progress_points(now + 1.1)
+    assert runner.summaries.rows == 2 and runner.next_point_at == 2000
+    runner.progress.add_samples(0, 5000, [])  # several multiples at once: one row
+    runner._progress_points(now + 1.2)  # 0.1 s after the last row: not yet
+    assert runner.summaries.rows == 2
+    runner._progress_points(now + 1.4)
+    assert runner.summaries.rows == 3 and runner.next_point_at == 7000
+
+
+@pytest.mark.timeout(120)
+def test_a_short_run_has_a_curve(tmp_path):
+    """Progress lines every 100 s, i.e. never during the run: the rows and points come from the env steps."""
+    args = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=short", "--serial_mode=True"]
+    args += ["--num_workers=1", "--num_envs_per_worker=8", "--batch_size=256", "--device=cpu", "--use_rnn=False"]
+    args += ["--encoder_mlp_layers=32", "--train_for_env_steps=12000", "--progress_every_env_steps=1000"]
+    args += ["--report_interval_sec=100", "--experiment_summaries_interval=100"]
+    run = Run(args)
+    try:
+        assert run.wait(100) == 0, run.output
+    finally:
+        run.kill()
+    rows = _rows(tmp_path / "short" / "progress.csv")
+    assert len(rows) >= 6, rows  # a row per 1000 env steps, at most 4 a second, and the final one
+    steps = [int(r["env_steps"]) for r in rows]
+    assert steps == sorted(steps) and steps[-1] >= 12000
+    scalars = read_scalars(tmp_path / "short" / ".summary" / "0")
+    assert len(scalars["perf/fps_env_steps"]) >= 5 and len(scalars["charts/SPS"]) >= 5
