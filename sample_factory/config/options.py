@@ -365,9 +365,9 @@ OPTIONS: dict[str, list[Option]] = {
             "auto",
             "Replay the policy workers' inference step (forward and action sampling) from CUDA graphs, one per bucket "
             "of batch sizes (powers of two; a batch is padded to the next): one launch instead of one per kernel. "
-            "auto: on CUDA devices for recurrent models (whole runs 1.15-1.2x), off for feed-forward ones (no whole-run "
-            "gain measured yet) and with --torch_compile_worker. A failed capture falls back to eager with one log "
-            "line. Measured in docs/benchmarks.md.",
+            "auto: on CUDA devices for recurrent models (whole runs 1.15-1.2x), off for feed-forward ones (no "
+            "whole-run gain measured yet) and with --torch_compile_worker. A failed capture falls back to eager "
+            "with one log line. Measured in docs/benchmarks.md.",
             choices=("auto", "True", "False"),
         ),
         Option(
