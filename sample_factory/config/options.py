@@ -34,7 +34,8 @@ OPTIONS: dict[str, list[Option]] = {
             "experiment",
             str,
             "default_experiment",
-            "Experiment name; its folder is <train_dir>/<experiment>.",
+            "Experiment name; its folder is <train_dir>/<experiment>. A plain folder name: not '.' or '..', no '/', "
+            "at most 200 bytes.",
             aliases=("exp_name",),
         ),
         Option("train_dir", str, "./train_dir", "Root folder for experiments."),

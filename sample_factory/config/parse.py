@@ -291,10 +291,34 @@ def module_available(name: str) -> bool:
         return False
 
 
+# Bytes: room for what is added to an experiment's name within a file name's 255 (`_archived_<time>` on
+# --restart_behavior=restart, the launcher's `<name>.log`).
+MAX_EXPERIMENT_NAME = 200
+
+
+def experiment_name_problem(name: str) -> str | None:
+    """Why `name` cannot name an experiment folder, None when it can: it must be one plain folder name inside
+    train_dir (".", ".." or a path would put the run's files, or --restart_behavior's deletion, outside it)."""
+    if not name:
+        return "is empty"
+    if name in (".", ".."):
+        return "is not a folder name of its own (it names train_dir or its parent)"
+    if "/" in name or "\0" in name:
+        return "must be a plain folder name (no '/'): put the parent folders in --train_dir"
+    size = len(name.encode(errors="surrogateescape"))
+    if size > MAX_EXPERIMENT_NAME:
+        return f"is {size} bytes long (at most {MAX_EXPERIMENT_NAME})"
+    return None
+
+
 def finalize_cfg(cfg: Config) -> Config:
     """Fill derived values and validate combinations (raises ConfigError with a one-line message)."""
     if not cfg.env:
         raise ConfigError("--env is required (e.g. --env=CartPole-v1)")
+    why = experiment_name_problem(cfg.experiment)
+    if why:
+        shown = cfg.experiment if len(cfg.experiment) <= 60 else cfg.experiment[:57] + "..."
+        raise ConfigError(f"--experiment={shown!r} {why}")
     if cfg.num_workers is None:
         cfg.num_workers = max(1, multiprocessing.cpu_count())
     positive = [
