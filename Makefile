@@ -4,7 +4,8 @@
 #   make test       lint (ruff format --check, ruff check) + pytest
 #   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2");
 #                   installs the package without env extras; other envs: make train EXTRAS=atari
-#                   TRAIN_ARGS="--env=atari_pong --experiment=pong" (extras: atari, mujoco, vizdoom, envpool, ...)
+#                   TRAIN_ARGS="--env=atari_pong --experiment=pong" (extras: atari, mujoco, vizdoom, envpool, ...);
+#                   CartPole's env, experiment and --stop_at_reward=475 apply only when TRAIN_ARGS names no env
 #   make format     auto-format and auto-fix lint
 #   make docs       regenerate docs/config-reference.md and sample_factory/config/fields.py
 #   make benchmark  run the throughput benchmark (extra flags: make benchmark ARGS="...")
@@ -56,8 +57,12 @@ $(TRAIN_STAMP): $(VENV_PY) setup.py constraints.txt
 	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.$(if $(EXTRAS),[$(EXTRAS)],)'
 	touch $@
 
+# CartPole's experiment and stop condition apply only when TRAIN_ARGS names no env (--env=X or --env X): a Pong run
+# must not inherit --stop_at_reward=475 or the cartpole folder.
+TRAIN_DEFAULTS := $(if $(filter --env=% --env,$(TRAIN_ARGS)),,--env=CartPole-v1 --experiment=cartpole --stop_at_reward=475)
+
 train: $(TRAIN_STAMP)
-	$(VENV_PY) train.py --env=CartPole-v1 --experiment=cartpole --train_dir=./train_dir --stop_at_reward=475 $(TRAIN_ARGS)
+	$(VENV_PY) train.py $(TRAIN_DEFAULTS) --train_dir=./train_dir $(TRAIN_ARGS)
 
 format: venv
 	$(RUFF) format $(LINT_PATHS)

@@ -25,7 +25,8 @@ EXTRAS_REQUIRE = {
     "vizdoom": ["vizdoom"],
     "envpool": ["envpool"],
     "pettingzoo": ["pettingzoo", "pygame-ce"],  # pygame-ce: PettingZoo's butterfly envs
-    "video": ["imageio", "imageio-ffmpeg"],
+    # pygame-ce: gymnasium's classic-control and Box2D envs draw their frames with it (enjoy.py --save_video)
+    "video": ["imageio", "imageio-ffmpeg", "pygame-ce"],
     "plot": ["matplotlib"],
     "onnx": ["onnx", "onnxruntime"],
     "wandb": ["wandb"],  # --with_wandb (Weights & Biases logging)

@@ -26,8 +26,9 @@ from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.precision import resolve_auto_precision
 from sample_factory.pbt.controller import PbtController
-from sample_factory.runtime.component import Component, ComponentKey, SerialDriver
+from sample_factory.runtime.component import TERMINATED, Component, ComponentKey, SerialDriver
 from sample_factory.runtime.device import resolve_device_name
+from sample_factory.runtime.exit_codes import interrupted_exit_code
 from sample_factory.runtime.fork_server import mp_context
 from sample_factory.runtime.heartbeat import enable_stack_dumps
 from sample_factory.runtime.messages import REPORT, Channels, Report, SaveBest, SaveNow
@@ -53,9 +54,10 @@ class RunLog:
         self.file: Any = None
         self.stdout_ok = True
 
-    def __call__(self, msg: str) -> None:
+    def __call__(self, msg: str, console: bool = True) -> None:
+        """`console=False`: the file only (details a reader of the console does not need each time)."""
         line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-        if self.stdout_ok:
+        if console and self.stdout_ok:
             try:
                 print(line, flush=True)
             except BrokenPipeError:
@@ -79,6 +81,9 @@ class RunLog:
 
 
 log = RunLog()
+# A run's reward climbs for a long time, so nearly every best-metric check writes a new best checkpoint: the console
+# gets the first of each policy and then at most one a minute (the latest); sf_log.txt gets every one.
+BEST_LINE_INTERVAL_S = 60.0
 
 
 class Runner:
@@ -87,7 +92,9 @@ class Runner:
         self.stop_reason: str | None = None
         self.exit_code = 0
         self.signals_received = 0
+        self.interrupted_by: int | None = None  # the signal that stopped the run before its stop condition
         self.best_metric: list[float | None] = [None] * cfg.num_policies
+        self.best_line_at: dict[int, float] = {}  # policy -> when its last new-best line went to the console
         # Set up by `setup` and `_start`; None until then (shutdown releases only what exists).
         self.exp_dir: Path | None = None
         self.lock: Any = None  # the experiment folder's lock (None for evaluation runs)
@@ -143,7 +150,7 @@ class Runner:
                 raise FileNotFoundError(f"no experiment at {self.exp_dir}")
         else:
             before = folder_entries(experiment_dir(cfg))
-            self.exp_dir, what, self.lock = prepare_experiment_dir(cfg)
+            self.exp_dir, what, self.lock = prepare_experiment_dir(cfg, log)
             log.open(self.exp_dir / "sf_log.txt")
         log(f"{what}: {self.exp_dir}")
         set_step_units(cfg)  # before any component copies cfg
@@ -206,7 +213,14 @@ class Runner:
             None
             if cfg.serial_mode
             else Supervisor(
-                cfg, self.ctx, self._make_component, self.buffers, self.channels, log, self._on_worker_restarted
+                cfg,
+                self.ctx,
+                self._make_component,
+                self.buffers,
+                self.channels,
+                log,
+                self._on_worker_restarted,
+                lock=self.lock,
             )
         )
         log(
@@ -269,6 +283,7 @@ class Runner:
         self.signals_received += 1
         if self.stop_reason is None:
             self.stop_reason = f"{signal.Signals(signum).name} received"
+            self.interrupted_by = signum
 
     def _start(self) -> None:
         if self.remote is not None:  # first: a cluster that cannot be reached fails the run before it starts
@@ -412,7 +427,12 @@ class Runner:
         log(f"policy {report.index} resumed from {report.payload['path']} at {report.payload['env_steps']} env steps")
 
     def _on_best_checkpoint(self, report: Report) -> None:
-        log(f"policy {report.index}: new best checkpoint {report.payload}")
+        now = time.monotonic()
+        last = self.best_line_at.get(report.index)
+        console = last is None or now - last >= BEST_LINE_INTERVAL_S
+        if console:
+            self.best_line_at[report.index] = now
+        log(f"policy {report.index}: new best checkpoint {report.payload}", console=console)
 
     def _on_best_metric(self, report: Report) -> None:
         self.best_metric[report.index] = report.payload
@@ -429,6 +449,11 @@ class Runner:
 
     def _on_error(self, report: Report) -> None:
         message, trace, *fatal = report.payload
+        if message == TERMINATED and self.interrupted_by == signal.SIGTERM:
+            # The signal went to every process of the run (`kill` of the process group, Slurm's time limit): an
+            # orderly stop like the runner's own (a learner saves as it exits), not a crash.
+            log(f"{report.role} {report.index} got SIGTERM too: it finishes and exits")
+            return
         log(f"ERROR in {report.role} {report.index}: {message}" + (f"\n{trace}" if trace else ""))
         if self.supervisor is None or report.role not in RESTARTABLE or any(fatal):
             self.exit_code = 1
@@ -454,7 +479,7 @@ class Runner:
             self.stop_reason = f"reached {cfg.train_for_seconds} s"
         elif cfg.stop_at_reward is not None and self.progress.solved(cfg.stop_at_reward):
             self.stop_reason = f"mean reward reached {cfg.stop_at_reward}"
-        if self.supervisor is not None:
+        if self.supervisor is not None and self.interrupted_by is None:  # on a signal, stop_all takes over
             fatal = self.supervisor.check(stopping=self.stop_reason is not None)
             if fatal:
                 if self.exit_code == 0:  # else the failure that made it stop is the reason (not its exit)
@@ -492,7 +517,12 @@ class Runner:
                 order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=lambda: self.signals_received > 1
             )
             self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
+        interrupted = self.interrupted_by is not None and self.exit_code == 0
+        if interrupted:  # saved, but not finished: told apart from a run that reached its stop condition
+            self.exit_code = interrupted_exit_code(self.interrupted_by)
         self._final_report()
+        if interrupted:
+            log(f"exit code {self.exit_code}: interrupted before its stop condition (the same command resumes it)")
         self._experiment_ended()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)

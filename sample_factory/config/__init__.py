@@ -5,7 +5,9 @@ the generated reference (reference.py)."""
 from sample_factory.config.cfg import Config
 from sample_factory.config.options import OPTIONS, ConfigError, Option, all_options, int_list, str2bool
 from sample_factory.config.parse import (
+    MAX_EXPERIMENT_NAME,
     build_parser,
+    experiment_name_problem,
     finalize_cfg,
     overridable_env_options,
     parse_cfg,
@@ -20,11 +22,13 @@ from sample_factory.config.presets import PRESETS, preset_name_for_env
 __all__ = [
     "OPTIONS",
     "PRESETS",
+    "MAX_EXPERIMENT_NAME",
     "Config",
     "ConfigError",
     "Option",
     "all_options",
     "build_parser",
+    "experiment_name_problem",
     "finalize_cfg",
     "int_list",
     "overridable_env_options",

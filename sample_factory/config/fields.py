@@ -172,8 +172,8 @@ class OptionFields:
     fps: float  # default 0.0
     save_video: bool  # default False
     video_frames: float  # default 1000000000.0
-    video_name: str | None  # default None
-    video_per_episode: bool  # default True
+    video_name: str  # default 'replay'
+    video_per_episode: bool  # default False
     eval_results_file: str | None  # default None
 
     # Devices and data-parallel learners

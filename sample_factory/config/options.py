@@ -35,7 +35,8 @@ OPTIONS: dict[str, list[Option]] = {
             "experiment",
             str,
             "default_experiment",
-            "Experiment name; its folder is <train_dir>/<experiment>.",
+            "Experiment name; its folder is <train_dir>/<experiment>. A plain folder name: not '.' or '..', no '/', "
+            "at most 200 bytes.",
             aliases=("exp_name",),
         ),
         Option("train_dir", str, "./train_dir", "Root folder for experiments."),
@@ -604,8 +605,8 @@ OPTIONS: dict[str, list[Option]] = {
         ),
         Option("save_video", str2bool, False, "Write the evaluated episodes as mp4 into the experiment folder."),
         Option("video_frames", _num, 1e9, "At most this many frames per video."),
-        Option("video_name", str, None, "Video file name (default: <experiment>_ep<N>.mp4 per episode)."),
-        Option("video_per_episode", str2bool, True, "One mp4 per episode; False: one file for all episodes."),
+        Option("video_name", str, "replay", "Video file name: <name>.mp4 holds every evaluated episode."),
+        Option("video_per_episode", str2bool, False, "Also write one mp4 per episode: <name>_ep<N>.mp4."),
         Option(
             "eval_results_file",
             str,

@@ -12,7 +12,7 @@ REMOTE_OPTIONS: list[Option] = [
         0,
         "Ray nodes that sample for this run besides the learner node (IMPALA's remote workers): each runs "
         "--num_workers actor workers and its policy workers and sends finished rollouts to the learner "
-        "through Ray's object store. 0: everything on this machine. Needs Ray (pip install -e .[ray]).",
+        "through Ray's object store. 0: everything on this machine. Needs Ray: the [ray] extra.",
     ),
     Option(
         "ray_address",

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sample_factory.config.cfg import Config
+from sample_factory.config.extras import install_hint
 from sample_factory.config.options import ENJOY_ONLY_GROUP, OPTIONS, ConfigError, Option, all_options, int_list
 from sample_factory.config.presets import GPU_PRESETS, gpu_expected, preset_name_for_env, preset_values
 
@@ -37,7 +38,7 @@ def package_version() -> str:
     try:
         return version("sample_factory")
     except PackageNotFoundError:
-        return "unknown (not installed: pip install -e .)"
+        return f"unknown (not installed: {install_hint()})"
 
 
 def normalize_flags(argv: Sequence[str]) -> list[str]:
@@ -290,10 +291,34 @@ def module_available(name: str) -> bool:
         return False
 
 
+# Bytes: room for what is added to an experiment's name within a file name's 255 (`_archived_<time>` on
+# --restart_behavior=restart, the launcher's `<name>.log`).
+MAX_EXPERIMENT_NAME = 200
+
+
+def experiment_name_problem(name: str) -> str | None:
+    """Why `name` cannot name an experiment folder, None when it can: it must be one plain folder name inside
+    train_dir (".", ".." or a path would put the run's files, or --restart_behavior's deletion, outside it)."""
+    if not name:
+        return "is empty"
+    if name in (".", ".."):
+        return "is not a folder name of its own (it names train_dir or its parent)"
+    if "/" in name or "\0" in name:
+        return "must be a plain folder name (no '/'): put the parent folders in --train_dir"
+    size = len(name.encode(errors="surrogateescape"))
+    if size > MAX_EXPERIMENT_NAME:
+        return f"is {size} bytes long (at most {MAX_EXPERIMENT_NAME})"
+    return None
+
+
 def finalize_cfg(cfg: Config) -> Config:
     """Fill derived values and validate combinations (raises ConfigError with a one-line message)."""
     if not cfg.env:
         raise ConfigError("--env is required (e.g. --env=CartPole-v1)")
+    why = experiment_name_problem(cfg.experiment)
+    if why:
+        shown = cfg.experiment if len(cfg.experiment) <= 60 else cfg.experiment[:57] + "..."
+        raise ConfigError(f"--experiment={shown!r} {why}")
     if cfg.num_workers is None:
         cfg.num_workers = max(1, multiprocessing.cpu_count())
     positive = [
@@ -360,9 +385,7 @@ def finalize_cfg(cfg: Config) -> Config:
     if cfg.max_worker_restarts < 0 or cfg.worker_restart_window_sec < 0:
         raise ConfigError("--max_worker_restarts and --worker_restart_window_sec must be >= 0")
     if cfg.with_wandb and not cfg.evaluation_run and not module_available("wandb"):
-        raise ConfigError(
-            "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
-        )
+        raise ConfigError(f"--with_wandb needs the wandb package: {install_hint('wandb')}")
     if cfg.capture_video and not cfg.evaluation_run:
         if cfg.eval_every_env_steps <= 0:
             raise ConfigError(
@@ -370,7 +393,7 @@ def finalize_cfg(cfg: Config) -> Config:
                 "(e.g. --eval_every_env_steps=100000)"
             )
         if not module_available("imageio_ffmpeg"):
-            raise ConfigError("--capture_video needs imageio and imageio-ffmpeg: pip install -e '.[video]'")
+            raise ConfigError(f"--capture_video needs imageio and imageio-ffmpeg: {install_hint('video')}")
     if cfg.auto_tune and (cfg.serial_mode or (cfg.with_pbt and cfg.pbt_backend == "ray")):
         raise ConfigError(
             "--auto_tune tunes a multi-process run: not with --serial_mode or --pbt_backend=ray (tune a single run "
@@ -460,7 +483,7 @@ def _check_remote_samplers(cfg: Config) -> None:
             "--sampler_nodes needs a single-policy APPO training run with --async_rl=True and --serial_mode=False"
         )
     if not module_available("ray"):
-        raise ConfigError("--sampler_nodes needs Ray: pip install -e .[ray] (or pip install 'ray[default]')")
+        raise ConfigError(f"--sampler_nodes needs Ray: {install_hint('ray')}")
 
 
 def _check_data_parallel(cfg: Config) -> None:

@@ -69,9 +69,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     #   -18.1 / -15.4 (1.61M env steps, 895 FPS); per env step alike (-15.4 / -15.6 at 1.61M env steps);
     #   the same with bf16 inference, actor workers at niceness 10 and grayscale ALE screens, 2026-11-24:
     #   -15.5 / -8.3 (1.97M env steps, 1,099 FPS; -10 after 29.4 min).
-    # To +18 on 2 cores: 83 minutes (4.86M env steps, one seed, 2026-11-24) with `--num_workers=1
-    # --lr_schedule=linear_decay --train_for_env_steps=10000000` (CleanRL's schedule; docs/results.md). The learning
-    # rate stays constant here because a linear decay needs the run's length, which a preset cannot know.
+    # (The env steps above are agent steps; train.py counts env frames on Atari, 4 per agent step.)
+    # To +18 on 2 cores: 83 minutes (4.86M agent steps = 19.4M env frames, one seed, 2026-11-24) with
+    # `--num_workers=1 --lr_schedule=linear_decay --train_for_env_steps=40000000 --stop_at_reward=18` (CleanRL's
+    # schedule over its 10M agent steps = 40M frames; docs/results.md). The learning rate stays constant here because
+    # a linear decay needs the run's length, which a preset cannot know.
     # bf16 (learner_precision auto: where it times faster, model/precision.py) made the conv net's training step 2.2x
     # faster on an AMD EPYC (tools/benchmark_learner.py), which paid for the second epoch there; on an Intel Xeon
     # whose bf16 is slower, auto keeps fp32 (Pong 1.36x the frames/s of bf16 there, 2026-11-24). On a GPU machine,

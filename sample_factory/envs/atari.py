@@ -16,6 +16,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from sample_factory.config import Config
+from sample_factory.config.extras import install_hint
 from sample_factory.envs.atari_frames import AleFrameSkip, FrameStack
 
 NOOP = 0  # ALE's minimal action sets start with NOOP (AtariPreprocessing checks it)
@@ -27,6 +28,9 @@ def register_ale_envs() -> bool:
         import ale_py
     except ImportError:
         return False
+    # ALE prints its banner (version, "Powered by Stella") from every process that creates an env: the main
+    # process's probe and each actor worker. Warnings and errors still show.
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)
     gym.register_envs(ale_py)
     return True
 
@@ -136,7 +140,7 @@ def episodic_life_enabled(cfg: Config) -> bool:
 def make_atari_env(cfg: Config, ale_id: str, render_mode: str | None = None) -> gym.Env:
     """The ALE env `ale_id` with the wrappers above; observations are uint8 [framestack, 84, 84]."""
     if not register_ale_envs():
-        raise ValueError(f"env {ale_id!r} needs an optional package: pip install -e .[atari]")
+        raise ValueError(f"env {ale_id!r} needs an optional package: {install_hint('atari')}")
     # Frame skipping (with max-pooling of the last two frames) is done by AleFrameSkip, so the ALE env itself must
     # not skip. AleFrameSkip reads the screens it keeps from the emulator; the env's own observation is read only at
     # resets, where grayscale is cheaper than RGB (rendering still reads RGB).

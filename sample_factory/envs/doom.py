@@ -31,6 +31,7 @@ import numpy as np
 import psutil
 
 from sample_factory.config import Config
+from sample_factory.config.extras import install_hint
 
 # Our short names -> vizdoom's gymnasium ids (one button pressed at a time: Discrete actions).
 DOOM_ENVS = {
@@ -305,7 +306,7 @@ def make_doom_env(cfg: Config, env_id: str, render_mode: str | None = None) -> g
         import vizdoom
         import vizdoom.gymnasium_wrapper  # noqa: F401  (registers the Vizdoom* ids)
     except ImportError:
-        raise ValueError(f"env {env_id!r} needs an optional package: pip install -e .[vizdoom]") from None
+        raise ValueError(f"env {env_id!r} needs an optional package: {install_hint('vizdoom')}") from None
     if env_id not in gym.registry:
         import difflib
 

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 
 from sample_factory.config import Config
+from sample_factory.config.extras import install_hint
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
 
@@ -69,7 +70,7 @@ MUJOCO_NAMES = {
 def _missing_extra_hint(env_name: str) -> str:
     for fragments, extra in _EXTRAS:
         if any(f in env_name for f in fragments):
-            return f"; this env needs an optional package: pip install -e .[{extra}]"
+            return f"; this env needs an optional package: {install_hint(extra)}"
     return ""
 
 
@@ -104,7 +105,9 @@ def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | Non
     try:
         return gym.make(name, render_mode=render_mode) if render_mode else gym.make(name)
     except gym.error.DependencyNotInstalled as e:
-        raise ValueError(f"env {name!r} cannot be created: {e}{_missing_extra_hint(name)}") from None
+        # gymnasium's message names its own pip command; where an extra of ours brings the package, ours alone
+        hint = _missing_extra_hint(name)
+        raise ValueError(f"env {name!r} cannot be created: {'a package is missing' if hint else e}{hint}") from None
 
 
 def _did_you_mean(name: str, candidates: list[str]) -> str:

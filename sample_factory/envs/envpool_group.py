@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from sample_factory.config import Config
+from sample_factory.config.extras import install_hint
 from sample_factory.envs.atari import atari_env_id, episodic_life_enabled
 from sample_factory.envs.env_group import BatchedEnvGroup, EnvError
 from sample_factory.envs.env_utils import MUJOCO_NAMES
@@ -28,7 +29,7 @@ from sample_factory.envs.spaces import OBS_KEY
 # ALE v5 ends a game after 108,000 emulator frames (gymnasium's max_num_frames_per_episode); envpool counts agent
 # steps, so the same limit is 108,000 / frame skip.
 _ALE_MAX_FRAMES = 108_000
-_INSTALL_HINT = "--env_backend=envpool needs an optional package: pip install -e .[envpool]"
+_INSTALL_HINT = f"--env_backend=envpool needs an optional package: {install_hint('envpool')}"
 
 
 def _import_envpool() -> Any:

@@ -24,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 
 from sample_factory.config import Config
+from sample_factory.config.extras import install_hint
 
 PREFIX = "pettingzoo."
 # Families that left PettingZoo for a package of their own that kept the module names.
@@ -229,13 +230,15 @@ def _import_env_module(name: str, family: str, env_module: str) -> Any:
         if e.name == package:
             if family in _MOVED_FAMILIES:
                 raise ValueError(
-                    f"env {name!r} needs the package {package!r}, which is not installed: pip install {package}"
+                    f"env {name!r} needs the package {package!r}, which is not installed: "
+                    f"{install_hint(packages=(package,))}"
                 ) from None
             raise ValueError(
                 f"unknown PettingZoo family {family!r} in {name!r}; families: {', '.join(_families())}"
             ) from None
         raise ValueError(
-            f"env {name!r} needs the package {e.name!r}, which is not installed: pip install 'pettingzoo[{family}]'"
+            f"env {name!r} needs the package {e.name!r}, which is not installed: "
+            f"{install_hint(packages=(f'pettingzoo[{family}]',))}"
         ) from None
     except ImportError as e:  # e.g. PettingZoo's stub modules for families that moved elsewhere
         raise ValueError(f"env {name!r} cannot be imported: {e}") from None
@@ -253,7 +256,7 @@ def make_pettingzoo_env(cfg: Config, name: str, render_mode: str | None = None) 
     try:
         import pettingzoo  # noqa: F401
     except ImportError:
-        raise ValueError(f"env {name!r} needs an optional package: pip install -e .[pettingzoo]") from None
+        raise ValueError(f"env {name!r} needs an optional package: {install_hint('pettingzoo')}") from None
     _, family, env_module = parts
     module = _import_env_module(name, family, env_module)
     if not hasattr(module, "parallel_env"):

@@ -43,6 +43,7 @@ from sample_factory.config import (
     suggest_flag,
     typed_flags,
 )
+from sample_factory.config.extras import install_hint
 from sample_factory.config.options import EVAL_GROUPS
 from sample_factory.config.parse import normalize_flags
 from sample_factory.envs.env_group import EnvGroup, env_num_agents
@@ -155,6 +156,15 @@ def _no_display() -> str | None:
     return None
 
 
+def _offscreen_sdl() -> None:
+    """pygame-drawn envs (gymnasium's classic control and Box2D) draw rgb_array frames through SDL, whose video init
+    probes for a display and, on a headless machine, prints `error: XDG_RUNTIME_DIR is invalid or not set`. Frames
+    for a video need neither a display nor sound: SDL's dummy drivers. Variables the user set win."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+
 def _first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
@@ -169,6 +179,8 @@ def open_eval_env(cfg: Config) -> tuple[gym.Env, str | None, Any]:
     if wanted == "human" and (why := _no_display()):
         notice(f"{why}: evaluating headless (pass --no_render=True to skip this check)")
         wanted = None
+    if wanted == "rgb_array":
+        _offscreen_sdl()
     if wanted is not None:
         env = None
         try:
@@ -212,39 +224,25 @@ def _video_frame(frame: np.ndarray) -> np.ndarray:
     return np.pad(f, pad, mode="edge") if any(p[1] for p in pad[:2]) else f
 
 
-class VideoRecorder:
-    """Streams frames into mp4 files in the experiment folder: `<base>_ep<N>.mp4` per episode (N from 1), or
-    `<base>.mp4` for all episodes; at most `max_frames` frames per file. An episode's video holds the frame after
-    reset and one after every step: episode length + 1 frames (fewer when capped)."""
+class _Mp4:
+    """One mp4 file, created at its first frame; at most `max_frames` frames."""
 
-    def __init__(self, directory: Path, base: str, per_episode: bool, max_frames: int, fps: float):
-        try:
-            import imageio.v2 as imageio
-            import imageio_ffmpeg  # noqa: F401  (the bundled ffmpeg binary)
-        except ImportError:
-            raise EnjoyError("--save_video needs imageio and imageio-ffmpeg: pip install -e '.[video]'") from None
-        self._imageio = imageio
-        self.directory, self.per_episode = directory, per_episode
-        self.base = base[:-4] if base.endswith(".mp4") else base
-        self.max_frames, self.fps = max_frames, fps
-        self.episode = 1
+    def __init__(self, imageio: Any, path: Path, max_frames: int, fps: float):
+        self._imageio, self.path, self.max_frames, self.fps = imageio, path, max_frames, fps
         self.writer = None
-        self.frames_in_file = 0
-        self.paths: list[Path] = []
+        self.frames = 0
 
     @property
-    def wants_frame(self) -> bool:
-        return self.frames_in_file < self.max_frames
+    def full(self) -> bool:
+        return self.frames >= self.max_frames
 
     def add(self, frame: np.ndarray) -> None:
-        if not self.wants_frame:
+        if self.full:
             return
         if self.writer is None:
-            name = f"{self.base}_ep{self.episode}.mp4" if self.per_episode else f"{self.base}.mp4"
-            path = self.directory / name
-            path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self.writer = self._imageio.get_writer(
-                path,
+                self.path,
                 format="FFMPEG",
                 mode="I",
                 fps=self.fps,
@@ -253,23 +251,59 @@ class VideoRecorder:
                 macro_block_size=1,
                 ffmpeg_log_level="error",
             )
-            self.paths.append(path)
-        self.writer.append_data(_video_frame(frame))
-        self.frames_in_file += 1
+        self.writer.append_data(frame)
+        self.frames += 1
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+class VideoRecorder:
+    """Streams frames into the experiment folder: `<base>.mp4` holds every episode of the evaluation (Sample
+    Factory 2's `replay.mp4` with the default name), and with `per_episode` each episode also goes to
+    `<base>_ep<N>.mp4` (N from 1); at most `max_frames` frames per file. An episode's video holds the frame after
+    reset and one after every step: episode length + 1 frames (fewer when capped)."""
+
+    def __init__(self, directory: Path, base: str, per_episode: bool, max_frames: int, fps: float):
+        try:
+            import imageio.v2 as imageio
+            import imageio_ffmpeg  # noqa: F401  (the bundled ffmpeg binary)
+        except ImportError:
+            raise EnjoyError(f"--save_video needs imageio and imageio-ffmpeg: {install_hint('video')}") from None
+        base = base[:-4] if base.endswith(".mp4") else base
+        self._new = lambda name: _Mp4(imageio, directory / name, max_frames, fps)
+        self.base, self.per_episode = base, per_episode
+        self.episode = 1
+        self.files = [self._new(f"{base}.mp4")]
+        if per_episode:
+            self.files.append(self._new(f"{base}_ep1.mp4"))
+
+    @property
+    def paths(self) -> list[Path]:
+        """The files written so far: the whole evaluation first, then the episodes."""
+        return [f.path for f in self.files if f.frames]
+
+    @property
+    def wants_frame(self) -> bool:
+        return not self.files[0].full or (self.per_episode and not self.files[-1].full)
+
+    def add(self, frame: np.ndarray) -> None:
+        frame = _video_frame(frame)
+        self.files[0].add(frame)
+        if self.per_episode:
+            self.files[-1].add(frame)
 
     def end_episode(self) -> None:
         self.episode += 1
         if self.per_episode:
-            self._close_file()
-
-    def _close_file(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-        self.frames_in_file = 0
+            self.files[-1].close()
+            self.files.append(self._new(f"{self.base}_ep{self.episode}.mp4"))
 
     def close(self) -> None:
-        self._close_file()
+        for f in self.files:
+            f.close()
 
 
 # ---- evaluation ----------------------------------------------------------------------------------------------
@@ -311,8 +345,9 @@ def _play(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
         )
         if render_mode == "rgb_array":
             fps = cfg.fps if cfg.fps > 0 else float(env.metadata.get("render_fps") or 30)
-            base = cfg.video_name or cfg.experiment
-            video = VideoRecorder(experiment_path(cfg), base, cfg.video_per_episode, int(cfg.video_frames), fps)
+            video = VideoRecorder(
+                experiment_path(cfg), cfg.video_name, cfg.video_per_episode, int(cfg.video_frames), fps
+            )
             video.add(env.render())
         frame_period = 1.0 / cfg.fps if render_mode == "human" and cfg.fps > 0 else 0.0
         next_frame = time.monotonic() + frame_period

@@ -6,7 +6,7 @@ Graph outputs: actions [B] int64 (argmax, Discrete) or [B, D] float32 (Gaussian 
 training, --action_bounds: the same actions the Policy API returns), values [B] float32,
 and new_rnn_state [B, H] for a recurrent model. B is a dynamic axis. Feed zeros as rnn_state at an episode start.
 
-Needs the optional extra: pip install -e .[onnx]. Uses torch's TorchScript-based exporter (dynamo=False): with
+Needs the [onnx] extra. Uses torch's TorchScript-based exporter (dynamo=False): with
 torch 2.13 it exports these models in well under a second and needs no package beyond onnx; the torch.export-based
 exporter needs onnxscript as well and took ~7 s for a toy GRU model.
 """
@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from sample_factory.config.extras import install_hint
 from sample_factory.envs.spaces import ACTION_MASK_KEY, ObsField
 from sample_factory.evaluation.policy_api import Policy, load_policy
 from sample_factory.experiment.folder import resolve_experiment_dir
@@ -40,7 +41,7 @@ def import_onnx() -> tuple[Any, Any]:
         import onnx
         import onnxruntime
     except ImportError as e:
-        raise ImportError(f"ONNX export needs the optional extra: pip install -e .[onnx] ({e})") from e
+        raise ImportError(f"ONNX export needs the optional extra: {install_hint('onnx')} ({e})") from e
     return onnx, onnxruntime
 
 

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import fcntl
 import json
+import multiprocessing.reduction
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from sample_factory.config import Config
+import psutil
+
+from sample_factory.config import Config, experiment_name_problem
 from sample_factory.experiment.checkpoints import fsync_dir
 
 # Changing these would make the saved checkpoints unusable or meaningless.
@@ -58,28 +63,61 @@ def resolve_experiment_dir(experiment: str | Path, train_dir: str | Path | None 
 
 
 class ExperimentLock:
-    """An flock on <experiment>/.lock: the kernel drops it when the holder exits or is killed, so a stale lock
-    from a killed run is simply taken over."""
+    """An flock on <experiment>/.lock, held by the runner and by every component process it starts (they get the
+    same open file, `for_child`), so the kernel drops it only once the last process of the run has exited or been
+    killed. A runner killed with SIGKILL leaves its learner running for a few seconds (it notices, saves a final
+    checkpoint, exits): a new run waits for that instead of writing beside it. A stale lock file from a crashed run
+    is simply taken over."""
 
     def __init__(self, exp_dir: Path):
         self.path = exp_dir / ".lock"
         self.fd: int | None = None
 
-    def acquire(self) -> None:
+    def acquire(self, wait_s: float = 0.0, log: Callable[[str], None] | None = None) -> None:
+        """Take the lock. Held by a live runner: refused at once. Held only by processes of a runner that is gone:
+        waits up to `wait_s` for them to exit (saying so through `log`), then refuses, naming them."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             raise ExperimentError(f"cannot write to train_dir {self.path.parent}: {e.strerror}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            self._lock_or_wait(fd, wait_s, log)
+        except BaseException:
             os.close(fd)
-            raise self._held_by(holder) from None
+            raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self.fd = fd
+
+    def _lock_or_wait(self, fd: int, wait_s: float, log: Callable[[str], None] | None) -> None:
+        if _try_flock(fd):
+            return
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        alive, others = self._runner_alive(holder)
+        if alive:
+            raise self._held_by(holder or "another process")
+        if log is not None:
+            log(
+                f"the previous run of {self.path.parent} (pid {holder}) is gone, but its processes "
+                f"{_pids(others)} still hold the lock (saving a final checkpoint): waiting up to {wait_s:.0f} s"
+            )
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            if _try_flock(fd):
+                return
+        others = lock_holders(self.path)
+        raise ExperimentError(
+            f"the previous run of {self.path.parent} (pid {holder}) is gone, but its processes {_pids(others)} "
+            f"still hold the lock {self.path} after {wait_s:.0f} s: wait for them to exit, or stop them "
+            f"(kill {' '.join(map(str, others)) or '<pids>'})"
+        )
+
+    def for_child(self) -> InheritedLock:
+        """What a component process is given so that it holds this lock until it exits."""
+        assert self.fd is not None, "the lock is not held"
+        return InheritedLock(self.fd)
 
     def check_free(self) -> None:
         """Raise the error `acquire` would if another run holds the lock now; takes nothing (train.py asks this
@@ -89,11 +127,21 @@ class ExperimentLock:
         except OSError:
             return  # no lock file: free (a folder that cannot be written is reported by acquire)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise self._held_by(os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process") from None
+            if not _try_flock(fd):
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                if self._runner_alive(holder)[0]:  # else only a killed run's processes: acquire waits for them
+                    raise self._held_by(holder or "another process")
         finally:
             os.close(fd)  # drops the probe's lock too
+
+    def _runner_alive(self, holder: str) -> tuple[bool, list[int]]:
+        """Whether the runner whose pid the lock file holds still runs, and the pids that have the file open."""
+        pid = int(holder) if holder.isdigit() else None
+        others = lock_holders(self.path)
+        if pid is None or pid == os.getpid():
+            return True, others
+        # it still has the file open (where /proc shows nothing: that pid runs)
+        return (pid in others if others else _alive(pid)), others
 
     def _held_by(self, holder: str) -> ExperimentError:
         return ExperimentError(
@@ -103,8 +151,71 @@ class ExperimentLock:
 
     def release(self) -> None:
         if self.fd is not None:
-            os.close(self.fd)  # closing drops the flock
+            os.close(self.fd)  # closing drops the flock (once the components' copies are closed too)
             self.fd = None
+
+
+class InheritedLock:
+    """The experiment lock's open file, passed to a child process: pickled through multiprocessing's fd passing
+    (only while a process is being started), the child gets a descriptor of the same open file, so the flock is
+    held until the child exits too. Kept open, never closed by hand."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        return _rebuild_inherited_lock, (multiprocessing.reduction.DupFd(self.fd),)
+
+
+def _rebuild_inherited_lock(dup: Any) -> InheritedLock:
+    fd = dup.detach()
+    os.set_inheritable(fd, False)  # programs an env starts (exec) must not hold the run's lock
+    return InheritedLock(fd)
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _alive(pid: int) -> bool:
+    """A running process (a zombie has closed its files: it holds no lock)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def lock_holders(path: Path) -> list[int]:
+    """The pids that have `path` open (Linux /proc; processes of other users are not visible)."""
+    try:
+        target = os.stat(path)
+    except OSError:
+        return []
+    found = []
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+                found.append(int(pid))
+                break
+    return sorted(found)
+
+
+def _pids(pids: list[int]) -> str:
+    return "(pids " + ", ".join(map(str, pids)) + ")" if pids else "(pids not visible)"
 
 
 def load_saved_cfg(exp_dir: Path) -> dict | None:
@@ -159,13 +270,18 @@ def remove_created(d: Path, before: set[str] | None) -> None:
             path.unlink(missing_ok=True)
 
 
-def prepare_experiment_dir(cfg: Config) -> tuple[Path, str, ExperimentLock]:
+def prepare_experiment_dir(cfg: Config, log: Callable[[str], None] | None = None) -> tuple[Path, str, ExperimentLock]:
     """Lock the folder, apply --restart_behavior, merge a resumed cfg, write cfg.json.
     Returns (folder, what happened, the held lock)."""
+    why = experiment_name_problem(cfg.experiment)
+    if why:  # parse_cfg refuses it already; a Config built in code must not reach rmtree either
+        raise ExperimentError(f"experiment name {cfg.experiment!r} {why}")
     d = experiment_dir(cfg)
     existed = (d / "cfg.json").exists()
     lock = ExperimentLock(d)
-    lock.acquire()  # before touching anything: a running experiment is never archived or deleted
+    # Before touching anything: a running experiment is never archived or deleted. The processes of a killed run
+    # get what its shutdown would have given them: a learner's last step, then its final save.
+    lock.acquire(wait_s=cfg.heartbeat_timeout_sec + cfg.shutdown_timeout_sec, log=log)
     try:
         return _prepare_locked(cfg, d, existed, lock)
     except BaseException:

@@ -128,17 +128,19 @@ class ProgressTracker:
     def line(self) -> str:
         total = self.total_env_steps()
         target = self.cfg.train_for_env_steps
-        fps = "/".join(f"{self.fps(w):.0f}" for w in FPS_WINDOWS)
         unit = unit_name(self.cfg)
         resumed = sum(self.resumed_steps)
+        collected = (total - resumed) // self.cfg.frames_per_env_step  # samples are agent steps
         counts = f"{total} total, {total - resumed} this session" if resumed else str(total)
+        if collected == 0:  # workers starting, envs decorrelating: FPS 0/0/0 and an infinite ETA would say nothing
+            return f"warming up: no samples collected yet | {unit}: {counts}"
+        fps = "/".join(f"{self.fps(w):.0f}" for w in FPS_WINDOWS)
         parts = [f"FPS 10s/60s/300s: {fps} ({unit}/s)", f"{unit}: {counts}"]
         if target < 1e10:
             done, P = self.budget_env_steps(), len(self.env_steps)
             f10 = self.fps(10) / P  # per policy, assuming an even share
-            eta = (target - done) / f10 if f10 > 0 else float("inf")
-            parts[-1] += f" ({100 * done / target:.1f}%, ETA {max(eta, 0.0):.0f} s)"
-        collected = (total - sum(self.resumed_steps)) // self.cfg.frames_per_env_step  # samples are agent steps
+            eta = f", ETA {max((target - done) / f10, 0.0):.0f} s" if f10 > 0 else ""  # none while stalled
+            parts[-1] += f" ({100 * done / target:.1f}%{eta})"
         parts.append(f"samples collected/trained: {collected}/{sum(self.samples_trained)}")
         for p, st in enumerate(self.train_stats):
             if "policy_lag_min" in st:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sample_factory.config import Config, ConfigError
+from sample_factory.config.extras import install_hint
 
 WANDB_ID_FILE = "wandb_run_id.txt"
 
@@ -28,9 +29,7 @@ def import_wandb() -> Any:
     try:
         import wandb
     except ImportError as e:
-        raise ConfigError(
-            "--with_wandb needs the wandb package: pip install 'sample_factory[wandb]' (or pip install wandb)"
-        ) from e
+        raise ConfigError(f"--with_wandb needs the wandb package: {install_hint('wandb')}") from e
     return wandb
 
 

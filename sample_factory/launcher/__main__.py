@@ -1,8 +1,10 @@
 """`python -m sample_factory.launcher --run=SWEEP --backend=processes|ray|slurm [--dry_run]`: run every experiment
-of a sweep (sweep.py) as an ordinary train.py command writing <train_dir>/<experiment>/, skip the ones that
+of a sweep (sweep.py) as an ordinary train.py command writing <train_dir>/<experiment>/ (<train_dir>: by default
+./train_dir/<run name>, so a sweep's runs stay out of the folder of single runs), skip the ones that
 finished before, and end with a summary table (also <train_dir>/sweep_<run>/summary.json). Each run's output goes
-to <train_dir>/sweep_<run>/logs/<experiment>.log. Exit code: 0 when every experiment finished, 1 when one failed,
-130 when stopped by Ctrl+C / SIGTERM, 2 for a bad sweep or flags."""
+to <train_dir>/sweep_<run>/logs/<experiment>.log. Exit code: 0 when every experiment finished, 1 when one failed
+or was interrupted (it exited 130/143: stopped by a signal the launcher did not send; a rerun resumes it), 130
+when stopped by Ctrl+C / SIGTERM, 2 for a bad sweep or flags (nothing started)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from sample_factory.experiment.folder import DEFAULT_TRAIN_DIR
 from sample_factory.launcher.jobs import (
     FINISHED,
+    MARKER_NAME,
     SKIPPED,
     GpuSlots,
     Job,
@@ -43,7 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--run", required=True, help="the sweep: a YAML file, a .py file or a module defining RUN")
     p.add_argument("--backend", choices=BACKENDS, default="processes")
-    p.add_argument("--train_dir", default=DEFAULT_TRAIN_DIR, help="the --train_dir of every experiment")
+    p.add_argument(
+        "--train_dir",
+        default=None,
+        help=f"the --train_dir of every experiment (default: {DEFAULT_TRAIN_DIR}/<run name>: the sweep's own folder)",
+    )
     p.add_argument("--max_parallel", type=int, default=2, help="experiments running at once (0: no limit)")
     p.add_argument("--num_gpus", type=int, default=0, help="GPUs to use (0: none)")
     p.add_argument("--experiments_per_gpu", type=int, default=1, help="experiments sharing one GPU")
@@ -76,9 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def make_jobs(args: argparse.Namespace) -> tuple[str, Path, list[Job]]:
-    train_dir = Path(args.train_dir).resolve()  # absolute: a job may start in another folder or on another node
     run = load_run(args.run)
-    commands = expand(run, train_dir, python=args.python)
+    # absolute: a job may start in another folder or on another node
+    train_dir = Path(args.train_dir or Path(DEFAULT_TRAIN_DIR) / run.name).resolve()
+    args.train_dir = str(train_dir)
+    try:
+        commands = expand(run, train_dir, python=args.python)
+    except SweepError as e:
+        raise SweepError(f"{args.run}: {e}") from None
     sweep_dir = train_dir / f"sweep_{run.name}"
     share = gpu_fraction(args.num_gpus, args.experiments_per_gpu)
     env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
@@ -133,7 +145,10 @@ def dry_run(args: argparse.Namespace, run_name: str, sweep_dir: Path, jobs: Sequ
 def run_backend(args: argparse.Namespace, jobs: list[Job], sweep_dir: Path, stop: StopRequest) -> list[Result]:
     def on_result(job: Job, result: Result) -> None:
         if result.status == FINISHED:
-            write_marker(job, result, args.backend)
+            try:
+                write_marker(job, result, args.backend)
+            except OSError as e:  # the run is done; without its marker a rerun only resumes it once more
+                result.error = f"cannot write {job.exp_dir / MARKER_NAME}: {e.strerror}"
         where = f" on {result.node}" if result.node else ""
         print(
             f"[launcher] {job.name}: {result.status} (exit {result.exit_code}, "
@@ -193,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     todo = [j for j in jobs if j.name not in skipped]
     print(
         f"[launcher] run {run_name}: {len(jobs)} experiments ({len(skipped)} finished before, {len(todo)} to run), "
-        f"backend {args.backend}, train_dir {Path(args.train_dir).resolve()}",
+        f"backend {args.backend}, train_dir {args.train_dir}",
         flush=True,
     )
     stop = StopRequest()

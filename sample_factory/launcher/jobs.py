@@ -13,10 +13,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sample_factory.runtime.exit_codes import is_interrupted
+
 MARKER_NAME = "launcher_done.json"  # in the experiment folder, written when its command exited 0
 
-# Result.status values
+# Result.status values; every one but finished and skipped is run again (and resumed) by a rerun of the sweep
 FINISHED, FAILED, SKIPPED, CANCELLED, NOT_STARTED = "finished", "failed", "skipped", "cancelled", "not_started"
+INTERRUPTED = "interrupted"  # stopped by a signal the launcher did not send (kill, a time limit, preemption)
+
+
+def run_status(exit_code: int | None, stop_sent: bool) -> str:
+    """What a run's exit code says (runtime/exit_codes.py). Exit 0 is finished even when the launcher's stop came
+    as the run ended: train.py exits 0 only at its stop condition."""
+    if exit_code == 0:
+        return FINISHED
+    if stop_sent:
+        return CANCELLED
+    return INTERRUPTED if is_interrupted(exit_code) else FAILED
 
 
 class LauncherError(RuntimeError):

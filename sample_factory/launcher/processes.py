@@ -3,7 +3,11 @@
 
 Each run gets its own session, so a Ctrl+C in the terminal reaches only the launcher, which then forwards one
 SIGINT per signal it receives to every running train.py (the first: save and exit; a second: hurry) and starts
-nothing new. A run still alive `stop_timeout` seconds after the first signal is killed with its process group."""
+nothing new. A run still alive `stop_timeout` seconds after the first signal is killed with its process group.
+
+An experiment that cannot be started (its log cannot be opened, its folder is missing) is reported failed alone;
+the others go on. If the launcher itself fails, its running experiments are stopped the same way as on Ctrl+C
+(SIGINT, `stop_timeout` s to save and exit, then a kill), never killed outright."""
 
 from __future__ import annotations
 
@@ -18,15 +22,14 @@ from typing import IO
 
 from sample_factory.launcher.guard import guarded
 from sample_factory.launcher.jobs import (
-    CANCELLED,
     FAILED,
-    FINISHED,
     NOT_STARTED,
     GpuSlots,
     Job,
     OnResult,
     Result,
     StopRequest,
+    run_status,
 )
 
 POLL_S = 0.2
@@ -69,8 +72,7 @@ def run_processes(
     def finish(r: _Running, rc: int) -> None:
         r.result.end = time.time()
         r.result.exit_code = rc
-        # a run told to stop exits 0 after saving, but it has not finished its budget: no marker for it
-        r.result.status = CANCELLED if r.signals_sent else (FINISHED if rc == 0 else FAILED)
+        r.result.status = run_status(rc, r.signals_sent > 0)
         r.log.close()
         gpus.release(r.gpu)
         results[r.job.name] = r.result
@@ -83,7 +85,13 @@ def run_processes(
                 if gpu is None:
                     break  # every GPU slot is taken: wait for a run to end
                 job = pending.popleft()
-                running.append(_start(job, gpu))
+                started = _start(job, gpu)
+                if isinstance(started, Result):  # this experiment alone fails; the others go on
+                    gpus.release(gpu)
+                    results[job.name] = started
+                    on_result(job, started)
+                else:
+                    running.append(started)
             for r in list(running):
                 rc = r.proc.poll()
                 if rc is not None:
@@ -96,24 +104,27 @@ def run_processes(
                     results[job.name] = Result(job.name, NOT_STARTED, log_path=str(job.log_path))
             if running:
                 time.sleep(POLL_S)
-    finally:
-        # Only reached with runs still going when the launcher itself fails: leave nothing behind.
-        for r in running:
-            r.signals_sent += 1  # reported cancelled
-            _kill_group(r.proc)
-            finish(r, r.proc.wait())
+    except BaseException as e:
+        if running:  # the launcher itself fails: its runs save and exit as on Ctrl+C, none is left behind
+            print(f"[launcher] error ({type(e).__name__}: {e}): stopping the running experiments", flush=True)
+            _stop_running(running, stop_timeout, finish)
+        raise
     return [results[j.name] for j in jobs]
 
 
-def _start(job: Job, gpu: str) -> _Running:
+def _start(job: Job, gpu: str) -> _Running | Result:
+    """The started run, or the failed Result of one that could not be started."""
     env = dict(os.environ)
     env.update(job.env)
     env["PYTHONUNBUFFERED"] = "1"  # the log shows progress as it happens
     if gpu:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     header = f"{' '.join(job.argv)}" + (f" (CUDA_VISIBLE_DEVICES={gpu})" if gpu else "")
-    log = open_log(job, header)
     result = Result(job.name, "running", start=time.time(), log_path=str(job.log_path))
+    try:
+        log = open_log(job, header)
+    except OSError as e:
+        return _not_started(job, result, f"cannot open its log {job.log_path}: {e.strerror}")
     try:
         proc = subprocess.Popen(
             [*guarded(), *job.argv],  # a launcher killed outright still stops its runs (guard.py)
@@ -126,10 +137,37 @@ def _start(job: Job, gpu: str) -> _Running:
         )
     except OSError as e:
         log.close()
-        raise RuntimeError(f"cannot start {job.name}: {e}") from e
+        return _not_started(job, result, f"cannot start it: {e.strerror or e}")
     result.job_id = str(proc.pid)
     print(f"[launcher] started {job.name} (pid {proc.pid})" + (f" on GPU {gpu}" if gpu else ""), flush=True)
     return _Running(job, proc, result, log, gpu)
+
+
+def _not_started(job: Job, result: Result, why: str) -> Result:
+    result.status, result.error, result.end = FAILED, why, time.time()
+    return result
+
+
+def _stop_running(running: list[_Running], stop_timeout: float, finish) -> None:
+    """SIGINT to every run (it saves and exits), up to `stop_timeout` s for them to end, then a kill."""
+    for r in running:
+        r.signals_sent += 1  # reported cancelled
+        try:
+            r.proc.send_signal(signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + stop_timeout
+    while any(r.proc.poll() is None for r in running) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    for r in list(running):
+        if r.proc.poll() is None:
+            print(f"[launcher] {r.job.name} still running {stop_timeout:.0f} s after the stop: killing it", flush=True)
+            _kill_group(r.proc)
+        running.remove(r)
+        try:
+            finish(r, r.proc.wait())
+        except Exception as e:  # noqa: BLE001 - already failing: the other runs still get their stop
+            print(f"[launcher] {r.job.name}: cannot report its result: {e}", flush=True)
 
 
 def _forward_stop(running: list[_Running], stop: StopRequest, stop_timeout: float) -> None:

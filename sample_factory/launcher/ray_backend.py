@@ -8,7 +8,7 @@ actor dies with its node, is reported failed once. Actors are spread over the no
 
 Requirements (docs/scale-out.md): every node sees the same repository, interpreter and train_dir at the same
 paths (a shared folder), and can import sample_factory (installed in the shared venv, or via PYTHONPATH given to
-`ray start`). Ray is optional: pip install -e .[ray].
+`ray start`). Ray is optional: the [ray] extra.
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ from typing import Any
 
 import psutil
 
+from sample_factory.config.extras import install_hint
 from sample_factory.launcher.guard import guarded
 from sample_factory.launcher.jobs import (
     CANCELLED,
     FAILED,
-    FINISHED,
     NOT_STARTED,
     Job,
     LauncherError,
     OnResult,
     Result,
     StopRequest,
+    run_status,
 )
 from sample_factory.launcher.ray_init import init_ray
 
@@ -135,7 +136,7 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise LauncherError("the ray backend needs Ray: pip install -e .[ray]") from None
+        raise LauncherError(f"the ray backend needs Ray: {install_hint('ray')}") from None
     return ray
 
 
@@ -199,6 +200,19 @@ def kill_actor(ray, actor) -> None:
     ray.kill(actor)
 
 
+def stop_actors(ray, runs: dict[Any, Any], timeout: float) -> None:
+    """Stop experiment actors (ObjectRef of run() -> actor) whose owner is failing, as Ctrl+C does: SIGINT to
+    every run (it saves and exits), up to `timeout` s for them to end, then a kill of what is left."""
+    for actor in runs.values():
+        actor.stop.remote()
+    try:
+        ray.wait(list(runs), num_returns=len(runs), timeout=timeout)
+    except Exception:  # noqa: BLE001 - best effort while failing anyway: the kill below still runs
+        pass
+    for actor in runs.values():
+        kill_actor(ray, actor)
+
+
 def _run(ray, jobs, max_parallel, stop, stop_timeout, on_result) -> list[Result]:
     _check_feasible(ray, jobs)
     actor_cls = ray.remote(max_concurrency=2)(ExperimentActor)  # run() blocks; stop() comes in beside it
@@ -244,11 +258,11 @@ def _run(ray, jobs, max_parallel, stop, stop_timeout, on_result) -> list[Result]
                 ray.kill(actor)  # frees its CPUs/GPU for the next experiment
                 results[job.name] = result
                 on_result(job, result)
-    finally:
-        for job, actor, result in in_flight.values():  # only when the launcher itself fails
-            kill_actor(ray, actor)
-            result.status, result.error = CANCELLED, "the launcher failed while it ran"
-            results[job.name] = result
+    except BaseException as e:
+        if in_flight:  # the launcher itself fails: its runs save and exit as on Ctrl+C
+            print(f"[launcher] error ({type(e).__name__}: {e}): stopping the running experiments", flush=True)
+            stop_actors(ray, {ref: actor for ref, (_, actor, _) in in_flight.items()}, stop_timeout)
+        raise
     return [results[j.name] for j in jobs]
 
 
@@ -262,8 +276,4 @@ def _collect(ray, ref, result: Result, stop: StopRequest) -> None:
     result.start, result.end = out["start"], out["end"]
     result.exit_code = out["exit_code"]
     result.node = f"{out['host']}/{out['node_id'][:12]}"
-    # a run told to stop exits 0 after saving, but it has not finished its budget: no marker for it
-    if out["cancelled"]:
-        result.status = CANCELLED
-    else:
-        result.status = FINISHED if out["exit_code"] == 0 else FAILED
+    result.status = run_status(out["exit_code"], out["cancelled"])

@@ -25,19 +25,23 @@ from pathlib import Path
 from sample_factory.launcher.jobs import (
     CANCELLED,
     FAILED,
-    FINISHED,
+    INTERRUPTED,
     NOT_STARTED,
     Job,
     LauncherError,
     OnResult,
     Result,
     StopRequest,
+    run_status,
 )
 
 DEFAULT_TEMPLATE = Path(__file__).with_name("slurm_template.sbatch")
 JOBS_FILE = "slurm_jobs.json"
 PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING"}
+# Ended by Slurm before the command could record its exit code (a custom template without the trap, or a SIGKILL
+# after KillWait): unfinished, as a run interrupted by a signal.
+CUT_STATES = {"TIMEOUT", "PREEMPTED", "DEADLINE", "NODE_FAIL"}
 EXIT_FILE_GRACE_S = 20.0  # a job has ended but its exit-code file is not visible yet (a shared folder's cache)
 
 
@@ -206,12 +210,12 @@ class SlurmRun:
         try:
             rc, start, end, host = parse_exit_file(t.exit_file.read_text())
             r.exit_code, r.start, r.end, r.node = rc, start, end, host
-            if t.cancelled:
+            r.status = run_status(rc, t.cancelled)  # a time limit: 143 (train.py saved and exited), interrupted
+        except (OSError, ValueError, IndexError):
+            if t.cancelled or t.state == "CANCELLED":
                 r.status = CANCELLED
             else:
-                r.status = FINISHED if rc == 0 else FAILED
-        except (OSError, ValueError, IndexError):
-            r.status = CANCELLED if t.cancelled or t.state == "CANCELLED" else FAILED
+                r.status = INTERRUPTED if t.state in CUT_STATES else FAILED
             r.error = f"slurm state {t.state}, no exit code written (killed, timed out, or the script failed)"
         t.state = "DONE"
 

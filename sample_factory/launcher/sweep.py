@@ -13,8 +13,12 @@ whose command is the base command with `--name=value` flags appended, then `--ex
         cmd: python train.py --env=CartPole-v1 --train_for_env_steps=20000
         grid: {learning_rate: [0.001, 0.003], seed: [0, 1]}
       - name: arch
-        cmd: python train.py --env=CartPole-v1
+        cmd: [python, train.py, --env=CartPole-v1]   # a command as a list: one argument per item, no quoting
         variants: [{encoder_mlp_layers: [64, 64]}, {encoder_mlp_layers: [256]}]
+
+A description that cannot be run (bad YAML, a wrong type, an unclosed quote in `cmd`, a name that cannot be a
+folder name) raises `SweepError` with one line naming the file and the problem; the launcher exits 2 before
+starting anything.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sample_factory.config import experiment_name_problem
+from sample_factory.config.extras import install_hint
 
 Params = dict[str, Any]
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+-]+")
@@ -65,7 +72,11 @@ class ParamList:
     """The given variations as they are: ParamList([{"seed": 0}, {"seed": 1, "learning_rate": 1e-3}])."""
 
     def __init__(self, variations: Sequence[Mapping[str, Any]]):
-        if isinstance(variations, Mapping) or not all(isinstance(v, Mapping) for v in variations):
+        if (
+            isinstance(variations, (Mapping, str, bytes))
+            or not isinstance(variations, Sequence)
+            or not all(isinstance(v, Mapping) for v in variations)
+        ):
             raise SweepError("ParamList takes a list of {flag: value} dicts")
         self.variations: list[Params] = [dict(v) for v in variations]
 
@@ -78,7 +89,7 @@ class Experiment:
     """A base command and its variations (no variations: the base command alone, one experiment)."""
 
     name: str
-    cmd: str
+    cmd: str | Sequence[str]  # a shell-like command line, or its arguments as a list
     params: ParamGrid | ParamList | None = None
 
 
@@ -114,6 +125,30 @@ def variation_suffix(params: Params) -> str:
     return _UNSAFE_NAME_CHARS.sub("-", "_".join(parts))
 
 
+def _check_name(what: str, name: str) -> None:
+    if not _SAFE_NAME.fullmatch(name):
+        raise SweepError(f"{what} {name!r}: use letters, digits and . _ + - only")
+    why = experiment_name_problem(name)
+    if why:
+        shown = name if len(name) <= 60 else name[:57] + "..."
+        raise SweepError(f"{what} {shown!r} {why}")
+
+
+def command_argv(cmd: str | Sequence[str], name: str) -> list[str]:
+    """An experiment's base command as arguments: a string is split as a shell would (quotes, no expansion)."""
+    if isinstance(cmd, str):
+        try:
+            return shlex.split(cmd)
+        except ValueError as e:  # "No closing quotation", "No escaped character"
+            raise SweepError(f"experiment {name!r}: cannot split its cmd ({e}): {cmd!r}") from None
+    if isinstance(cmd, (bytes, Mapping)) or not isinstance(cmd, Sequence):
+        raise SweepError(f"experiment {name!r}: cmd must be a string or a list of arguments, got {type(cmd).__name__}")
+    bad = [a for a in cmd if not isinstance(a, (str, int, float)) or isinstance(a, bool)]
+    if bad:
+        raise SweepError(f"experiment {name!r}: cmd arguments must be strings or numbers, got {bad[0]!r}")
+    return [str(a) for a in cmd]
+
+
 def _flag_names(argv: Sequence[str]) -> set[str]:
     return {a[2:].split("=", 1)[0] for a in argv if a.startswith("--")}
 
@@ -122,15 +157,13 @@ def expand(run: RunDescription, train_dir: str | Path, python: str = sys.executa
     """Every experiment of the run as a command. A leading `python`/`python3` of a base command becomes `python`
     (the launcher's interpreter by default). Names must be unique: two experiments writing one folder would
     overwrite each other."""
-    if not _SAFE_NAME.fullmatch(run.name):
-        raise SweepError(f"run name {run.name!r}: use letters, digits and . _ + - only")
+    _check_name("run name", run.name)
     if not run.experiments:
         raise SweepError(f"run {run.name!r} has no experiments")
     out: list[ExperimentCommand] = []
     for exp in run.experiments:
-        if not _SAFE_NAME.fullmatch(exp.name):
-            raise SweepError(f"experiment name {exp.name!r}: use letters, digits and . _ + - only")
-        base = shlex.split(exp.cmd)
+        _check_name("experiment name", exp.name)
+        base = command_argv(exp.cmd, exp.name)
         if not base:
             raise SweepError(f"experiment {exp.name!r} has an empty command")
         if base[0] in _PYTHON_NAMES:
@@ -145,6 +178,7 @@ def expand(run: RunDescription, train_dir: str | Path, python: str = sys.executa
                 raise SweepError(f"experiment {exp.name!r}: the launcher sets --{', --'.join(sorted(bad))} itself")
             suffix = variation_suffix(params)
             name = f"{exp.name}_{suffix}" if suffix else exp.name
+            _check_name("experiment name", name)
             flags = [f"--{k}={format_value(v)}" for k, v in params.items()]
             argv = [*base, *flags, f"--experiment={name}", f"--train_dir={train_dir}"]
             out.append(ExperimentCommand(name, argv, dict(params)))
@@ -159,10 +193,23 @@ def expand(run: RunDescription, train_dir: str | Path, python: str = sys.executa
 
 # ---- loading -----------------------------------------------------------------------------------------------
 def _from_mapping(data: Any, source: str) -> RunDescription:
+    try:
+        return _parse_mapping(data, source)
+    except SweepError as e:
+        msg = str(e)
+        raise SweepError(msg if msg.startswith(f"{source}: ") else f"{source}: {msg}") from None
+
+
+def _parse_mapping(data: Any, source: str) -> RunDescription:
     if not isinstance(data, Mapping) or "experiments" not in data:
         raise SweepError(f"{source}: expected a mapping with 'name' and 'experiments'")
+    listed = data["experiments"] or []
+    if isinstance(listed, (str, bytes, Mapping)) or not isinstance(listed, Sequence):
+        raise SweepError(f"{source}: 'experiments' must be a list of experiments, got {type(listed).__name__}")
+    if not isinstance(data.get("name", ""), (str, int, float)) or isinstance(data.get("name"), bool):
+        raise SweepError(f"{source}: 'name' must be a string")
     experiments = []
-    for i, e in enumerate(data["experiments"] or []):
+    for i, e in enumerate(listed):
         if not isinstance(e, Mapping) or "cmd" not in e:
             raise SweepError(f"{source}: experiment #{i} needs at least 'cmd' (and 'name')")
         unknown = set(e) - {"name", "cmd", "grid", "variants"}
@@ -177,7 +224,12 @@ def _from_mapping(data: Any, source: str) -> RunDescription:
             params = ParamGrid(e["grid"])
         elif e.get("variants") is not None:
             params = ParamList(e["variants"])
-        experiments.append(Experiment(str(e.get("name", f"exp{i}")), str(e["cmd"]), params))
+        name = e.get("name", f"exp{i}")
+        if not isinstance(name, (str, int, float)) or isinstance(name, bool):
+            raise SweepError(f"{source}: experiment #{i}: 'name' must be a string")
+        cmd = e["cmd"]
+        command_argv(cmd, str(name))  # an unclosed quote or a wrong type, told now with the file's name
+        experiments.append(Experiment(str(name), cmd, params))
     return RunDescription(str(data.get("name") or Path(source).stem), experiments)
 
 
@@ -185,11 +237,17 @@ def load_yaml(path: str | Path) -> RunDescription:
     try:
         import yaml
     except ImportError:
-        raise SweepError("YAML sweeps need PyYAML: pip install pyyaml") from None
+        raise SweepError(f"YAML sweeps need PyYAML (a dependency of the base install): {install_hint()}") from None
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SweepError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise SweepError(f"{path}: cannot read it: {e.strerror}") from None
     except yaml.YAMLError as e:
-        raise SweepError(f"{path}: not valid YAML: {e}") from None
+        where = getattr(e, "problem_mark", None)
+        at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+        raise SweepError(f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
     return _from_mapping(data, str(path))
 
 
@@ -201,16 +259,30 @@ def load_module(spec: str) -> RunDescription:
             raise SweepError(f"no such sweep file: {spec}")
         module_spec = importlib.util.spec_from_file_location(f"_sf_sweep_{path.stem}", path)
         module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except SweepError as e:
+            raise SweepError(f"{spec}: {e}") from None
+        except Exception as e:  # the user's code: one line here; `python FILE` shows the traceback
+            raise SweepError(f"{spec}: {_one_line(e)} (run `python {spec}` for the traceback)") from None
     else:
         try:
             module = importlib.import_module(spec)
         except ModuleNotFoundError as e:
             raise SweepError(f"cannot import the sweep module {spec!r}: {e}") from None
+        except SweepError as e:
+            raise SweepError(f"{spec}: {e}") from None
+        except Exception as e:
+            raise SweepError(f"{spec}: {_one_line(e)} (run `python -m {spec}` for the traceback)") from None
     run = getattr(module, "RUN", None)
     if not isinstance(run, RunDescription):
         raise SweepError(f"{spec} must define RUN = RunDescription(...)")
     return run
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()  # a SyntaxError's names its file and line
+    return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
 def load_run(spec: str) -> RunDescription:

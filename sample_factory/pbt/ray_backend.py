@@ -19,7 +19,7 @@ restarts leaves the population, which goes on, and the exit code is 1). The cost
 (a few seconds), small next to a useful PBT period.
 
 Requirements as for the launcher's ray backend (docs/scale-out.md): train_dir on a folder every node sees at the
-same path, the same interpreter and sample_factory importable on every node. Ray is optional: pip install -e .[ray].
+same path, the same interpreter and sample_factory importable on every node. Ray is optional: the [ray] extra.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 from sample_factory.config import Config
 from sample_factory.experiment.folder import prepare_experiment_dir
 from sample_factory.launcher.jobs import Job, LauncherError, StopRequest
-from sample_factory.launcher.ray_backend import ExperimentActor, _check_feasible, _import_ray, kill_actor, submit
+from sample_factory.launcher.ray_backend import ExperimentActor, _check_feasible, _import_ray, stop_actors, submit
 from sample_factory.launcher.ray_init import init_ray
 from sample_factory.pbt.members import (
     copy_member_weights,
@@ -197,9 +197,10 @@ class RayPopulation:
                         continue
                     if self._on_segment_end(m, segment):
                         pending.append(m)
-        finally:
-            for _, actor, _ in in_flight.values():  # only when the coordinator itself fails
-                kill_actor(ray, actor)
+        except BaseException:
+            if in_flight:  # the coordinator itself fails: its members save and exit as on Ctrl+C
+                stop_actors(ray, {ref: actor for ref, (_, actor, _) in in_flight.items()}, STOP_TIMEOUT_S)
+            raise
 
     def _collect(self, ray, ref, m: Member, submitted: float) -> dict[str, Any]:
         segment: dict[str, Any] = {"target": m.target, "submitted": submitted}

@@ -24,6 +24,8 @@ from sample_factory.runtime.heartbeat import (
 from sample_factory.runtime.messages import STOP, Channel, Message, Reporter, decode
 from sample_factory.runtime.timing import Timing
 
+TERMINATED = "terminated by SIGTERM"  # the error a component reports when SIGTERM ends it
+
 
 class ComponentKey(NamedTuple):
     """How the runner and the supervisor tell components apart (reports carry the same two fields)."""
@@ -142,10 +144,16 @@ def set_niceness(niceness: int, report: Reporter) -> None:
 
 
 def process_main(
-    component: Component, heartbeat_interval: float, runner_pid: int, runner_tmpdir: str | None = None
+    component: Component,
+    heartbeat_interval: float,
+    runner_pid: int,
+    runner_tmpdir: str | None = None,
+    experiment_lock: Any = None,
 ) -> None:
     """Entry point of a spawned component process. `runner_tmpdir`: the runner's multiprocessing temp dir (where
-    the fork server's socket lives), removed here if the runner dies without its own cleanup (SIGKILL, OOM)."""
+    the fork server's socket lives), removed here if the runner dies without its own cleanup (SIGKILL, OOM).
+    `experiment_lock`: the experiment folder's lock (folder.InheritedLock), held by this process until it exits, so
+    no new run of the experiment starts while this one can still write (a final checkpoint after the runner died)."""
     terminated: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
     _configure_process(component, runner_pid)
@@ -184,7 +192,7 @@ def _serve(component: Component, heartbeat_interval: float, runner_pid: int, ter
             heartbeat.beat(component.activity)
             if terminated:
                 # Killed from outside (not asked to STOP by the runner): counts as a crash, so it is restarted.
-                component.report("error", ("terminated by SIGTERM", ""))
+                component.report("error", (TERMINATED, ""))
                 return 1
             now = time.monotonic()
             if now > next_runner_check:

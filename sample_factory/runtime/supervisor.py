@@ -100,10 +100,12 @@ class Supervisor:
         channels: Channels,
         log: Callable[[str], None],
         on_restart: Callable[[str, Any, str, int], None] | None = None,
+        lock: Any = None,
     ):
         self.cfg, self.ctx, self.make_component = cfg, ctx, make_component
         self.on_restart = on_restart  # (role, index, reason, restarts): the user's on_worker_restarted hook
         self.buffers, self.channels, self.log = buffers, channels, log
+        self.lock = lock  # the experiment lock (experiment/folder.py): every component holds it until it exits
         # torch.compile runs in init (model/compile.py): a minute or more on a small loaded machine
         compiling = cfg.torch_compile_learner or cfg.torch_compile_worker
         self.monitor = HeartbeatMonitor(cfg.heartbeat_timeout_sec, startup_timeout=300.0 if compiling else None)
@@ -123,7 +125,13 @@ class Supervisor:
         key = component.key
         proc = self.ctx.Process(
             target=process_main,
-            args=(component, self.cfg.heartbeat_interval, os.getpid(), self.runner_tmpdir),
+            args=(
+                component,
+                self.cfg.heartbeat_interval,
+                os.getpid(),
+                self.runner_tmpdir,
+                None if self.lock is None else self.lock.for_child(),
+            ),
             name=component.name,
             daemon=False,
         )

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sample_factory.runtime.exit_codes import interrupted_exit_code
 from sample_factory.tools.benchmark import REPO
 from sample_factory.tools.plot import plot_experiments
 
@@ -123,10 +124,12 @@ def run_once(args: argparse.Namespace, index: int, extra: list[str]) -> dict[str
             if m := _DONE.search(line):
                 done = {"collected_env_steps": int(m.group(1)), "train_s": float(m.group(2)), "fps": int(m.group(3))}
         rc = proc.wait()
+    stopped = reached_online and not args.keep_going  # by our SIGINT: saved and stopped early, exit 130
     result: dict[str, Any] = {
         "run": index,
         "num_policies": args.num_policies,
         "rc": rc,
+        "clean_exit": rc == 0 or (stopped and rc == interrupted_exit_code(signal.SIGINT)),
         "wall_s": time.monotonic() - t0,
         "log": str(log_path),
         **done,
@@ -244,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output_dir) / "results.json"
     out.write_text(json.dumps({"summary": summary, "runs": results, "extra_args": extra}, indent=1))
     print(f"results: {out}")
-    ok = len(solved) == len(results) and all(r["rc"] == 0 for r in results)
+    ok = len(solved) == len(results) and all(r["clean_exit"] for r in results)
     return 0 if ok else 1
 
 

@@ -5,7 +5,7 @@ Top panel: reward/mean, bottom panel: perf/fps, both against env steps, one line
 line, labelled p0, p1, ... (prefixed with the experiment's name when there are several experiments); PBT
 replacements recorded in <experiment>/pbt_p<i>.json are marked on the reward curve of the replaced policy.
 The TensorBoard event files are read by `read_scalars` below (TFRecord framing + tensorboardX's protobufs), so
-neither tensorboard nor tensorflow is needed. The PNG needs matplotlib: pip install -e .[plot].
+neither tensorboard nor tensorflow is needed. The PNG needs matplotlib (the [plot] extra).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sample_factory.config.extras import install_hint
 from sample_factory.experiment.folder import DEFAULT_TRAIN_DIR, resolve_experiment_dir
 
 PANELS = (("reward/mean", "mean episode reward"), ("perf/fps", "FPS"))
@@ -117,7 +118,7 @@ def import_pyplot() -> Any:
     try:
         import matplotlib
     except ImportError as e:
-        raise ImportError(f"plotting needs the optional extra: pip install -e .[plot] ({e})") from e
+        raise ImportError(f"plotting needs the optional extra: {install_hint('plot')} ({e})") from e
     matplotlib.use("Agg")  # files only: works without a display
     import matplotlib.pyplot as plt
 

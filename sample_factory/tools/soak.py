@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psutil
 
+from sample_factory.runtime.exit_codes import interrupted_exit_code
+
 SHM = Path("/dev/shm")
 RSS_MB_PER_MIN_MAX = 1.0
 COUNT_PER_MIN_MAX = 0.2  # "flat": well under one more fd / shm entry per 5 minutes
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         proc.kill()
         rc = proc.wait()
     failures = [] if not died_early else [f"the run ended by itself (exit code {rc}) before the soak was over"]
-    if rc != 0:
+    if not died_early and rc != interrupted_exit_code(signal.SIGINT):  # saved and stopped early: 130
         failures.append(f"the run exited with code {rc} after SIGINT")
     w = args.warmup_samples
     print(f"\nslopes over samples {w}.. (targets: RSS < {RSS_MB_PER_MIN_MAX} MB/min, fds and /dev/shm flat)")

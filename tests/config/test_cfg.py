@@ -429,3 +429,26 @@ def test_atari_preset_takes_its_gpu_setup_where_training_is_on_a_gpu(monkeypatch
     assert parse_cfg(["--env=atari_pong"]).batch_size == 256  # auto, no driver: torch is not even asked
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert not presets.gpu_expected("auto")
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        (".", "is not a folder name of its own"),
+        ("..", "is not a folder name of its own"),
+        ("", "is empty"),
+        ("a/b", "must be a plain folder name"),
+        ("../elsewhere", "must be a plain folder name"),
+        ("/tmp/x", "must be a plain folder name"),
+        ("x" * 201, "is 201 bytes long (at most 200)"),
+    ],
+)
+def test_experiment_must_be_a_plain_folder_name(capsys, name, message):
+    """--experiment=.. with --restart_behavior=overwrite deleted train_dir's parent's contents: refused at parse."""
+    err = _parse_error(capsys, [*BASE, f"--experiment={name}", "--restart_behavior=overwrite"])
+    assert "--experiment=" in err and message in err
+
+
+def test_ordinary_experiment_names_are_kept():
+    for name in ("run1", "my run (2)", "a.b", "...", "x" * 200, "größe"):
+        assert parse_cfg([*BASE, f"--experiment={name}"]).experiment == name

@@ -4,6 +4,7 @@ import math
 import mmap
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import psutil
 import pytest
 
 from sample_factory.config import parse_cfg
+from sample_factory.config.extras import install_hint
 from sample_factory.envs.doom import DOOM_ENVS, doom_env_id, downscale_screen, make_doom_env
 
 
@@ -76,7 +78,7 @@ def test_doom_env_id_maps_names_and_passes_vizdoom_ids():
 
 def test_missing_vizdoom_says_which_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "vizdoom", None)  # makes `import vizdoom` raise ImportError
-    with pytest.raises(ValueError, match=r"needs an optional package: pip install -e \.\[vizdoom\]"):
+    with pytest.raises(ValueError, match=re.escape(f"needs an optional package: {install_hint('vizdoom')}")):
         make_doom_env(_cfg(), "VizdoomBasic-v1")
 
 

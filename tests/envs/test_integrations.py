@@ -306,3 +306,24 @@ def test_mujoco_make_reset_step(name: str):
         check_steps(env)
     finally:
         env.close()
+
+
+def test_ale_banner_is_not_printed():
+    """ALE's banner came once per process that created an env (3 times in a 2-worker run): none now. It is written
+    by ALE's C++ side to the process's stderr, so the check runs in a subprocess."""
+    needs_atari()
+    import subprocess
+    import sys
+
+    code = (
+        "from sample_factory.config import parse_cfg\n"
+        "from sample_factory.envs.env_utils import make_env\n"
+        "for _ in range(2):\n"
+        "    env = make_env(parse_cfg(['--env=atari_pong']))\n"
+        "    env.reset(seed=0)\n"
+        "    env.close()\n"
+        "print('ok')\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
+    assert "A.L.E" not in p.stdout + p.stderr and "Stella" not in p.stdout + p.stderr, p.stderr

@@ -185,8 +185,9 @@ def _frames(path: Path) -> tuple[int, tuple]:
 
 
 def test_save_video(train_dir, capsys):
-    """An episode's video has the frame after reset plus one per step: length + 1 frames (63x95 frames are padded
-    to 64x96). --video_frames caps each file; --video_per_episode=False writes one file for all episodes."""
+    """One replay.mp4 per evaluation (Sample Factory 2's name) with every episode; --video_per_episode=True adds
+    <name>_ep<N>.mp4. An episode's video has the frame after reset plus one per step: length + 1 frames (63x95
+    frames are padded to 64x96). --video_frames caps each file."""
     pytest.importorskip("imageio_ffmpeg")
     exp = train_dir / "cp"
     common = (f"--env=tests.render_envs:{RENDER_ENV_ID}", "--no_render=True", "--save_video=True")
@@ -194,19 +195,22 @@ def test_save_video(train_dir, capsys):
     assert enjoy(train_dir, *common, "--max_num_episodes=2") == 0
     out = capsys.readouterr().out
     lengths = results(exp / "eval_results.json")["lengths"]
-    for i, n in enumerate(lengths, 1):
-        path = exp / f"cp_ep{i}.mp4"
-        assert f"video: {path}" in out
-        assert _frames(path) == (n + 1, (64, 96, 3))
+    assert re.findall(r"^video: (.*)$", out, re.M) == [str(exp / "replay.mp4")]
+    assert _frames(exp / "replay.mp4") == (sum(n + 1 for n in lengths), (64, 96, 3))
+    assert not list(exp.glob("*_ep*.mp4"))
 
-    assert enjoy(train_dir, *common, "--max_num_episodes=2", "--video_frames=10", "--video_name=capped") == 0
-    assert [_frames(exp / f"capped_ep{i}.mp4")[0] for i in (1, 2)] == [10, 10]
-
-    one = ("--max_num_episodes=2", "--video_per_episode=False", "--video_name=all.mp4")
-    assert enjoy(train_dir, *common, *one) == 0
+    assert enjoy(train_dir, *common, "--max_num_episodes=2", "--video_per_episode=True", "--video_name=both") == 0
+    out = capsys.readouterr().out
     lengths = results(exp / "eval_results.json")["lengths"]
-    assert _frames(exp / "all.mp4")[0] == sum(n + 1 for n in lengths)
-    assert not (exp / "all_ep1.mp4").exists()
+    printed = re.findall(r"^video: (.*)$", out, re.M)
+    assert printed == [str(exp / "both.mp4"), *(str(exp / f"both_ep{i}.mp4") for i in (1, 2))], printed
+    assert _frames(exp / "both.mp4")[0] == sum(n + 1 for n in lengths)
+    for i, n in enumerate(lengths, 1):
+        assert _frames(exp / f"both_ep{i}.mp4") == (n + 1, (64, 96, 3))
+
+    capped = ("--max_num_episodes=2", "--video_frames=10", "--video_per_episode=True", "--video_name=capped.mp4")
+    assert enjoy(train_dir, *common, *capped) == 0
+    assert [_frames(exp / name)[0] for name in ("capped.mp4", "capped_ep1.mp4", "capped_ep2.mp4")] == [10, 10, 10]
     capsys.readouterr()
 
     try:
@@ -215,6 +219,39 @@ def test_save_video(train_dir, capsys):
         assert enjoy(train_dir, "--save_video=True", "--no_render=True") == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "cannot render frames" in err[0] and "pygame" in err[0], err
+
+
+def test_video_extra_brings_what_cartpole_videos_need():
+    """The README's video command (CartPole-v1 drawn by pygame) works after installing the [video] extra."""
+    import ast
+
+    tree = ast.parse((REPO_ROOT / "setup.py").read_text())
+    extras = next(
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "EXTRAS_REQUIRE" for t in n.targets)
+    )
+    assert {"imageio", "imageio-ffmpeg", "pygame-ce"} <= set(extras["video"]), extras["video"]
+    pins = {line.split("==")[0] for line in (REPO_ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
+    assert set(extras["video"]) <= pins
+
+
+def test_documented_video_command_is_silent_headless(train_dir, tmp_path):
+    """README: enjoy.py --env=CartPole-v1 ... --save_video=True --no_render=True on a machine without a display or
+    XDG_RUNTIME_DIR: exit 0, replay.mp4 written, nothing on stderr (SDL printed `error: XDG_RUNTIME_DIR is invalid
+    or not set`)."""
+    pytest.importorskip("imageio_ffmpeg")
+    pytest.importorskip("pygame", reason="CartPole-v1 draws with pygame: the [video] extra")
+    shutil.copytree(train_dir / "cp", tmp_path / "cartpole")
+    headless = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR")}
+    headless = {k: v for k, v in headless.items() if not k.startswith(("SDL_", "PYGAME_"))}
+    cmd = [sys.executable, "enjoy.py", "--env=CartPole-v1", "--experiment=cartpole", f"--train_dir={tmp_path}"]
+    cmd += ["--save_video=True", "--no_render=True", "--max_num_episodes=1"]
+    p = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=headless)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stderr == "", p.stderr
+    assert f"video: {tmp_path / 'cartpole' / 'replay.mp4'}" in p.stdout
+    assert _frames(tmp_path / "cartpole" / "replay.mp4")[1] == (400, 600, 3)
 
 
 def test_parallel_evaluation_through_runner(train_dir):

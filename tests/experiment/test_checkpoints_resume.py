@@ -184,7 +184,7 @@ def test_resume_after_sigint(tmp_path, runs):
         time.sleep(0.2)  # the learner has trained: the checkpoint saved at the stop has policy version > 0
     assert first.samples_trained() > 0, first.output
     first.proc.send_signal(signal.SIGINT)
-    assert first.wait(30) == 0, first.output
+    assert first.wait(30) == 130, first.output  # saved, interrupted: not finished
     assert "stopping: SIGINT received" in first.output
     v1, s1 = ckpt_key(list_checkpoints(tmp_path / "mp" / "checkpoint_p0")[-1])
     assert v1 > 0 and s1 > 0
@@ -222,3 +222,25 @@ def test_corrupted_latest_checkpoint_falls_back(saves, capsys):
     assert f"checkpoint {latest} failed to load" in out and "trying the previous one" in out, out
     m = RESUMED.search(out)
     assert m and Path(m.group(1)) == previous and int(m.group(2)) == ckpt_key(previous)[1], out
+
+
+def test_new_best_lines_are_rate_limited(tmp_path, monkeypatch, capsys):
+    """A new best on nearly every report made the console noisy: the first of each policy, then at most one per
+    BEST_LINE_INTERVAL_S; sf_log.txt keeps every one."""
+    import sample_factory.runner as runner_module
+
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(runner_module.time, "monotonic", lambda: clock.now)
+    r = Runner.__new__(Runner)  # only what _on_best_checkpoint uses
+    r.best_line_at = {}
+    log_file = tmp_path / "sf_log.txt"
+    runner_module.log.open(log_file)
+    try:
+        for t, policy in [(0, 0), (5, 0), (10, 1), (30, 0), (61, 0), (65, 0), (75, 1)]:
+            clock.now = 1000.0 + t
+            r._on_best_checkpoint(SimpleNamespace(index=policy, payload=f"best_t{t}.pth"))
+    finally:
+        runner_module.log.close()
+    console = re.findall(r"new best checkpoint (\S+)", capsys.readouterr().out)
+    assert console == ["best_t0.pth", "best_t10.pth", "best_t61.pth", "best_t75.pth"], console
+    assert len(re.findall("new best checkpoint", log_file.read_text())) == 7

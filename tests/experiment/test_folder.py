@@ -1,6 +1,8 @@
-"""sample_factory/experiment/folder.py: undoing a new run that never started."""
+"""sample_factory/experiment/folder.py: undoing a new run that never started, the experiment name, the lock."""
 
 import os
+
+import pytest
 
 from sample_factory.experiment.folder import folder_entries, remove_created
 
@@ -29,3 +31,95 @@ def test_a_prepared_folder_keeps_what_was_there(tmp_path):
     remove_created(d, before)
     assert sorted(os.listdir(d)) == ["benchmark.log", "old"]
     assert (d / "benchmark.log").read_text() == "harness"
+
+
+def test_a_config_built_in_code_cannot_escape_train_dir(tmp_path):
+    """parse_cfg refuses --experiment=..; a Config made in code must not reach --restart_behavior's rmtree either."""
+    from sample_factory.config import parse_cfg
+    from sample_factory.experiment.folder import ExperimentError, prepare_experiment_dir
+
+    td = tmp_path / "td"
+    (td / "other").mkdir(parents=True)
+    (td / "cfg.json").write_text("{}")  # as if train_dir itself held an experiment
+    cfg = parse_cfg(["--env=CartPole-v1", f"--train_dir={td}", "--restart_behavior=overwrite"])
+    cfg.experiment = "."
+    with pytest.raises(ExperimentError, match="not a folder name"):
+        prepare_experiment_dir(cfg)
+    assert (td / "other").is_dir() and (td / "cfg.json").exists()
+
+
+def _hold_until(lock, release_file: str) -> None:
+    """A component process: it holds the inherited lock until told to exit."""
+    import time
+    from pathlib import Path
+
+    while not Path(release_file).exists():
+        time.sleep(0.02)
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_the_lock_is_held_until_the_last_process_of_the_run_exits(tmp_path, method):
+    """A runner killed outright (here: its lock released, its pid dead) leaves its component processes running for
+    a while (a learner saving): a new run waits for them, says so, then takes the lock; with a deadline it refuses,
+    naming them. Before, the lock went with the runner and a new run wrote beside the old learner."""
+    import multiprocessing
+    import time
+
+    from sample_factory.experiment.folder import ExperimentError, ExperimentLock, lock_holders
+
+    d = tmp_path / "exp"
+    release = tmp_path / "release"
+    old = ExperimentLock(d)
+    old.acquire()
+    child = multiprocessing.get_context(method).Process(target=_hold_until, args=(old.for_child(), str(release)))
+    child.start()
+    try:
+        time.sleep(0.5)  # the child has its descriptor once it runs
+        deadline = time.monotonic() + 20
+        while child.pid not in lock_holders(d / ".lock") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        old.release()  # the runner is gone: its pid in the file is a dead one
+        (d / ".lock").write_text(str(_dead_pid()))
+        lines: list[str] = []
+        with pytest.raises(ExperimentError, match=rf"still hold the lock .* after 1 s.*kill {child.pid}"):
+            ExperimentLock(d).acquire(wait_s=1.0, log=lines.append)
+        assert len(lines) == 1 and f"pids {child.pid}" in lines[0] and "waiting up to 1 s" in lines[0], lines
+
+        new = ExperimentLock(d)
+        t0 = time.monotonic()
+        import threading
+
+        threading.Timer(1.0, release.touch).start()
+        new.acquire(wait_s=30.0, log=lines.append)
+        waited = time.monotonic() - t0
+        child.join(10)
+        assert waited >= 0.9 and not child.is_alive()  # taken only once the child had exited
+        assert (d / ".lock").read_text() == str(os.getpid())
+        new.release()
+    finally:
+        release.touch()
+        child.join(10)
+
+
+def test_a_live_runner_is_refused_at_once(tmp_path):
+    import time
+
+    from sample_factory.experiment.folder import ExperimentError, ExperimentLock
+
+    held = ExperimentLock(tmp_path / "exp")
+    held.acquire()
+    t0 = time.monotonic()
+    with pytest.raises(ExperimentError, match=f"already being trained by pid {os.getpid()}"):
+        ExperimentLock(tmp_path / "exp").acquire(wait_s=30.0)
+    assert time.monotonic() - t0 < 5
+    held.release()

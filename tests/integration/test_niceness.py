@@ -49,5 +49,5 @@ def test_actors_run_nicer_than_the_learner_and_policy_workers(tmp_path, train_ru
     }, run.describe()
     assert "not allowed" not in run.output
     run.signal(signal.SIGINT)
-    assert run.wait(timeout=60) == 0, run.describe()
+    assert run.wait(timeout=60) == 130, run.describe()
     run.assert_no_leftovers()

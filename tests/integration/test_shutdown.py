@@ -1,5 +1,6 @@
-"""Stopping a multi-process run with a signal: the runner exits 0 within the hang bound, saves a checkpoint,
-and leaves no process and no shared-memory object behind."""
+"""Stopping a multi-process run with a signal: the runner exits 128 + the signal's number (interrupted, not
+finished: runtime/exit_codes.py) within the hang bound, saves a checkpoint, and leaves no process and no
+shared-memory object behind."""
 
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ def _signal_run(tmp_path, train_run, sig_name: str, group: bool) -> None:
         rc = run.wait(timeout=SHUTDOWN_BOUND_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{sig_name} did not stop the run within {SHUTDOWN_BOUND_S} s\n{run.describe()}")
-    assert rc == 0, run.describe()
+    assert rc == 128 + SIGNALS[sig_name], run.describe()
     assert f"stopping: {sig_name} received" in run.output, run.describe()
+    assert f"exit code {rc}: interrupted" in run.output and "ERROR" not in run.output, run.describe()
     assert "Traceback" not in run.output, run.describe()
     assert run.checkpoints(), f"no checkpoint after {sig_name}\n{run.describe()}"
     run.assert_no_leftovers()
@@ -48,8 +50,12 @@ def test_sigint_clean_shutdown(tmp_path, train_run, group):
 
 
 @pytest.mark.timeout(180)
-def test_sigterm_clean_shutdown(tmp_path, train_run):
-    _signal_run(tmp_path, train_run, "SIGTERM", group=False)
+@pytest.mark.parametrize("group", [False, True], ids=["main-process-only", "process-group-like-slurm-time-limit"])
+def test_sigterm_clean_shutdown(tmp_path, train_run, group):
+    """SIGTERM to every process (`kill` of the group; Slurm's time limit signals every process of the job) ended
+    each component with an error and the run with exit 1 (a failure); it is the same orderly stop as SIGTERM to
+    the runner alone."""
+    _signal_run(tmp_path, train_run, "SIGTERM", group)
 
 
 @pytest.mark.timeout(180)

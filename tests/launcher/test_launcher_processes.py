@@ -96,7 +96,7 @@ def test_sigint_stops_every_run_cleanly(tmp_path, launcher):
     rows = load_summary(td, "stop")
     for s in (0, 1):
         row = rows[f"long_seed{s}"]
-        assert row["status"] == "cancelled" and row["exit_code"] == 0, row  # train.py saved and exited 0
+        assert row["status"] == "cancelled" and row["exit_code"] == 130, row  # saved, exited as interrupted
         assert row["stop_reason"] == "SIGINT received"
         assert not (td / f"long_seed{s}" / MARKER_NAME).exists()  # stopped early: a rerun must run it
         assert list((td / f"long_seed{s}" / "checkpoint_p0").glob("*.pth"))
@@ -124,6 +124,92 @@ def test_killed_launcher_still_stops_its_runs(tmp_path, launcher):
     assert "stopping: SIGTERM received" in log and "Traceback" not in log, log[-3000:]
     assert list((td / "long" / "checkpoint_p0").glob("*.pth"))
     assert not (td / "long" / MARKER_NAME).exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_run_interrupted_from_outside_is_unfinished_and_the_rerun_resumes_it(tmp_path, launcher):
+    """SIGTERM to train.py itself (preemption, a time limit, `kill`): it saves and exits 143, reported interrupted
+    with no marker; the rerun runs it again and it resumes from its checkpoint. Before, train.py exited 0, the run
+    was marked finished and every rerun skipped it."""
+    cmd = "python train.py --env=CartPole-v1 --num_workers=1 --train_for_env_steps=150000 --report_interval_sec=1"
+    sweep = write_sweep(tmp_path / "s.yaml", "intr", [{"name": "cp", "cmd": cmd}])
+    td = tmp_path / "td"
+    args = [f"--run={sweep}", f"--train_dir={td}"]
+    run = launcher(args)
+    progress = td / "cp" / "progress.csv"
+    assert run.wait_for(lambda: progress.exists() and len(progress.read_text().splitlines()) > 2, 90), run.output
+    run.snapshot()
+    (train,) = [p for p in run.alive_descendants() if psutil.Process(p).cmdline()[1:2] == ["train.py"]]
+    psutil.Process(train).send_signal(signal.SIGTERM)
+    assert run.wait(timeout=90) == 1, run.output  # not every experiment finished
+    row = load_summary(td, "intr")["cp"]
+    assert row["status"] == "interrupted" and row["exit_code"] == 143, row
+    assert row["stop_reason"] == "SIGTERM received"
+    assert not (td / "cp" / MARKER_NAME).exists() and list((td / "cp" / "checkpoint_p0").glob("*.pth"))
+
+    rerun = launcher(args)
+    assert rerun.wait(timeout=240) == 0, rerun.output
+    row = load_summary(td, "intr")["cp"]
+    assert row["status"] == "finished" and row["exit_code"] == 0, row
+    log = open(row["log_path"]).read()
+    assert log.count("# launcher ") == 2 and "policy 0 resumed from" in log, log[-3000:]
+    assert (td / "cp" / MARKER_NAME).exists()
+
+
+_SAVES_ON_SIGINT = (
+    "import pathlib, signal, sys, time\n"
+    "def stop(*_):\n"
+    "    pathlib.Path(sys.argv[1]).write_text('saved')\n"
+    "    sys.exit(130)\n"
+    "signal.signal(signal.SIGINT, stop)\n"
+    "print('up', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def _job(tmp_path, name: str, argv: list[str], log_path=None) -> Job:
+    return Job(name, argv, str(tmp_path), tmp_path / name, log_path or tmp_path / f"{name}.log", 1)
+
+
+@pytest.mark.timeout(60)
+def test_an_experiment_that_cannot_start_fails_alone(tmp_path):
+    """Its log cannot be opened (here a folder is in the way; ENAMETOOLONG, EACCES alike): it is reported failed
+    and the other experiment runs to its end. Before, the OSError ended the launcher's loop and its `finally`
+    SIGKILLed every running experiment."""
+    (tmp_path / "blocked.log").mkdir()
+    jobs = [
+        _job(tmp_path, "ok", [sys.executable, "-c", "import time; time.sleep(2); print('done')"]),
+        _job(tmp_path, "bad", [sys.executable, "-c", "pass"], log_path=tmp_path / "blocked.log"),
+    ]
+    seen = []
+    results = run_processes(jobs, 0, GpuSlots(0, 1), StopRequest(), 10.0, lambda job, r: seen.append(r.status))
+    ok, bad = results
+    assert ok.status == "finished" and ok.exit_code == 0 and "done" in (tmp_path / "ok.log").read_text()
+    assert bad.status == "failed" and "cannot open its log" in bad.error and bad.exit_code is None
+    assert sorted(seen) == ["failed", "finished"]
+
+
+@pytest.mark.timeout(90)
+def test_a_failing_launcher_stops_its_runs_like_ctrl_c(tmp_path):
+    """An error in the launcher's loop (here: reporting a result raises) must stop the other running experiment
+    with SIGINT, so it saves, not SIGKILL its process group."""
+    saved = tmp_path / "saved"
+    jobs = [
+        _job(tmp_path, "long", [sys.executable, "-c", _SAVES_ON_SIGINT, str(saved)]),
+        _job(tmp_path, "short", [sys.executable, "-c", "import time; time.sleep(3)"]),
+    ]
+
+    def on_result(job, result):
+        if job.name == "short":
+            raise RuntimeError("boom")
+
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="boom"):
+        run_processes(jobs, 0, GpuSlots(0, 1), StopRequest(), 30.0, on_result)
+    assert saved.read_text() == "saved"  # it got SIGINT and ran its handler
+    assert time.monotonic() - t0 < 25  # it was waited for, not for the whole stop timeout
+    log = (tmp_path / "long.log").read_text()
+    assert "up" in log
 
 
 def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path, capsys):

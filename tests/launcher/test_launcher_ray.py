@@ -116,3 +116,26 @@ def test_actor_waits_for_the_runs_leftover_processes(tmp_path):
     started = time.monotonic()
     wait_for_process_group(hung.pid, timeout=1)
     assert hung.wait(timeout=10) == -9 and time.monotonic() - started < 10
+
+
+def test_collected_exit_codes_tell_finished_from_interrupted():
+    """What an actor reports, as the launcher records it (no Ray needed): a run whose train.py was stopped by a
+    signal the launcher did not send (143: preemption, a node's shutdown) is interrupted, not finished."""
+    from sample_factory.launcher.jobs import Result, StopRequest
+    from sample_factory.launcher.ray_backend import _collect
+
+    class FakeRay:
+        def __init__(self, out):
+            self.out = out
+
+        def get(self, ref):
+            return self.out
+
+    out = {"start": 1.0, "end": 2.0, "host": "h", "node_id": "n" * 20}
+    for rc, cancelled, status in [(0, False, "finished"), (143, False, "interrupted"), (130, True, "cancelled")]:
+        result = Result("e", "running")
+        _collect(FakeRay({**out, "exit_code": rc, "cancelled": cancelled}), None, result, StopRequest())
+        assert (result.status, result.exit_code) == (status, rc)
+    result = Result("e", "running")  # the launcher's stop came as the run reached its budget: it did finish
+    _collect(FakeRay({**out, "exit_code": 0, "cancelled": True}), None, result, StopRequest())
+    assert result.status == "finished"

@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from sample_factory.launcher.jobs import Job, LauncherError
-from sample_factory.launcher.slurm import DEFAULT_TEMPLATE, SlurmOptions, parse_exit_file, render, script_values
+from sample_factory.launcher.slurm import (
+    DEFAULT_TEMPLATE,
+    SlurmOptions,
+    SlurmRun,
+    _Tracked,
+    parse_exit_file,
+    render,
+    script_values,
+)
 from tests.launcher.conftest import TINY, load_summary, write_sweep
 
 SCRIPT = Path(__file__).resolve().parents[2] / "sample_factory" / "launcher" / "slurm_local.sh"
@@ -140,3 +148,49 @@ def test_render_template(tmp_path):
     assert parse_exit_file("0\n") == (0, None, None, None)  # a custom template may write only the code
     with pytest.raises(LauncherError, match="unknown placeholders"):
         render("#!/bin/bash\n{{nope}}\n", script_values(job, opts, exit_file))
+
+
+def test_a_job_cut_by_its_time_limit_is_unfinished(tmp_path):
+    """Slurm's time limit sends SIGTERM to every process of the job, the job script too: the script must outlive
+    its command to record the exit code (the trap), and 143 (train.py: saved, interrupted) reads as interrupted,
+    never finished (before, train.py exited 0 and the job got a finished marker, so reruns skipped it). A job
+    that ended with no exit code written in a time-limit state is interrupted too."""
+    job = _job(tmp_path)
+    Path(job.cwd).mkdir()
+    exit_file = tmp_path / "e1.exit"
+    # the command saves and exits 143 on SIGTERM, as train.py does; "up" once its handler is in place
+    job.argv = [
+        "python3",
+        "-c",
+        "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(143)); print('up', flush=True);"
+        " time.sleep(60)",
+    ]
+    script = tmp_path / "s.sh"
+    script.write_text(render(DEFAULT_TEMPLATE.read_text(), script_values(job, SlurmOptions(), exit_file)))
+    p = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        while "up" not in p.stdout.readline():
+            pass
+        os.killpg(p.pid, signal.SIGTERM)  # what Slurm does at the time limit: every process of the job
+        assert p.wait(timeout=20) == 143
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        p.stdout.close()
+    assert parse_exit_file(exit_file.read_text())[0] == 143
+
+    slurm = SlurmRun.__new__(SlurmRun)  # only _finish is used: no Slurm tools needed
+    t = _Tracked(job, "7", exit_file)
+    t.state = "TIMEOUT"
+    slurm._finish(t)
+    assert t.result.status == "interrupted" and t.result.exit_code == 143
+    exit_file.unlink()  # a template without the trap: the script died with its command, nothing written
+    t = _Tracked(job, "8", exit_file)
+    t.state = "TIMEOUT"
+    slurm._finish(t)
+    assert t.result.status == "interrupted" and "TIMEOUT" in t.result.error
+    t = _Tracked(job, "9", exit_file)
+    t.state = "FAILED"
+    slurm._finish(t)
+    assert t.result.status == "failed"

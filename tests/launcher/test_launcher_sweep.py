@@ -19,6 +19,7 @@ from sample_factory.launcher.jobs import (
     cpus_for,
     finished_before,
     gpu_fraction,
+    run_status,
     write_marker,
 )
 from sample_factory.launcher.summary import final_reward, format_table, stop_reason
@@ -135,6 +136,55 @@ def test_load_run_errors(tmp_path):
         load_run("no_such_package.sweep")
 
 
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b'name: x\nexperiments:\n  - name: a\n    cmd: python train.py "--env=CartPole-v1\n', "No closing quotation"),
+        (b"name: x\nexperiments: 5\n", "'experiments' must be a list"),
+        (b"name: x\nexperiments:\n  - name: a\n    cmd: python train.py \xff\xfe\n", "not UTF-8"),
+        (b"name: x\nexperiments:\n  - name: a\n    cmd: {python: 1}\n", "cmd must be a string or a list"),
+        (b"name: x\nexperiments:\n  - name: a\n    cmd: python train.py\n    variants: 5\n", "ParamList"),
+        (b"name: x\nexperiments:\n  - name: a\n   cmd: python train.py\n", "not valid YAML (line 4"),
+        (b"name: x\nexperiments:\n  - name: '..'\n    cmd: python train.py\n", "not a folder name"),
+        (b"name: x\nexperiments:\n  - name: " + b"a" * 260 + b"\n    cmd: python train.py\n", "260 bytes"),
+        (b"name: '.'\nexperiments:\n  - name: a\n    cmd: python train.py\n", "run name '.'"),
+    ],
+    ids=["quote", "experiments_int", "not_utf8", "cmd_mapping", "variants_int", "yaml", "dots", "long", "run_dot"],
+)
+def test_bad_sweep_files_are_one_line_errors_exit_2(tmp_path, capsys, content, problem):
+    """Each gave a traceback and exit 1 (an unclosed quote, experiments: 5, a non-UTF-8 file), or passed the name
+    check and failed at the log's ENAMETOOLONG after other runs had started (a 260-character name)."""
+    from sample_factory.launcher.__main__ import main
+
+    sweep = tmp_path / "s.yaml"
+    sweep.write_bytes(content)
+    rc = main([f"--run={sweep}", f"--train_dir={tmp_path / 'td'}"])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1, captured.err
+    assert lines[0].startswith(f"launcher: error: {sweep}: ") and problem in lines[0], lines[0]
+    assert not (tmp_path / "td").exists()  # nothing started, nothing written
+
+
+def test_cmd_as_a_list_is_one_argument_per_item(tmp_path):
+    """`cmd: [python, train.py]` became the two arguments '[python,' and 'train.py]'."""
+    y = tmp_path / "l.yaml"
+    y.write_text("name: x\nexperiments:\n  - name: a\n    cmd: [python, train.py, --env=Pong v5, --seed, 3]\n")
+    (cmd,) = expand(load_run(str(y)), "/td", python="/py")
+    assert cmd.argv == ["/py", "train.py", "--env=Pong v5", "--seed", "3", "--experiment=a", "--train_dir=/td"]
+    run = RunDescription("s", [Experiment("a", ["python", "train.py", "--env=CartPole-v1"])])
+    assert expand(run, "/td", python="/py")[0].argv[:3] == ["/py", "train.py", "--env=CartPole-v1"]
+
+
+def test_python_sweep_errors_are_one_line(tmp_path):
+    for code, problem in (("RUN = 1/0\n", "ZeroDivisionError"), ("RUN = (\n", "SyntaxError")):
+        f = tmp_path / "bad.py"
+        f.write_text(code)
+        with pytest.raises(SweepError, match=problem) as e:
+            load_run(str(f))
+        assert str(e.value).startswith(f"{f}: ") and "\n" not in str(e.value)
+
+
 def test_gpu_slots_round_robin_and_capacity():
     slots = GpuSlots(num_gpus=2, experiments_per_gpu=2)
     assert [slots.acquire() for _ in range(4)] == ["0", "1", "0", "1"]
@@ -207,8 +257,33 @@ def test_example_sweeps_agree_and_parse(tmp_path):
         expand(load_run(str(examples / "cartpole_lr.py")), tmp_path),
         expand(load_run(str(examples / "cartpole_lr.yaml")), tmp_path),
     )
-    assert [c.argv for c in py] == [c.argv for c in yml] and len(py) == 5
-    for c in py:
-        cfg = parse_cfg(c.argv[2:])  # after the interpreter and train.py
+    assert [c.argv for c in py] == [c.argv for c in yml] and len(py) == 7
+    cfgs = [parse_cfg(c.argv[2:]) for c in py]  # after the interpreter and train.py
+    for c, cfg in zip(py, cfgs):
         assert cfg.experiment == c.name and cfg.train_dir == str(tmp_path)
-    assert cfg.encoder_mlp_layers == [256, 256]
+    assert cfgs[-1].encoder_mlp_layers == [256, 256]
+    # a meaningful sweep brackets the preset's learning rate (it was 1e-4 / 3e-4, 10-30x below: every run failed)
+    preset_lr = parse_cfg(["--env=CartPole-v1"]).learning_rate
+    swept = sorted({cfg.learning_rate for cfg in cfgs[:-1]})
+    assert swept[0] < preset_lr < swept[-1] and preset_lr in swept, (swept, preset_lr)
+
+
+def test_launcher_default_train_dir_is_the_sweeps_own_folder(monkeypatch, capsys):
+    """Without --train_dir the example's runs go to ./train_dir/<run name>/, not into the root of ./train_dir."""
+    from sample_factory.launcher.__main__ import main
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)  # where the commands' train.py is; --dry_run writes nothing
+    assert main(["--run=examples/sweeps/cartpole_lr.py", "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    expected = repo / "train_dir" / "cartpole_lr"
+    assert out.count(f"--train_dir={expected}") == 7, out
+    assert f"logs in {expected / 'sweep_cartpole_lr' / 'logs'}" in out, out
+
+
+def test_run_status_from_exit_codes():
+    """train.py exits 0 only at its stop condition, 130/143 when a signal stopped it first (runtime/exit_codes.py)."""
+    assert run_status(0, stop_sent=False) == run_status(0, stop_sent=True) == "finished"
+    assert run_status(130, stop_sent=False) == run_status(143, stop_sent=False) == "interrupted"
+    assert run_status(130, stop_sent=True) == run_status(None, stop_sent=True) == "cancelled"
+    assert run_status(1, stop_sent=False) == run_status(137, stop_sent=False) == run_status(None, False) == "failed"

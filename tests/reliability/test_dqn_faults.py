@@ -67,7 +67,7 @@ def test_killed_actor_is_restarted_and_the_replay_keeps_its_data(tmp_path, start
     wait_component(run, "sf_actor_1", 30, exclude=(actor.pid,))  # the replacement
     assert run.wait_until(restarted_and_trained, timeout=60), run.describe()
     run.signal(SIGNALS["SIGINT"])  # seen what it needs: stop (the time limit only caps a stall)
-    assert finish(run, 90) == 0, run.describe()
+    assert finish(run, 90) == 130, run.describe()
     assert re.search(r"actor 1 died \(exit code -9.*restarting it \(1 of", run.output), run.describe()
 
     log = read_log(logs)
@@ -101,7 +101,7 @@ def test_sigint_saves_and_the_resumed_run_continues(tmp_path, start_run, save_re
     assert run.wait_until(lambda: len(learning_rows(logs1)) >= 3, timeout=90), run.describe()
     run.signal(SIGNALS["SIGINT"])
     try:
-        assert finish(run, 30) == 0, run.describe()
+        assert finish(run, 30) == 130, run.describe()
     except subprocess.TimeoutExpired:
         pytest.fail(f"SIGINT did not stop the DQN run in 30 s\n{run.describe()}")
     assert "stopping: SIGINT received" in run.output and "Traceback" not in run.output, run.describe()
@@ -150,7 +150,7 @@ def test_checkpoint_writes_longer_than_the_heartbeat_timeout(tmp_path, start_run
     assert run.wait_until(lambda: len(learning_rows(logs)) >= 1, timeout=60), run.describe()
     signalled = time.time()
     run.signal(SIGNALS["SIGINT"])
-    assert finish(run, 60) == 0, run.describe()
+    assert finish(run, 60) == 130, run.describe()
     out = run.output
     assert "silent for" not in out and "did not stop in time" not in out and "ERROR" not in out, run.describe()
     written = run.checkpoints()
@@ -177,7 +177,7 @@ def test_dqn_iterations_longer_than_the_heartbeat_timeout(tmp_path, start_run):
     previous = [r for r in train_rows(logs) if r["t"] < row["t"]][-1]
     assert row["sgd_steps"] == 64 and row["t"] - previous["t"] > 32, (previous, row)  # really that long
     run.signal(SIGNALS["SIGINT"])
-    assert finish(run, 60) == 0, run.describe()
+    assert finish(run, 60) == 130, run.describe()
     out = run.output
     assert "silent for" not in out and "trajectory buffer" not in out and "ERROR" not in out, run.describe()
     assert summary_checkpoint(run) == str(run.checkpoints()[-1]), run.describe()

@@ -18,6 +18,7 @@ import psutil
 import pytest
 import torch
 
+from sample_factory.config.extras import install_hint
 from tests.integration.conftest import REPO_ROOT, TrainRun
 from tests.reliability import fault_envs
 
@@ -91,6 +92,14 @@ def rate(rows: list[tuple[float, int]], t0: float, t1: float) -> float:
 
 def error_lines(output: str) -> list[str]:
     return [ln for ln in output.splitlines() if "ERROR" in ln or "error:" in ln]
+
+
+def alive(p: psutil.Process) -> bool:
+    """Running, not a zombie (one whose parent has not reaped it has closed its files: it holds nothing)."""
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def finish(run: TrainRun, timeout: float) -> int:
@@ -221,6 +230,40 @@ def test_second_run_is_refused_and_a_stale_lock_is_taken_over(tmp_path, start_ru
     first.assert_no_leftovers()
 
 
+@pytest.mark.timeout(180)
+def test_a_new_run_waits_for_the_processes_of_a_killed_one(tmp_path, start_run):
+    """SIGKILL of the runner leaves its learner alive for a while: it notices, saves a final checkpoint, exits (~4 s
+    seen; ~30 s with a 4 GB replay buffer; here it is held stopped with SIGSTOP). A new run of the experiment must
+    not touch the folder until that process is gone, then resume from the checkpoint it wrote. Before, the lock
+    went with the runner: the new run resumed an older file at once and both wrote checkpoints."""
+    td = tmp_path / "td"
+    first = start_run([*CARTPOLE, "--train_for_seconds=120"], td, experiment="shared")
+    assert first.wait_until(lambda: progress_time(first) >= 1, timeout=90), first.describe()
+    learner = wait_component(first, "sf_learner_0", 30)
+    learner.suspend()
+    first.signal(9)  # the runner only
+    assert first.wait(timeout=10) == -9
+
+    second = start_run([*CARTPOLE, "--train_for_seconds=3"], td, experiment="shared")
+    assert second.wait_until(lambda: "still hold the lock" in second.output, timeout=60), second.describe()
+    assert f"pids {learner.pid}" in second.output or str(learner.pid) in second.output, second.describe()
+    time.sleep(2.0)
+    assert "resuming" not in second.output and second.proc.poll() is None, second.describe()
+    resumed_at = time.time()
+    learner.resume()
+    latest = None  # the newest checkpoint once the old learner is gone: its final save
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "resuming" not in second.output:
+        if latest is None and not alive(learner):
+            latest = first.checkpoints()[-1]
+        time.sleep(0.02)
+    assert latest is not None, f"the second run went on beside the old learner\n{second.describe()}"
+    assert latest.stat().st_mtime >= resumed_at  # the old learner did write after the kill, before the new run
+    assert finish(second, 90) == 0, second.describe()
+    assert f"policy 0 resumed from {latest} at" in second.output, second.describe()
+    first.assert_no_leftovers()
+
+
 # ---- misbehaving envs --------------------------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_env_raising_once_is_restarted(tmp_path, start_run, monkeypatch):
@@ -332,7 +375,7 @@ BAD_INPUT = {
     ),
     "recurrence_not_dividing_rollout": (["--recurrence=5", "--rollout=32"], "CartPole-v1", ["--recurrence"]),
     "unknown_env": (["--num_workers=2"], "CartPol-v1", ["CartPol-v1", "did you mean", "CartPole-v1"]),
-    "env_extra_missing": (["--num_workers=2"], "doom_basic", ["pip install -e .[vizdoom]"]),
+    "env_extra_missing": (["--num_workers=2"], "doom_basic", [install_hint("vizdoom")]),
     "gpu_without_gpu": (["--device=gpu", "--num_workers=2"], "CartPole-v1", ["--device=gpu"]),
 }
 

@@ -1,0 +1,286 @@
+"""Every command block of README.md runs (issue 33): the commands as written, each training run capped by an added
+`--train_for_seconds` (a stop condition besides the command's own: the first one reached ends the run), run in a
+scratch folder that looks like the repository root (train.py, enjoy.py, examples/, the Makefile, `.venv` pointing
+at this interpreter's environment, the checkout on PYTHONPATH), so `./train_dir` and the videos stay out of the
+checkout. A command fails the test by an error exit.
+
+Skipped, each with its reason in the test id's skip line: `make test` (the whole suite, this test included),
+`pip install` (network, and it would change the environment), `tensorboard` (a server that runs until Ctrl+C),
+`wandb sync` (network and a login), commands whose extra is not installed, and commands that need a GPU when
+torch sees none. `make train` runs with `-o .venv/.installed-train` (its install step is skipped: this environment
+is already installed). Commands of different experiments run concurrently (4 at a time: process start-up, not CPU,
+is most of each), those of one experiment in README order (the enjoy.py line reads the checkpoint that the
+CartPole lines write).
+
+Also here: the README's Pong command is the run that docs/results.md cites next to it (issue 33 item 1)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sample_factory.config import parse_cfg
+from sample_factory.envs.env_utils import frames_per_env_step
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text()
+CAP_S = 3  # --train_for_seconds added to every training command
+COMMAND_TIMEOUT_S = 300
+PARALLEL = 4
+LINGER_S = 20
+
+# (what a command contains, the module it needs, the extra that brings it)
+NEEDS = (
+    ("--env=atari_", "ale_py", "atari"),
+    ("--env_backend=envpool", "envpool", "envpool"),
+    ("--env=mujoco_", "mujoco", "mujoco"),
+    ("--env=doom_", "vizdoom", "vizdoom"),
+    ("--env=pettingzoo.", "pettingzoo", "pettingzoo"),
+    ("--with_wandb", "wandb", "wandb"),
+    ("--save_video=True", "imageio_ffmpeg", "video"),
+    ("--save_video=True", "pygame", "video"),
+)
+NOT_RUN = (
+    (re.compile(r"^make test\b"), "runs the whole test suite, this test included"),
+    (re.compile(r"\bpip install\b"), "installs from the network and would change this environment"),
+    (re.compile(r"^\.venv/bin/tensorboard\b"), "a server that runs until Ctrl+C"),
+    (re.compile(r"^\.venv/bin/wandb sync\b"), "uploads to W&B: needs network access and a login"),
+)
+
+
+@dataclass
+class Command:
+    text: str  # as in the README
+    argv: list[str] = field(default_factory=list)  # what runs (the text plus the cap)
+    skip: str | None = None
+    experiment: str = ""
+
+
+def readme_commands() -> list[str]:
+    """Every command of every ```bash block, continuation lines joined, comments dropped."""
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            tokens = shlex.split(line, comments=True)
+            if tokens:
+                out.append(shlex.join(tokens))
+    return out
+
+
+def plan(text: str) -> Command:
+    cmd = Command(text)
+    for pattern, why in NOT_RUN:
+        if pattern.search(text):
+            cmd.skip = why
+            return cmd
+    for fragment, module, extra in NEEDS:
+        if fragment in text and importlib.util.find_spec(module) is None:
+            cmd.skip = f"needs {module} (the [{extra}] extra), not installed"
+            return cmd
+    if "--device=gpu" in text:
+        import torch
+
+        if not torch.cuda.is_available():
+            cmd.skip = "needs a GPU"
+            return cmd
+    tokens = shlex.split(text)
+    if tokens[:2] == ["make", "train"]:
+        args = [t for t in tokens if t.startswith("TRAIN_ARGS=")]
+        train_args = (args[0].split("=", 1)[1] + " " if args else "") + f"--train_for_seconds={CAP_S}"
+        cmd.argv = ["make", "-o", ".venv/.installed-train"]
+        cmd.argv += [t for t in tokens[1:] if not t.startswith("TRAIN_ARGS=")] + [f"TRAIN_ARGS={train_args}"]
+        named = re.search(r"--experiment[= ](\S+)", train_args)
+        cmd.experiment = named.group(1) if named else "cartpole"  # the Makefile's default
+        return cmd
+    script = next((t for t in tokens if t.endswith(".py")), "")
+    if not script and "-m" not in tokens:
+        raise AssertionError(f"README command this test does not know how to run: {text}")
+    if script != "enjoy.py":  # train.py and the examples: training runs
+        tokens.append(f"--train_for_seconds={CAP_S}")
+    named = re.search(r"--experiment=(\S+)", text)
+    cmd.experiment = named.group(1) if named else "default_experiment"
+    env_prefix = tokens[0].count("=") == 1 and not tokens[0].startswith("-")
+    cmd.argv = ["bash", "-c", shlex.join(tokens)] if env_prefix else tokens
+    return cmd
+
+
+COMMANDS = [plan(c) for c in readme_commands()]
+
+
+def _ids() -> list[str]:
+    return [f"{i:02d}-{re.sub(r'[^A-Za-z0-9_.=-]+', '_', c.text)[:70]}" for i, c in enumerate(COMMANDS)]
+
+
+@dataclass
+class Outcome:
+    returncode: int | None  # None: killed at COMMAND_TIMEOUT_S
+    output: str
+    leftovers: list[str]  # processes of the command still running after it exited (killed by the test)
+    seconds: float
+
+
+def _leftovers(pgid: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                found.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return found
+
+
+def _kill_group(pgid: int) -> list[str]:
+    """Kill what the command left in its process group once it had LINGER_S to exit by itself (multiprocessing's
+    fork server and resource tracker, doom's /dev/shm sweeper: a few seconds); remove the shared memory of VizDoom
+    games killed so."""
+    _, procs = psutil.wait_procs(_leftovers(pgid), timeout=LINGER_S)
+    described, doom_ids = [], []
+    for proc in procs:
+        try:
+            cmdline = proc.cmdline()
+        except psutil.Error:
+            continue
+        described.append(f"{proc.pid} {' '.join(cmdline)[:120]}")
+        if "+viz_instance_id" in cmdline:
+            doom_ids.append(cmdline[cmdline.index("+viz_instance_id") + 1])
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+    for doom_id in doom_ids:
+        for path in Path("/dev/shm").glob(f"ViZDoom*{doom_id}"):
+            path.unlink(missing_ok=True)
+    return described
+
+
+def _run(argv: list[str], cwd: Path, env: dict, log: Path) -> Outcome:
+    """Output to a file, not a pipe: a process the command leaves behind would hold a pipe open."""
+    start = time.monotonic()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl+C: the run stops in order
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            rc = None
+    seconds = time.monotonic() - start
+    leftovers = _kill_group(proc.pid)
+    return Outcome(rc, log.read_text(), leftovers, seconds)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[int, Outcome]:
+    """Run every runnable command once: groups of one experiment in README order, the groups concurrently."""
+    root = tmp_path_factory.mktemp("readme_root")
+    logs = tmp_path_factory.mktemp("readme_logs")
+    for name in ("train.py", "enjoy.py", "examples", "Makefile", "setup.py", "constraints.txt"):
+        (root / name).symlink_to(REPO / name)
+    (root / ".venv").symlink_to(sys.prefix)  # this interpreter's virtualenv (its bin/python, bin/pip)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(COMMANDS):
+        if c.skip is None:
+            groups.setdefault(c.experiment, []).append(i)
+
+    def run_group(indices: list[int]) -> dict[int, Outcome]:
+        return {i: _run(COMMANDS[i].argv, root, env, logs / f"{i:02d}.log") for i in indices}
+
+    out: dict[int, Outcome] = {}
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        for done in pool.map(run_group, groups.values()):
+            out.update(done)
+    return out
+
+
+def test_readme_has_commands():
+    assert len(COMMANDS) >= 10 and sum(c.skip is None for c in COMMANDS) >= 5, [c.text for c in COMMANDS]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("index", range(len(COMMANDS)), ids=_ids())
+def test_readme_command_runs(index, results):
+    cmd = COMMANDS[index]
+    if cmd.skip:
+        pytest.skip(cmd.skip)
+    r = results[index]
+    if r.leftovers:  # a bug to report, but not this test's criterion (killed above, so nothing stays behind)
+        warnings.warn(f"{cmd.text} left processes running after it exited: {r.leftovers}", stacklevel=1)
+    print(f"{r.seconds:.1f} s: {cmd.text}")
+    status = f"killed after {COMMAND_TIMEOUT_S} s" if r.returncode is None else f"exit {r.returncode}"
+    assert r.returncode == 0, f"{cmd.text}\n{status}\n{r.output[-4000:]}"
+
+
+# ---- item 1: the Pong command is the cited run -------------------------------------------------------------------
+def _section(doc: str, title: str) -> str:
+    start = doc.index(f"## {title}\n")
+    end = doc.find("\n## ", start + 1)
+    return doc[start : end if end >= 0 else None]
+
+
+def _agent_step_settings(argv: list[str]) -> dict:
+    """What decides the learning curve of a run, budgets in agent steps (the unit does not depend on the flags)."""
+    cfg = parse_cfg(argv)
+    keys = ("env", "seed", "num_workers", "lr_schedule", "learning_rate", "env_sticky_actions", "stop_at_reward")
+    out = {k: getattr(cfg, k) for k in keys}
+    out["train_for_agent_steps"] = cfg.train_for_env_steps / frames_per_env_step(cfg)
+    return out
+
+
+def test_readme_pong_command_is_the_cited_run():
+    """README: "+18 after 83 minutes on a 2-core CPU" must be the run of docs/results.md ("Atari Pong on 2 cores:
+    +18"), whose harness counted agent steps: the README command and results.md's plain command must set what the
+    harness set, with the budget (and so the learning-rate decay) in the same agent steps."""
+    from sample_factory.tools import benchmark_learning as bl
+    from sample_factory.tools.learning_suites import suite_envs
+
+    block = re.search(
+        r"```bash\n(.*?)```", _section((REPO / "docs" / "results.md").read_text(), "Atari Pong on 2 cores: +18"), re.S
+    )
+    lines = [shlex.split(line, comments=True) for line in block.group(1).replace("\\\n", " ").splitlines()]
+    harness, plain = [t for t in lines if t]
+    assert harness[:3] == ["python", "-m", "sample_factory.tools.benchmark_learning"] and plain[1] == "train.py"
+    args = bl.parse_args(harness[3:])
+    spec = suite_envs(args.suite, args.envs.split(","))[0]
+    cited = _agent_step_settings(bl.train_command(spec, 0, args.budget, args)[3:])
+    assert cited["train_for_agent_steps"] == 10_000_000 and cited["stop_at_reward"] == 18  # CleanRL's budget
+
+    assert _agent_step_settings(plain[2:]) == cited
+    readme = [c for c in readme_commands() if "--env=atari_pong" in c and "envpool" not in c]
+    assert len(readme) == 1, readme
+    assert _agent_step_settings(shlex.split(readme[0])[2:]) == cited
+    assert "+18: 83 minutes on a 2-core CPU, at 4.86M agent steps = 19.4M env frames" in README
+
+
+def test_readme_sample_output_is_what_the_command_prints(results):
+    """The README's sample progress output came from its command: the experiment line of our run of that command
+    must agree on workers, envs and trajectory slots (it said 8 slots where a real run prints 4). Compared when
+    this machine starts as many workers as the sample's (--num_workers defaults to the core count)."""
+    shape = re.compile(r"\| (\d+) workers x (\d+) envs, (\d+) trajectory slots \(([\d.]+) MiB\)")
+    sample = shape.findall(README)
+    assert len(sample) == 1, sample
+    (index,) = [i for i, c in enumerate(COMMANDS) if "--experiment=readme" in c.text]
+    ran = shape.findall(results[index].output)
+    assert len(ran) == 1, results[index].output[-2000:]
+    if ran[0][0] != sample[0][0]:
+        pytest.skip(f"this machine starts {ran[0][0]} workers, the sample {sample[0][0]}")
+    assert ran == sample
