@@ -21,6 +21,7 @@ from sample_factory.envs.env_utils import env_backend, probe_env, set_step_units
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
+from sample_factory.experiment.exit_codes import interrupted_exit_code
 from sample_factory.experiment.folder import experiment_dir, folder_entries, prepare_experiment_dir, remove_created
 from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from sample_factory.model.actor_critic import ActorCritic
@@ -28,7 +29,6 @@ from sample_factory.model.precision import resolve_auto_precision
 from sample_factory.pbt.controller import PbtController
 from sample_factory.runtime.component import TERMINATED, Component, ComponentKey, SerialDriver
 from sample_factory.runtime.device import resolve_device_name
-from sample_factory.runtime.exit_codes import interrupted_exit_code
 from sample_factory.runtime.fork_server import mp_context
 from sample_factory.runtime.heartbeat import enable_stack_dumps
 from sample_factory.runtime.messages import REPORT, Channels, Report, SaveBest, SaveNow

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sample_factory.runtime.exit_codes import is_interrupted
+from sample_factory.experiment.exit_codes import is_interrupted
 
 MARKER_NAME = "launcher_done.json"  # in the experiment folder, written when its command exited 0
 
@@ -23,7 +23,7 @@ INTERRUPTED = "interrupted"  # stopped by a signal the launcher did not send (ki
 
 
 def run_status(exit_code: int | None, stop_sent: bool) -> str:
-    """What a run's exit code says (runtime/exit_codes.py). Exit 0 is finished even when the launcher's stop came
+    """What a run's exit code says (experiment/exit_codes.py). Exit 0 is finished even when the launcher's stop came
     as the run ended: train.py exits 0 only at its stop condition."""
     if exit_code == 0:
         return FINISHED

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sample_factory.runtime.exit_codes import interrupted_exit_code
+from sample_factory.experiment.exit_codes import interrupted_exit_code
 from sample_factory.tools.benchmark import REPO
 from sample_factory.tools.plot import plot_experiments
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from sample_factory.runtime.exit_codes import interrupted_exit_code
+from sample_factory.experiment.exit_codes import interrupted_exit_code
 
 SHM = Path("/dev/shm")
 RSS_MB_PER_MIN_MAX = 1.0

@@ -1,5 +1,5 @@
 """Stopping a multi-process run with a signal: the runner exits 128 + the signal's number (interrupted, not
-finished: runtime/exit_codes.py) within the hang bound, saves a checkpoint, and leaves no process and no
+finished: experiment/exit_codes.py) within the hang bound, saves a checkpoint, and leaves no process and no
 shared-memory object behind."""
 
 from __future__ import annotations

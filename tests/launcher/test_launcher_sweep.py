@@ -282,7 +282,7 @@ def test_launcher_default_train_dir_is_the_sweeps_own_folder(monkeypatch, capsys
 
 
 def test_run_status_from_exit_codes():
-    """train.py exits 0 only at its stop condition, 130/143 when a signal stopped it first (runtime/exit_codes.py)."""
+    """train.py exits 0 only at its stop condition, 130/143 when a signal stopped it first (exit_codes.py)."""
     assert run_status(0, stop_sent=False) == run_status(0, stop_sent=True) == "finished"
     assert run_status(130, stop_sent=False) == run_status(143, stop_sent=False) == "interrupted"
     assert run_status(130, stop_sent=True) == run_status(None, stop_sent=True) == "cancelled"
