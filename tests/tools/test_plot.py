@@ -85,7 +85,7 @@ def test_plot_errors(tmp_path, monkeypatch, capsys):
     assert plot_main(["--experiment=nope", f"--train_dir={tmp_path}"]) == 1
     assert "no TensorBoard event files" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(ImportError, match=r"pip install -e \.\[plot\]"):
+    with pytest.raises(ImportError, match=r"pip install -c constraints.txt -e '\.\[plot\]'"):
         import_pyplot()
 
 
