@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from sample_factory.config import Config
+from sample_factory.experiment.folder import fsync_dir
 
 _NAME = re.compile(r"^checkpoint_(\d+)_(\d+)\.pth$")
 
@@ -49,15 +50,6 @@ def load_checkpoint_file(path: Path, map_location: Any = "cpu") -> dict:
             f"refused to load {path}: it is not a plain checkpoint (unpickling it would call {what}, which can run "
             f"any code); delete it unless you made it yourself"
         ) from None
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename in `directory` durable (the file's own fsync does not cover its directory entry)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def checkpoint_dir(cfg: Config, policy_id: int) -> Path:

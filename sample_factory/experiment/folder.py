@@ -19,7 +19,6 @@ from typing import Any
 import psutil
 
 from sample_factory.config import Config, experiment_name_problem
-from sample_factory.experiment.checkpoints import fsync_dir
 
 # Changing these would make the saved checkpoints unusable or meaningless.
 UNSAFE_ON_RESUME = (
@@ -319,3 +318,12 @@ def _prepare_locked(cfg: Config, d: Path, existed: bool, lock: ExperimentLock) -
     except OSError as e:
         raise ExperimentError(f"cannot write the experiment folder {d}: {e.strerror}") from None
     return d, what, lock
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable (the file's own fsync does not cover its directory entry)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
