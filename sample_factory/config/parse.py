@@ -14,7 +14,13 @@ from typing import Any
 from sample_factory.config.cfg import Config
 from sample_factory.config.extras import install_hint
 from sample_factory.config.options import ENJOY_ONLY_GROUP, OPTIONS, ConfigError, Option, all_options, int_list
-from sample_factory.config.presets import GPU_PRESETS, gpu_expected, preset_name_for_env, preset_values
+from sample_factory.config.presets import (
+    GPU_PRESETS,
+    gpu_expected,
+    preset_name_for_env,
+    preset_values,
+    space_preset,
+)
 
 TRAIN_USAGE = "train.py --env=ENV [--experiment=NAME] [--option=value ...]"
 TRAIN_DESCRIPTION = (
@@ -82,6 +88,23 @@ def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
     return args.env, args.algo
 
 
+def preset_for(env: str | None, algo: str, device: str) -> tuple[str | None, dict[str, Any]]:
+    """The preset a run of `env` gets here and its values: the env family's (with its GPU changes where training
+    will run on a GPU), else, for a gymnasium id trained with PPO, the one its spaces choose (the env is made once
+    to read them); (None, {}) where neither applies."""
+    preset = preset_name_for_env(env, algo)
+    if preset:
+        gpu = preset in GPU_PRESETS and gpu_expected(device)
+        return preset, preset_values(preset, multiprocessing.cpu_count(), gpu)
+    if env is None or algo == "DQN":
+        return None, {}
+    from sample_factory.envs.env_utils import gymnasium_env_spaces  # no torch; config must not import envs at load
+
+    spaces = gymnasium_env_spaces(env)
+    chosen = space_preset(*spaces) if spaces else None
+    return chosen if chosen else (None, {})
+
+
 def build_parser(
     defaults: bool = True,
     prog: str = "train.py",
@@ -94,10 +117,8 @@ def build_parser(
     The help shows each option's default and, for the --env in `help_argv`, its preset's value; options not in
     `listed` (None: all) are accepted but left out of the help."""
     env, algo = _env_and_algo(help_argv) if help_argv else (None, "APPO")
-    preset = preset_name_for_env(env, algo) if env else None
     device = next((a.split("=", 1)[1] for a in help_argv if a.startswith("--device=")), "auto")
-    gpu = preset in GPU_PRESETS and gpu_expected(device)  # the values a run with these flags gets here
-    preset_vals = preset_values(preset, multiprocessing.cpu_count(), gpu) if preset else {}
+    preset, preset_vals = preset_for(env, algo, device) if env else (None, {})  # what a run with these flags gets
     if env and not preset:
         description += f" --env={env} has no preset: the defaults apply."
     p = _OneLineErrorParser(
@@ -172,12 +193,10 @@ def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     enjoy_only = [opt for opt in OPTIONS[ENJOY_ONLY_GROUP] if opt.name in typed]
     if enjoy_only:
         parser.error(_enjoy_only_message(enjoy_only[0]))
-    cfg.preset = preset_name_for_env(cfg.env, cfg.algo)
-    if cfg.preset:
-        gpu = cfg.preset in GPU_PRESETS and gpu_expected(cfg.device)
-        for k, v in preset_values(cfg.preset, multiprocessing.cpu_count(), gpu).items():
-            if k not in typed:
-                setattr(cfg, k, v)
+    cfg.preset, values = preset_for(cfg.env, cfg.algo, cfg.device)
+    for k, v in values.items():
+        if k not in typed:
+            setattr(cfg, k, v)
     cfg.command_line = " ".join(argv)
     cfg.cli_flags = sorted(typed)
     try:

@@ -126,6 +126,22 @@ def _atari_names() -> list[str]:
     return ["atari_" + re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", g).lower() for g in games]
 
 
+def gymnasium_env_spaces(name: str) -> tuple[gym.Space, gym.Space, int | None] | None:
+    """(observation space, action space, max episode steps) of a gymnasium id or a mujoco_* name, made once here
+    (no torch); None for our other families, custom envs and anything that cannot be made (make_env says why)."""
+    name = MUJOCO_NAMES.get(name, name)
+    if name in _ENV_REGISTRY or name not in gym.registry or atari_env_id(name) is not None:
+        return None
+    try:
+        env = gym.make(name)
+    except Exception:  # noqa: BLE001 - a missing package or a bad id: make_env reports it with its hint
+        return None
+    try:
+        return env.observation_space, env.action_space, gym.spec(name).max_episode_steps
+    finally:
+        env.close()
+
+
 def unknown_env_message(name: str) -> str | None:
     """Why `name` is no env we can make (one line, with the closest names in the same naming scheme), None when it
     may be one. Creates no env and imports no torch: train.py checks --env with it before starting anything. Names

@@ -129,6 +129,26 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
         # short, worst case (every run at its cap): 3 x (300 + 240 + 240 + 480) s = 63 min. LunarLander's Box2D
         # physics is the slowest of the four: it gets the longest cap.
         _classic("LunarLander-v3", 200.0, Budget(3_000_000, 480, 3), Budget(5_000_000, 3 * 3600, 5)),
+        # The other envs the classic presets name (CartPole-v0: classic_control; Pendulum-v1: continuous_control).
+        _classic("CartPole-v0", 195.0, Budget(300_000, 120, 3), Budget(1_000_000, 3600, 5)),
+        SuiteEnv(
+            env="Pendulum-v1",
+            threshold=-200.0,
+            threshold_source="set here (gymnasium registers none): a mean return of -200, a pendulum swung up and "
+            "held from every start",
+            budgets=_levels(_CLASSIC_CI, Budget(500_000, 300, 3), Budget(1_000_000, 3600, 5)),
+            budget_source=SET_HERE,
+            references=(Reference("published", None, NOT_FILLED),),
+        ),
+    ),
+    # gymnasium envs that no family preset names, trained with the defaults their spaces choose
+    # (config/presets.py SPACE_PRESETS): how a user's first untuned env fares. Two seeds each.
+    "no_preset": (
+        _classic("FrozenLake-v1", 0.70, Budget(1_000_000, 300, 2), Budget(2_000_000, 3600, 5)),
+        _classic("Taxi-v4", 8.0, Budget(1_000_000, 400, 2), Budget(5_000_000, 3600, 5)),
+        _classic("InvertedPendulum-v5", 950.0, Budget(300_000, 400, 2), Budget(1_000_000, 3600, 5)),
+        _classic("LunarLanderContinuous-v3", 200.0, Budget(1_000_000, 1200, 2), Budget(3_000_000, 3 * 3600, 5)),
+        _classic("MountainCarContinuous-v0", 90.0, Budget(1_000_000, 900, 2), Budget(3_000_000, 3600, 5)),
     ),
     "mujoco": (
         _mujoco(
@@ -171,6 +191,10 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
     "doom": (
         _doom("doom_basic", Budget(200_000, 450, 2)),
         _doom("doom_defend_the_center", Budget(500_000, 900, 2)),
+        # the other scenarios the doom_frame preset names, one seed each
+        _doom("doom_defend_the_line", Budget(200_000, 450, 1)),
+        _doom("doom_health_gathering", Budget(200_000, 450, 1)),
+        _doom("doom_take_cover", Budget(200_000, 450, 1)),
     ),
 }
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
+from sample_factory.config.presets import preset_name_for_env
 from sample_factory.tools import benchmark_learning as bl
 from sample_factory.tools.learning_suites import LEVELS, NOT_FILLED, SUITES, suite_envs
 
@@ -93,8 +94,11 @@ def test_suite_table():
             assert spec.threshold_source and spec.budget_source
             for ref in spec.references:  # never a number without a source, never a source faking a number
                 assert ref.source == NOT_FILLED if ref.value is None else ref.source
-    for spec in SUITES["classic"]:  # the classic thresholds are gymnasium's own
-        assert spec.threshold == gym.spec(spec.env).reward_threshold
+    for spec in SUITES["classic"] + SUITES["no_preset"]:  # gymnasium's own thresholds, where it registers one
+        registered = gym.spec(spec.env).reward_threshold
+        assert spec.threshold == registered if registered is not None else spec.threshold_source.startswith("set here")
+    # every env of the no_preset suite is one that no family preset names
+    assert all(preset_name_for_env(spec.env) is None for spec in SUITES["no_preset"])
     assert [s.env for s in suite_envs("classic", ["Acrobot-v1"])] == ["Acrobot-v1"]
     with pytest.raises(ValueError, match="not in suite"):
         suite_envs("classic", ["Pong"])

@@ -1,0 +1,70 @@
+"""Envs that no family preset names get defaults chosen from their spaces and episode length (issue 33 item 14)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from sample_factory.config import parse_cfg
+from sample_factory.config.presets import PRESET_ENVS, PRESETS, SPACE_PRESETS, horizon_gamma, space_preset
+from sample_factory.tools.learning_suites import SUITES
+
+
+@pytest.mark.parametrize(
+    "env, preset, gamma",
+    [
+        ("FrozenLake-v1", "vector_discrete", 0.99),  # index observations, discrete actions, 100 steps
+        ("Taxi-v4", "vector_discrete", 0.99),
+        ("LunarLanderContinuous-v3", "vector_continuous", 0.99),
+        ("MountainCarContinuous-v0", "vector_continuous", 0.99),
+        ("mujoco_ant", "vector_continuous", 0.99),  # our short MuJoCo names resolve to the gymnasium id
+        ("BipedalWalker-v3", "vector_continuous", 1 - 10 / 1600),  # 1,600-step episodes: a longer horizon
+    ],
+)
+def test_an_env_without_a_family_preset_gets_the_defaults_of_its_spaces(env, preset, gamma):
+    cfg = parse_cfg([f"--env={env}"])
+    assert cfg.preset == preset
+    assert cfg.gamma == pytest.approx(gamma)
+    for k, v in SPACE_PRESETS[preset].items():
+        if k != "gamma":
+            assert getattr(cfg, k) == v, k
+
+
+def test_typed_flags_win_over_the_space_preset():
+    cfg = parse_cfg(["--env=FrozenLake-v1", "--gamma=0.9", "--learning_rate=1e-4"])
+    assert cfg.preset == "vector_discrete" and cfg.gamma == 0.9 and cfg.learning_rate == 1e-4
+
+
+def test_family_presets_custom_envs_unsupported_spaces_and_dqn_are_not_space_presets():
+    assert parse_cfg(["--env=Pendulum-v1"]).preset == "continuous_control"  # named: its own preset
+    assert parse_cfg(["--env=HalfCheetah-v5"]).preset == "mujoco"
+    assert parse_cfg(["--env=Blackjack-v1"]).preset is None  # tuple observations: the global defaults
+    assert parse_cfg(["--env=SomeCustomEnv-v0"]).preset is None  # not a gymnasium id
+    assert parse_cfg(["--env=FrozenLake-v1", "--algo=DQN"]).preset == "dqn"  # the space presets are PPO's
+
+
+def test_space_preset_reads_the_spaces():
+    image = gym.spaces.Box(0, 255, (96, 96, 3), np.uint8)
+    vector = gym.spaces.Box(-1, 1, (5,), np.float32)
+    assert space_preset(image, gym.spaces.Discrete(5), 1000)[0] == "image"
+    assert space_preset(image, gym.spaces.Box(-1, 1, (3,)), None)[0] == "image"
+    assert space_preset(vector, gym.spaces.Discrete(3), 200)[0] == "vector_discrete"
+    assert space_preset(vector, gym.spaces.Box(-1, 1, (2,)), 200)[0] == "vector_continuous"
+    assert space_preset(vector, gym.spaces.MultiDiscrete([2, 3]), 200) is None
+    assert space_preset(gym.spaces.Dict({"a": vector}), gym.spaces.Discrete(3), 200) is None
+    assert [horizon_gamma(t) for t in (None, 100, 1000, 2000, 100_000)] == [0.99, 0.99, 0.99, 0.995, 0.999]
+
+
+def test_space_presets_are_listed_in_the_reference_and_measured_on_envs_outside_the_suites():
+    for name in SPACE_PRESETS:
+        assert name in PRESETS and name in PRESET_ENVS
+    measured = {parse_cfg([f"--env={spec.env}"]).preset for spec in SUITES["no_preset"]}
+    assert {"vector_discrete", "vector_continuous"} <= measured
+
+
+def test_help_shows_the_space_preset_values(capsys):
+    with pytest.raises(SystemExit):
+        parse_cfg(["--env=FrozenLake-v1", "--help"])
+    out = capsys.readouterr().out
+    assert "vector_discrete preset for --env=FrozenLake-v1" in out
