@@ -19,7 +19,7 @@ ARGV = [
     "--env=CartPole-v1",
     "--serial_mode=True",
     "--num_workers=1",
-    "--num_envs_per_worker=8",
+    "--num_envs_per_worker=32",  # serial mode: larger inference batches, fewer calls per env step
     "--rollout=16",
     "--batch_size=128",
     "--num_policies=4",
@@ -79,7 +79,7 @@ def test_pbt_mutates_replaces_copies_weights_and_resumes(tmp_path, monkeypatch):
 @pytest.mark.timeout(120)
 def test_pbt_mutates_reward_shaping_of_the_envs_each_policy_plays(tmp_path):
     argv = [a for a in ARGV if not a.startswith(("--env=", "--num_policies"))]
-    argv += ["--env=tests.shaped_env:ShapedCartPole-v0"]
+    argv += ["--env=tests.shaped_env:ShapedCartPole-v0", "--use_rnn=False"]  # no preset: not the default GRU 512
     argv += ["--pbt_mutation_rate=1.0", "--num_policies=2", "--train_for_env_steps=15000", f"--train_dir={tmp_path}"]
     runner = Runner(parse_cfg(argv))
     assert runner.run() == 0
