@@ -90,13 +90,13 @@ def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
 
 def preset_for(env: str | None, algo: str, device: str) -> tuple[str | None, dict[str, Any]]:
     """The preset a run of `env` gets here and its values: the env family's (with its GPU changes where training
-    will run on a GPU), else, for a gymnasium id trained with PPO, the one its spaces choose (the env is made once
-    to read them); (None, {}) where neither applies."""
+    will run on a GPU), else, for a gymnasium id trained with PPO (DQN always gets a preset here), the one its spaces
+    choose (the env is made once to read them); (None, {}) where neither applies."""
     preset = preset_name_for_env(env, algo)
     if preset:
         gpu = preset in GPU_PRESETS and gpu_expected(device)
         return preset, preset_values(preset, multiprocessing.cpu_count(), gpu)
-    if env is None or algo == "DQN":
+    if env is None:
         return None, {}
     from sample_factory.envs.env_utils import gymnasium_env_spaces  # no torch; config must not import envs at load
 

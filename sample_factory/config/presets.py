@@ -335,6 +335,8 @@ def space_preset(obs_space: Any, action_space: Any, max_episode_steps: int | Non
     import gymnasium as gym
 
     if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3:
+        if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
+            return None
         name = "image"
     elif isinstance(obs_space, gym.spaces.Discrete) or (
         isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
@@ -346,8 +348,6 @@ def space_preset(obs_space: Any, action_space: Any, max_episode_steps: int | Non
         else:
             return None
     else:
-        return None
-    if name == "image" and not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
         return None
     return name, {**PRESETS[name], "gamma": horizon_gamma(max_episode_steps)}
 

@@ -52,6 +52,7 @@ def test_space_preset_reads_the_spaces():
     assert space_preset(vector, gym.spaces.Discrete(3), 200)[0] == "vector_discrete"
     assert space_preset(vector, gym.spaces.Box(-1, 1, (2,)), 200)[0] == "vector_continuous"
     assert space_preset(vector, gym.spaces.MultiDiscrete([2, 3]), 200) is None
+    assert space_preset(image, gym.spaces.MultiDiscrete([2, 3]), 200) is None
     assert space_preset(gym.spaces.Dict({"a": vector}), gym.spaces.Discrete(3), 200) is None
     assert [horizon_gamma(t) for t in (None, 100, 1000, 2000, 100_000)] == [0.99, 0.99, 0.99, 0.995, 0.999]
 
