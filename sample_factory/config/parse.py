@@ -17,6 +17,7 @@ from sample_factory.config.options import ENJOY_ONLY_GROUP, OPTIONS, ConfigError
 from sample_factory.config.presets import (
     GPU_PRESETS,
     gpu_expected,
+    gymnasium_spaces,
     preset_name_for_env,
     preset_values,
     space_preset,
@@ -98,9 +99,7 @@ def preset_for(env: str | None, algo: str, device: str) -> tuple[str | None, dic
         return preset, preset_values(preset, multiprocessing.cpu_count(), gpu)
     if env is None:
         return None, {}
-    from sample_factory.envs.env_utils import gymnasium_env_spaces  # no torch; config must not import envs at load
-
-    spaces = gymnasium_env_spaces(env)
+    spaces = gymnasium_spaces(env)
     chosen = space_preset(*spaces) if spaces else None
     return chosen if chosen else (None, {})
 

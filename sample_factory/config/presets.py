@@ -258,6 +258,24 @@ PRESETS["atari_dqn"] = {
 #   synchronous, minibatches of 64: 964 in 153 s; synchronous, minibatches of 128 (this preset): 1,046 in 103 s.
 # At 1M env steps, 2 seeds (docs/results/mujoco.md): HalfCheetah 1,513, Hopper 2,189, Walker2d 1,974 (CleanRL's PPO:
 # 1,443 / 2,383 / 2,288), 5.5-7.1 min per run on the 2 cores.
+# Short names for gymnasium's MuJoCo v5 envs (the [mujoco] extra; envs/env_utils.py makes them).
+MUJOCO_NAMES = {
+    f"mujoco_{short}": f"{full}-v5"
+    for short, full in {
+        "halfcheetah": "HalfCheetah",
+        "ant": "Ant",
+        "hopper": "Hopper",
+        "walker": "Walker2d",
+        "humanoid": "Humanoid",
+        "humanoidstandup": "HumanoidStandup",
+        "swimmer": "Swimmer",
+        "reacher": "Reacher",
+        "pusher": "Pusher",
+        "invertedpendulum": "InvertedPendulum",
+        "inverteddoublependulum": "InvertedDoublePendulum",
+    }.items()
+}
+
 # The locomotion envs measured with it (docs/results/mujoco.md); the other MuJoCo ids (Ant, Humanoid, Swimmer, Reacher,
 # InvertedPendulum, ...) get the defaults of their spaces (SPACE_PRESETS["vector_continuous"]: the same PPO), which
 # were measured on a sample of envs without a preset.
@@ -327,6 +345,25 @@ def horizon_gamma(max_episode_steps: int | None) -> float:
     if not max_episode_steps or max_episode_steps <= 1000:
         return 0.99
     return min(0.999, 1.0 - 10.0 / max_episode_steps)
+
+
+def gymnasium_spaces(env: str) -> tuple[Any, Any, int | None] | None:
+    """(observation space, action space, max episode steps) of a gymnasium id or a mujoco_* name, from the env made
+    once (gymnasium only, no torch); None for names gymnasium does not know (our families, custom envs) and envs that
+    cannot be made (make_env then says why)."""
+    import gymnasium as gym
+
+    name = MUJOCO_NAMES.get(env, env)
+    if name not in gym.registry:
+        return None
+    try:
+        made = gym.make(name)
+    except Exception:  # noqa: BLE001 - a missing package or a broken env: make_env reports it with its hint
+        return None
+    try:
+        return made.observation_space, made.action_space, gym.spec(name).max_episode_steps
+    finally:
+        made.close()
 
 
 def space_preset(obs_space: Any, action_space: Any, max_episode_steps: int | None) -> tuple[str, dict[str, Any]] | None:

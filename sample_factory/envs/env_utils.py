@@ -15,6 +15,7 @@ import gymnasium as gym
 
 from sample_factory.config import Config
 from sample_factory.config.extras import install_hint
+from sample_factory.config.presets import MUJOCO_NAMES
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
 
@@ -46,25 +47,6 @@ _EXTRAS = (
     ),
     (("Vizdoom", "doom_"), "vizdoom"),
 )
-
-
-# Short names for gymnasium's MuJoCo v5 envs (the [mujoco] extra).
-MUJOCO_NAMES = {
-    f"mujoco_{short}": f"{full}-v5"
-    for short, full in {
-        "halfcheetah": "HalfCheetah",
-        "ant": "Ant",
-        "hopper": "Hopper",
-        "walker": "Walker2d",
-        "humanoid": "Humanoid",
-        "humanoidstandup": "HumanoidStandup",
-        "swimmer": "Swimmer",
-        "reacher": "Reacher",
-        "pusher": "Pusher",
-        "invertedpendulum": "InvertedPendulum",
-        "inverteddoublependulum": "InvertedDoublePendulum",
-    }.items()
-}
 
 
 def _missing_extra_hint(env_name: str) -> str:
@@ -124,22 +106,6 @@ def _atari_names() -> list[str]:
     """Our atari_<game> names of ALE's v5 games (atari_space_invaders for ALE/SpaceInvaders-v5)."""
     games = [i[4:-3] for i in gym.registry if i.startswith("ALE/") and i.endswith("-v5") and "-ram" not in i]
     return ["atari_" + re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", g).lower() for g in games]
-
-
-def gymnasium_env_spaces(name: str) -> tuple[gym.Space, gym.Space, int | None] | None:
-    """(observation space, action space, max episode steps) of a gymnasium id or a mujoco_* name, made once here
-    (no torch); None for our other families, custom envs and anything that cannot be made (make_env says why)."""
-    name = MUJOCO_NAMES.get(name, name)
-    if name in _ENV_REGISTRY or name not in gym.registry or atari_env_id(name) is not None:
-        return None
-    try:
-        env = gym.make(name)
-    except Exception:  # noqa: BLE001 - a missing package or a bad id: make_env reports it with its hint
-        return None
-    try:
-        return env.observation_space, env.action_space, gym.spec(name).max_episode_steps
-    finally:
-        env.close()
 
 
 def unknown_env_message(name: str) -> str | None:

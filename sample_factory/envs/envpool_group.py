@@ -21,9 +21,9 @@ import numpy as np
 
 from sample_factory.config import Config
 from sample_factory.config.extras import install_hint
+from sample_factory.config.presets import MUJOCO_NAMES
 from sample_factory.envs.atari import atari_env_id, episodic_life_enabled
 from sample_factory.envs.env_group import BatchedEnvGroup, EnvError
-from sample_factory.envs.env_utils import MUJOCO_NAMES
 from sample_factory.envs.spaces import OBS_KEY
 
 # ALE v5 ends a game after 108,000 emulator frames (gymnasium's max_num_frames_per_episode); envpool counts agent
