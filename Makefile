@@ -1,7 +1,8 @@
 # Developer / CI entry points. Works from a fresh clone with only python3 + pip available.
 #   make venv       create .venv and install the package (editable) with every extra (dev, onnx, plot, video,
 #                   box2d, atari, mujoco, vizdoom, envpool, pettingzoo, wandb, ray), pinned by constraints.txt
-#   make test       lint (ruff format --check, ruff check) + pytest
+#   make test       lint (ruff format --check, ruff check) + pytest, without the tests marked slow (CI runs this)
+#   make test-slow  only the tests marked slow: learning-quality claims of minutes each (presets reaching a score)
 #   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2");
 #                   installs the package without env extras; other envs: make train EXTRAS=atari
 #                   TRAIN_ARGS="--env=atari_pong --experiment=pong" (extras: atari, mujoco, vizdoom, envpool, ...);
@@ -27,7 +28,7 @@ ARGS ?=
 comma := ,
 TRAIN_STAMP := $(VENV)/.installed-train$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)),)
 
-.PHONY: venv test lint train format docs benchmark clean
+.PHONY: venv test test-slow lint train format docs benchmark clean
 
 venv: $(STAMP)
 
@@ -49,7 +50,10 @@ lint: venv
 # Each recipe line runs in its own shell and make stops at the first non-zero exit,
 # so a ruff or pytest failure fails `make test` (and therefore CI).
 test: lint
-	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=600 --durations=30
+	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=600 --durations=30 -m "not slow"
+
+test-slow: venv
+	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=900 --durations=30 -m slow
 
 # The full install (make venv / make test) has every extra already; otherwise install only what this run needs.
 $(TRAIN_STAMP): $(VENV_PY) setup.py constraints.txt
