@@ -1,13 +1,15 @@
-"""CartPole-v1 learning tests, 2 workers each, target mean reward 450 (over the last 100 episodes).
+"""CartPole-v1 learning tests, 2 workers each; every run stops at its target mean reward (over the last 100 episodes,
+--stop_at_reward) and must get there within its budget. A random policy scores about 22.
 
-- feed-forward (the classic_control preset as is): within 400k env steps. Steps to 450 on a 2-core machine: 156k-242k
-  over 19 runs (core engine issue), 211k-235k over 10 runs later; one fresh-clone CI run in ~9 was much slower
-  (mean reward 381 at 303k steps), so the budget leaves ~1.7x headroom over the typical run.
-- GRU and LSTM cores (--use_rnn=True, --rnn_type=gru/lstm): the preset plus RNN_FLAGS; the run stops at the target
-  (--stop_at_reward) and must get there within its budget. Steps to 450 measured on a 2-core machine with these
-  flags, 15 runs each: GRU 168k-270k (median 216k), LSTM 180k-340k (median 233k), 10-30 s each. With the
+- feed-forward (the classic_control preset as is): 450 within 400k env steps. Steps to 450 on a 2-core machine:
+  156k-242k over 19 runs (core engine issue), 211k-235k over 10 runs later; one fresh-clone CI run in ~9 was much
+  slower (mean reward 381 at 303k steps), so the budget leaves ~1.7x headroom over the typical run.
+- GRU and LSTM cores (--use_rnn=True, --rnn_type=gru/lstm), replay, two learner ranks: these test that a code path
+  learns, not how well the preset scores (the benchmark suites measure that), so their target is PATH_TARGET, 300:
+  over 13x a random policy, reached well before 450 on the same curves. Steps to 450 measured on a 2-core machine
+  with RNN_FLAGS, 15 runs each: GRU 168k-270k (median 216k), LSTM 180k-340k (median 233k), 10-30 s each. With the
   preset's lr 3e-3 instead (6 runs each) several curves collapsed on the way: GRU 147k-351k, LSTM 164k-380k.
-  The budgets leave ~1.5x headroom over the slowest run seen.
+  The budgets leave ~1.5x headroom over the slowest run seen to 450, more to 300.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.integration.conftest import progress_samples_trained
 
 BUDGET = 400_000
 TARGET_REWARD = 450.0
+PATH_TARGET = 300.0
 # The preset's 512-wide default core is slow on CPU and its lr 3e-3 makes RNN training unstable on CartPole.
 RNN_FLAGS = ["--use_rnn=True", "--rnn_size=64", "--learning_rate=1e-3"]
 GRU_BUDGET = 400_000
@@ -61,7 +64,7 @@ def learn(train_run, tmp_path, args: list[str], budget: int, timeout: float, tar
 
 @pytest.mark.timeout(800)
 def test_learning(tmp_path, train_run):
-    learn(train_run, tmp_path, [], BUDGET, timeout=380)
+    learn(train_run, tmp_path, [f"--stop_at_reward={TARGET_REWARD}"], BUDGET, timeout=380)
 
 
 @pytest.mark.timeout(600)
@@ -69,9 +72,10 @@ def test_learning_gru(tmp_path, train_run):
     learn(
         train_run,
         tmp_path,
-        [*RNN_FLAGS, "--rnn_type=gru", f"--stop_at_reward={TARGET_REWARD}"],
+        [*RNN_FLAGS, "--rnn_type=gru", f"--stop_at_reward={PATH_TARGET}"],
         GRU_BUDGET,
         timeout=280,
+        target=PATH_TARGET,
     )
 
 
@@ -80,9 +84,10 @@ def test_learning_lstm(tmp_path, train_run):
     learn(
         train_run,
         tmp_path,
-        [*RNN_FLAGS, "--rnn_type=lstm", f"--stop_at_reward={TARGET_REWARD}"],
+        [*RNN_FLAGS, "--rnn_type=lstm", f"--stop_at_reward={PATH_TARGET}"],
         LSTM_BUDGET,
         timeout=280,
+        target=PATH_TARGET,
     )
 
 
@@ -93,10 +98,29 @@ def test_learning_lstm(tmp_path, train_run):
 # (a collapse, 417 at 700k); two fresh-clone CI runs with a budget of 500k needed a second attempt, then failed both
 # (peaks 431 and 460). With 700k and 2 attempts, one failure in 8 per run makes a spurious failure about 1 in 60; a
 # regression that stops DQN from learning fails both.
+# Solving CartPole-v1 (475) is a claim about the preset's quality, which the classic benchmark suite with --algo=DQN
+# also measures (docs/results.md, docs/results/dqn/classic.md): that test is marked slow (`make test-slow`), and
+# `make test` keeps the same path (multi-process Ape-X DQN with the preset and its budget) with DQN_PATH_TARGET, 200
+# (9x a random policy): reached at 133k env steps in a run on 2 loaded cores (2026-11-26; the curve climbs from
+# ~180 to 300 within 130k-137k), against 221k-540k for 475; the budget stays the preset's (its lr decays over it).
 DQN_TARGET = 475.0
+DQN_PATH_TARGET = 200.0
 DQN_BUDGET = 700_000
 
 
+@pytest.mark.timeout(900)
+def test_dqn_learns(tmp_path, train_run):
+    learn(
+        train_run,
+        tmp_path,
+        ["--algo=DQN", f"--stop_at_reward={DQN_PATH_TARGET}"],
+        DQN_BUDGET,
+        timeout=420,
+        target=DQN_PATH_TARGET,
+    )
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_learning_dqn(tmp_path, train_run):
     learn(
@@ -115,15 +139,15 @@ def test_learning_appo_with_replay(tmp_path, train_run):
     learn(
         train_run,
         tmp_path,
-        ["--replay_proportion=0.5", "--replay_buffer_num_slots=512", f"--stop_at_reward={TARGET_REWARD}"],
+        ["--replay_proportion=0.5", "--replay_buffer_num_slots=512", f"--stop_at_reward={PATH_TARGET}"],
         BUDGET,
         timeout=380,
+        target=PATH_TARGET,
     )
 
 
 # Data-parallel learner group: 2 learner ranks on the CPU (gloo) train one policy, rank 0 publishing. Measured
-# 2026-11-26 on the 2-core machine: 475 at 166k and 170k env steps (29 s, 26 s).
-GROUP_TARGET = 475.0
+# 2026-11-26 on the 2-core machine: 475 at 166k and 170k env steps (29 s, 26 s); the test asks for PATH_TARGET.
 
 
 @pytest.mark.timeout(700)
@@ -131,8 +155,8 @@ def test_learning_with_two_learner_ranks(tmp_path, train_run):
     learn(
         train_run,
         tmp_path,
-        ["--learners_per_policy=2", "--device=cpu", f"--stop_at_reward={GROUP_TARGET}"],
+        ["--learners_per_policy=2", "--device=cpu", f"--stop_at_reward={PATH_TARGET}"],
         BUDGET,
         timeout=300,
-        target=GROUP_TARGET,
+        target=PATH_TARGET,
     )
