@@ -1,6 +1,12 @@
 """Continuous control learns: Pendulum-v1 (Box actions, both normalizers, the continuous_control preset) and MuJoCo's
 HalfCheetah-v5 (the mujoco preset, synchronous PPO) improve their mean episode reward by a clear margin within short
-multi-process runs."""
+multi-process runs.
+
+The HalfCheetah test is a claim about the preset's learning quality (minutes on 2 cores), which the mujoco benchmark
+suite also measures (sample_factory/tools/learning_suites.py, docs/results/mujoco.md): it is marked slow (`make
+test-slow`). `make test` keeps the same code paths: the Pendulum test here (Box actions, both normalizers),
+tests/integration/test_env_smoke.py::test_mujoco_smoke (a HalfCheetah run with the mujoco preset) and
+tests/integration/test_runs.py::test_sync_mode_zero_lag (synchronous PPO)."""
 
 import csv
 import subprocess
@@ -27,15 +33,19 @@ def _train_rewards(tmp_path: Path, flags: list[str], timeout: float) -> list[flo
 # 180 s and the HalfCheetah run 224 s (45 s and 99 s in CI).
 @pytest.mark.timeout(420)
 def test_pendulum_improves(tmp_path):
-    rewards = _train_rewards(tmp_path, ["--env=Pendulum-v1", "--train_for_env_steps=400000"], timeout=400)
-    # A random policy scores about -1200 per episode; the trained one reaches about -200 here. Demand a clear margin
-    # and a climb on the curve itself. The first rows average only the first few episodes (one fresh-clone CI run:
-    # -889, then -1179, -1228), and on a slow machine they come later in env steps (beside a full test suite on the
-    # same 2 cores: -568, -810, -821), so the start is the worst of the first three rows.
+    # The run stops once its mean reward over 100 episodes reaches -400 (--stop_at_reward; 400k env steps at most).
+    flags = ["--env=Pendulum-v1", "--train_for_env_steps=400000", "--stop_at_reward=-400"]
+    rewards = _train_rewards(tmp_path, flags, timeout=400)
+    # A random policy scores about -1200 per episode; the trained one reaches about -200 in 400k env steps. Demand a
+    # clear margin and a climb on the curve itself: its lowest point comes before its highest, 300 below it. The first
+    # rows average only the first few episodes and say little (-889, then -1179, -1228 in one fresh-clone CI run; -635
+    # for the first 5k env steps, then -1195 at 56k in a run stopped at -400 at 170k steps, 2026-11-26).
     assert max(rewards) > -500, rewards
-    assert min(rewards[:3]) < max(rewards) - 300, rewards[:5]
+    low, high = rewards.index(min(rewards)), rewards.index(max(rewards))
+    assert low < high and rewards[high] - rewards[low] > 300, (low, high, rewards)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(520)
 def test_halfcheetah_improves_with_the_mujoco_preset(tmp_path):
     pytest.importorskip("mujoco", reason="MuJoCo needs the [mujoco] extra: pip install -e .[mujoco]")
