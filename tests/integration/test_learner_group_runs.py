@@ -10,7 +10,9 @@ GROUP = ["--num_workers=2", "--learners_per_policy=2", "--device=cpu", "--report
 
 def test_dqn_group_trains_checkpoints_and_resumes(tmp_path, train_run):
     dqn = [*GROUP, "--algo=DQN", "--learning_starts=2000", "--save_replay_buffer=True", "--batch_size=64"]
-    run = train_run([*dqn, "--train_for_seconds=25"], tmp_path)
+    # Budgets in env steps, not seconds, so a slow machine replays as much before the checkpoint: past
+    # --learning_starts the learner samples the buffer, and the resume trains on (the count includes the resumed steps).
+    run = train_run([*dqn, "--train_for_env_steps=8000"], tmp_path)
     assert run.wait(timeout=150) == 0, run.describe()
     assert "placement: learners 0.0: cpu, 0.1: cpu | policy workers 0.0: cpu | policy 0: 2 ranks over gloo" in (
         run.output
@@ -21,7 +23,7 @@ def test_dqn_group_trains_checkpoints_and_resumes(tmp_path, train_run):
     assert state["policy_version"] > 0 and counters["replayed"] > 0, counters
     assert "replay" in state["algo"]
 
-    resumed = train_run([*dqn, "--train_for_seconds=12"], tmp_path)
+    resumed = train_run([*dqn, "--train_for_env_steps=12000"], tmp_path)
     assert resumed.wait(timeout=150) == 0, resumed.describe()
     assert "policy 0 resumed from" in resumed.output, resumed.describe()
     resumed.assert_no_leftovers()
