@@ -1,8 +1,8 @@
 """A real CartPole run (2 workers, processes) with the Sample Factory 2 loss options on: symmetric-KL exploration
 loss, a KL penalty to the behaviour policy, the unbiased ratio clip, a random start delay per split, and W&B logging
-in offline mode (no network). It must learn (mean reward 450 within the feed-forward learning test's budget), report
-the new loss terms as finite statistics to TensorBoard and W&B, and leave no process (W&B's service included) or
-shared memory behind.
+in offline mode (no network). It must learn (mean reward 300, the learning tests' PATH_TARGET, within the feed-forward
+learning test's budget; the run stops there), report the new loss terms as finite statistics to TensorBoard and W&B,
+and leave no process (W&B's service included) or shared memory behind.
 
 Measured on a 2-core machine: 450 reached at 165k env steps (about 20 s) in a first run."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from tests.experiment.wandb_files import history_rows, offline_runs
 from tests.integration.conftest import progress_samples_trained, tensorboard_tags
-from tests.integration.test_learning import ATTEMPTS, BUDGET, TARGET_REWARD
+from tests.integration.test_learning import ATTEMPTS, BUDGET, PATH_TARGET
 
 LOSS_FLAGS = [
     "--exploration_loss=symmetric_kl",
@@ -36,7 +36,7 @@ def test_loss_options_learn_cartpole_and_log_to_wandb_offline(tmp_path, train_ru
             [
                 "--num_workers=2",
                 f"--train_for_env_steps={BUDGET}",
-                f"--stop_at_reward={TARGET_REWARD}",
+                f"--stop_at_reward={PATH_TARGET}",
                 "--report_interval_sec=1",
                 "--experiment_summaries_interval=2",
                 "--with_wandb",
@@ -63,10 +63,10 @@ def test_loss_options_learn_cartpole_and_log_to_wandb_offline(tmp_path, train_ru
 
         curve = [(int(r["env_steps"]), float(r["reward_p0"])) for r in run.progress_rows()]
         best = max((r for s, r in curve if s <= BUDGET and not math.isnan(r)), default=float("nan"))
-        if best >= TARGET_REWARD:
+        if best >= PATH_TARGET:
             return
-        print(f"attempt {attempt}: best mean reward {best:.1f} < {TARGET_REWARD}; curve {curve}")
-    raise AssertionError(f"no run reached mean reward {TARGET_REWARD} within {BUDGET} env steps")
+        print(f"attempt {attempt}: best mean reward {best:.1f} < {PATH_TARGET}; curve {curve}")
+    raise AssertionError(f"no run reached mean reward {PATH_TARGET} within {BUDGET} env steps")
 
 
 @pytest.mark.timeout(120)
