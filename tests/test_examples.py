@@ -13,13 +13,17 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.mark.timeout(180)
 def test_custom_env_example_learns(tmp_path):
     cmd = [sys.executable, "examples/train_custom_env.py", "--experiment=g", f"--train_dir={tmp_path}"]
-    cmd += ["--num_workers=2", "--train_for_env_steps=100000", "--report_interval_sec=1"]
+    # the run ends once the mean of 100 episodes reaches 43 (at ~16k env steps in two loaded runs), 100k at most
+    cmd += ["--num_workers=2", "--train_for_env_steps=100000", "--report_interval_sec=1", "--stop_at_reward=43"]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=170)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     cfg = (tmp_path / "g" / "cfg.json").read_text()
     assert '"encoder_custom": "tiny"' in cfg and '"env": "guess_the_sign"' in cfg
-    rewards = [float(r["reward_p0"]) for r in csv.DictReader(open(tmp_path / "g" / "progress.csv"))]
-    assert max(rewards) > 40.0, rewards  # random guessing scores 25 of 50
+    # rows before the first episode ends read nan (a loaded machine reports before then): max() of a list that starts
+    # with nan is nan
+    rows = csv.DictReader(open(tmp_path / "g" / "progress.csv"))
+    rewards = [float(r["reward_p0"]) for r in rows if r["reward_p0"] != "nan"]
+    assert rewards and max(rewards) > 40.0, rewards  # random guessing scores 25 of 50
 
 
 @pytest.mark.timeout(180)
