@@ -101,8 +101,8 @@ def test_learning_lstm(tmp_path, train_run):
 # Solving CartPole-v1 (475) is a claim about the preset's quality, which the classic benchmark suite with --algo=DQN
 # also measures (docs/results.md, docs/results/dqn/classic.md): that test is marked slow (`make test-slow`), and
 # `make test` keeps the same path (multi-process Ape-X DQN with the preset and its budget) with DQN_PATH_TARGET, 200
-# (9x a random policy): reached at 133k env steps in a run on 2 loaded cores (2026-11-26; the curve climbs from
-# ~180 to 300 within 130k-137k), against 221k-540k for 475; the budget stays the preset's (its lr decays over it).
+# (9x a random policy): reached at 86k, 110k and 133k env steps in three runs on 2 loaded cores (2026-11-26),
+# against 221k-540k for 475; the budget stays the preset's (its lr decays over it).
 DQN_TARGET = 475.0
 DQN_PATH_TARGET = 200.0
 DQN_BUDGET = 700_000
