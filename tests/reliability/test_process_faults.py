@@ -159,6 +159,7 @@ def test_late_answer_of_a_policy_worker_changes_no_step(tmp_path, start_run):
     wait_component(run, "sf_policy_0_1", 5).kill()
     assert finish(run, 90) == 0, run.describe()
     assert "ERROR" not in run.output, run.describe()
+    assert Path(f"{held}.late").exists(), "policy worker 0_0 never wrote its late answer during the run"
     assert re.search(r"policy \(0, 1\) died \(exit code -9.*restarting it", run.output), run.describe()
     assert progress_samples_trained(run) > 0, run.describe()
 
