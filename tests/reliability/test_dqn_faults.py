@@ -141,11 +141,11 @@ def test_sigint_saves_and_the_resumed_run_continues(tmp_path, start_run, save_re
 @pytest.mark.timeout(240)
 def test_checkpoint_writes_longer_than_the_heartbeat_timeout(tmp_path, start_run):
     """A checkpoint with the replay buffer can take minutes to write (7.5 s per GiB measured here): every write takes
-    12 s (hook) against --heartbeat_timeout_sec=6. The learner stays alive through the periodic saves (it is not
+    9 s (hook) against --heartbeat_timeout_sec=6. The learner stays alive through the periodic saves (it is not
     taken for hung, which would stop the run), and after SIGINT its final checkpoint is written and named."""
     logs = tmp_path / "log"
     args = ["--save_replay_buffer=True", "--train_for_seconds=600", "--save_every_sec=2", "--heartbeat_timeout_sec=6"]
-    run = start_dqn(start_run, tmp_path / "td", logs, *args, env=hook_env(SF_TEST_SLOW_SAVE_SEC="12"))
+    run = start_dqn(start_run, tmp_path / "td", logs, *args, env=hook_env(SF_TEST_SLOW_SAVE_SEC="9"))
     assert run.wait_until(lambda: len(run.checkpoints()) >= 1, timeout=120), run.describe()  # a periodic save
     assert run.wait_until(lambda: len(learning_rows(logs)) >= 1, timeout=60), run.describe()
     signalled = time.time()

@@ -183,7 +183,7 @@ def test_repeated_actor_kills_exceed_max_worker_restarts(tmp_path, start_run):
 
 @pytest.mark.timeout(120)
 def test_hung_actor_is_detected_and_restarted(tmp_path, start_run):
-    run = start_run([*CARTPOLE, "--train_for_seconds=14", "--heartbeat_timeout_sec=4"], tmp_path / "td")
+    run = start_run([*CARTPOLE, "--train_for_seconds=12", "--heartbeat_timeout_sec=4"], tmp_path / "td")
     assert run.wait_until(lambda: progress_time(run) >= 2, timeout=60), run.describe()
     hung = wait_component(run, "sf_actor_1", 5)
     hung.suspend()  # SIGSTOP: alive, but silent
@@ -224,7 +224,7 @@ def test_second_run_is_refused_and_a_stale_lock_is_taken_over(tmp_path, start_ru
 
     first.signal(9)
     first.wait(timeout=10)
-    third = start_run([*CARTPOLE, "--train_for_seconds=3"], td, experiment="shared")
+    third = start_run([*CARTPOLE, "--train_for_seconds=1"], td, experiment="shared")
     assert finish(third, 60) == 0, third.describe()
     assert "resuming" in third.output, third.describe()
     first.assert_no_leftovers()
@@ -244,7 +244,7 @@ def test_a_new_run_waits_for_the_processes_of_a_killed_one(tmp_path, start_run):
     first.signal(9)  # the runner only
     assert first.wait(timeout=10) == -9
 
-    second = start_run([*CARTPOLE, "--train_for_seconds=3"], td, experiment="shared")
+    second = start_run([*CARTPOLE, "--train_for_seconds=1"], td, experiment="shared")
     assert second.wait_until(lambda: "still hold the lock" in second.output, timeout=60), second.describe()
     assert f"pids {learner.pid}" in second.output or str(learner.pid) in second.output, second.describe()
     time.sleep(2.0)
@@ -268,7 +268,7 @@ def test_a_new_run_waits_for_the_processes_of_a_killed_one(tmp_path, start_run):
 @pytest.mark.timeout(120)
 def test_env_raising_once_is_restarted(tmp_path, start_run, monkeypatch):
     monkeypatch.setenv(fault_envs.ONCE_FILE_VAR, str(tmp_path / "fault_once"))
-    run = start_run([*SMALL, "--train_for_seconds=8"], tmp_path / "td", env_id=f"{FAULT_MODULE}:RaiseAtStep-v0")
+    run = start_run([*SMALL, "--train_for_seconds=5"], tmp_path / "td", env_id=f"{FAULT_MODULE}:RaiseAtStep-v0")
     assert finish(run, 60) == 0, run.describe()
     out = run.output
     assert (tmp_path / "fault_once").exists(), "the fault never happened"
@@ -281,7 +281,7 @@ def test_env_raising_once_is_restarted(tmp_path, start_run, monkeypatch):
 @pytest.mark.timeout(120)
 def test_env_aborting_once_is_restarted(tmp_path, start_run, monkeypatch):
     monkeypatch.setenv(fault_envs.ONCE_FILE_VAR, str(tmp_path / "fault_once"))
-    run = start_run([*SMALL, "--train_for_seconds=8"], tmp_path / "td", env_id=f"{FAULT_MODULE}:AbortAtStep-v0")
+    run = start_run([*SMALL, "--train_for_seconds=5"], tmp_path / "td", env_id=f"{FAULT_MODULE}:AbortAtStep-v0")
     assert finish(run, 60) == 0, run.describe()
     assert (tmp_path / "fault_once").exists(), "the fault never happened"
     assert re.search(r"actor \d died \(exit code -6.*restarting it", run.output), run.describe()
@@ -452,7 +452,7 @@ def trained_experiment(tmp_path_factory):
     """A real short run with two checkpoints (copied by each test that corrupts them)."""
     td = tmp_path_factory.mktemp("trained")
     run = TrainRun(
-        [*CARTPOLE, "--train_for_seconds=8", "--save_every_sec=1", "--save_best_after=1e12"], td, experiment="x"
+        [*CARTPOLE, "--train_for_seconds=4", "--save_every_sec=1", "--save_best_after=1e12"], td, experiment="x"
     )
     try:
         assert run.wait(timeout=90) == 0, run.describe()

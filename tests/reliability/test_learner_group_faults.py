@@ -32,7 +32,7 @@ def test_a_killed_learner_rank_stops_the_run_cleanly_and_it_resumes(tmp_path, st
     assert died in run.output or "the data-parallel group failed" in run.output, run.describe()
     run.assert_no_leftovers()
 
-    resumed = start_run([*CARTPOLE, *GROUP, "--train_for_seconds=6"], tmp_path / "td")  # resumes (cfg.json)
+    resumed = start_run([*CARTPOLE, *GROUP, "--train_for_seconds=2"], tmp_path / "td")  # resumes (cfg.json)
     assert resumed.wait(timeout=150) == 0, resumed.describe()
     assert "policy 0 resumed from" in resumed.output, resumed.describe()
     resumed.assert_no_leftovers()

@@ -68,7 +68,7 @@ def assert_clean_finish_with_checkpoint(run: TrainRun, killed_at: float, died: s
 def test_killed_fork_server_does_not_stop_the_run(tmp_path, start_run):
     """The components are the fork server's children: its death must neither kill them (their parent-death signal
     follows the runner) nor make the runner believe they died (its process handles read the fork server's pipe)."""
-    run = start_run([*CARTPOLE, "--train_for_seconds=16"], tmp_path / "td")
+    run = start_run([*CARTPOLE, "--train_for_seconds=11"], tmp_path / "td")
     assert run.wait_until(lambda: progress_time(run) >= 3, timeout=60), run.describe()
     for name in COMPONENT_NAMES:
         wait_component(run, name, 10)
@@ -103,7 +103,7 @@ def test_actor_restarted_after_the_fork_server_died(tmp_path, start_run):
 def test_killed_resource_tracker_leaves_nothing_behind(tmp_path, start_run):
     """The resource tracker dies (e.g. to the OOM killer); a worker restart after that starts a new one; the run
     ends cleanly and leaves no shared-memory object behind."""
-    run = start_run([*CARTPOLE, "--train_for_seconds=16"], tmp_path / "td")
+    run = start_run([*CARTPOLE, "--train_for_seconds=12"], tmp_path / "td")
     assert run.wait_until(lambda: progress_time(run) >= 3, timeout=60), run.describe()
     actor = wait_component(run, "sf_actor_1", 10)
     run.snapshot_tree()
@@ -126,16 +126,16 @@ def hook_env(**variables: str) -> dict[str, str]:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
-    "epochs, batches, step_sec", [(4, 4, 1.0), (1, 1, 20.0)], ids=["16-steps-of-1s", "one-step-of-20s"]
+    "epochs, batches, step_sec", [(4, 4, 0.75), (1, 1, 14.0)], ids=["16-steps-of-0.75s", "one-step-of-14s"]
 )
 def test_slow_learner_saves_its_final_checkpoint(tmp_path, start_run, epochs, batches, step_sec):
-    """The stop comes while the learner trains: an iteration of 16 s (it must stop between SGD steps), or one SGD
-    step of 20 s (the stop at 12 s lands well inside the first step, whatever the start-up time: the runner must
-    wait for it beyond --shutdown_timeout_sec). Either way the final checkpoint is
+    """The stop comes while the learner trains: an iteration of 12 s (it must stop between SGD steps), or one SGD
+    step of 14 s (the stop at 6 s of sampling lands well inside the first step, whatever the start-up time: the
+    runner must wait for it beyond --shutdown_timeout_sec). Either way the final checkpoint is
     written and named in the summary; no periodic one exists."""
     extra_env = hook_env(SF_TEST_SLOW_SGD_STEP_SEC=str(step_sec))
     args = [f"--num_epochs={epochs}", f"--num_batches_per_epoch={batches}"]
-    args += ["--shutdown_timeout_sec=1", "--save_every_sec=1000", "--train_for_seconds=12"]
+    args += ["--shutdown_timeout_sec=1", "--save_every_sec=1000", "--train_for_seconds=6"]
     run = start_run([*CARTPOLE, *args], tmp_path / "td", extra_env=extra_env)
     assert finish(run, 120) == 0, run.describe()
     out = run.output
@@ -153,12 +153,13 @@ def test_late_answer_of_a_policy_worker_changes_no_step(tmp_path, start_run):
     its late answer. The learner checks every batch (hook): each stored action is the one the env took."""
     held = tmp_path / "held"
     extra_env = hook_env(SF_TEST_HOLD_ANSWER_FILE=str(held), SF_TEST_CHECK_ECHOED_ACTIONS="1")
-    args = [*SMALL, "--policy_workers_per_policy=2", "--train_for_seconds=20"]
+    args = [*SMALL, "--policy_workers_per_policy=2", "--train_for_seconds=15"]
     run = start_run(args, tmp_path / "td", env_id=f"{FAULT_MODULE}:EchoAction-v0", extra_env=extra_env)
     assert run.wait_until(held.exists, timeout=60), run.describe()
     wait_component(run, "sf_policy_0_1", 5).kill()
     assert finish(run, 90) == 0, run.describe()
     assert "ERROR" not in run.output, run.describe()
+    assert Path(f"{held}.late").exists(), "policy worker 0_0 never wrote its late answer during the run"
     assert re.search(r"policy \(0, 1\) died \(exit code -9.*restarting it", run.output), run.describe()
     assert progress_samples_trained(run) > 0, run.describe()
 

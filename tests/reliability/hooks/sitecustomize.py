@@ -7,7 +7,7 @@ component). Each hook is off unless its environment variable is set:
   took (envs of fault_envs.EchoAction-v0 write it into the next observation) and raises if not.
 - SF_TEST_HOLD_ANSWER_FILE=path: policy worker (0, 0) holds its 50th batch: it computes the answer, creates `path`,
   waits until an actor has moved on from one of the batch's requests (answered by another policy worker), and only
-  then writes its now late answer, like a worker that was descheduled at the worst moment.
+  then writes its now late answer (and creates `path`.late), like a worker that was descheduled at the worst moment.
 - SF_TEST_SLOW_SAVE_SEC=s: every checkpoint write takes s seconds longer (a large replay buffer on a slow disk).
 - SF_TEST_SLOW_DQN_STEP_SEC=s: every DQN SGD step takes s seconds longer (a conv net on a loaded CPU).
 """
@@ -78,6 +78,8 @@ if os.environ.get("SF_TEST_HOLD_ANSWER_FILE"):
             seq, deadline = self.worker.request_seq, time.monotonic() + 30
             while all(seq[r.actor_idx, r.split_idx] == r.seq for r in self.requests) and time.monotonic() < deadline:
                 time.sleep(0.002)
+            if time.monotonic() < deadline:  # the answer is late indeed: the test can tell the fault happened
+                open(os.environ["SF_TEST_HOLD_ANSWER_FILE"] + ".late", "w").close()
             return answer
 
         def values(self, *args, **kwargs):
