@@ -37,7 +37,7 @@ from sample_factory.envs.env_utils import frames_per_env_step
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
-CAP_S = 3  # --train_for_seconds added to every training command
+CAP_S = 1.5  # --train_for_seconds added to every training command (start-up, not training, is what each checks)
 COMMAND_TIMEOUT_S = 300
 PARALLEL = 4
 LINGER_S = 20

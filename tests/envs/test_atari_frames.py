@@ -69,7 +69,8 @@ def test_breakout_with_lives_and_fire_matches_gymnasium(sticky):
         _gymnasium_pipeline("ALE/Breakout-v5", sticky, game_wrappers=True),
     )
     try:
-        assert _same_trajectories(ours, ref, steps=1500, seed=1) >= 3  # lost lives and games were crossed
+        # 600 steps cross 14-18 ends (lives lost, games over) for either stickiness; 1,500 crossed 40-45
+        assert _same_trajectories(ours, ref, steps=600, seed=1) >= 6  # over 5 lives: a game over was crossed too
     finally:
         ours.close()
         ref.close()

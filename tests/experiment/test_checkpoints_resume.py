@@ -144,7 +144,7 @@ ATARI = [
 
 @pytest.mark.parametrize(
     "flags,first,total",
-    [([], 8000, 20000), (ATARI, 2048, 4096)],  # Atari budgets in frames: 512 and 1,024 agent steps
+    [([], 3000, 8000), (ATARI, 2048, 4096)],  # Atari budgets in frames: 512 and 1,024 agent steps
     ids=["cartpole", "atari"],
 )
 def test_exact_serial_resume(tmp_path, capsys, flags, first, total):

@@ -10,7 +10,7 @@ import torch
 
 from sample_factory.experiment.checkpoints import list_checkpoints
 
-BUDGET = 100_000  # env steps per policy
+BUDGET = 30_000  # env steps per policy: 7 updates of 4,096 samples each, some 1,000 episodes each
 _FINAL = re.compile(r"policy (\d): reward [-0-9.na]+, (\d+) episodes, (\d+) env steps")
 
 

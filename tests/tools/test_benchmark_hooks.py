@@ -12,7 +12,7 @@ from sample_factory.tools import benchmark_hooks
 @pytest.mark.timeout(200)
 def test_benchmark_hooks_small(tmp_path, capsys):
     out = tmp_path / "hooks.json"
-    assert benchmark_hooks.main(["--seconds=5", "--repeats=1", f"--output={out}"]) == 0
+    assert benchmark_hooks.main(["--seconds=3", "--repeats=1", f"--output={out}"]) == 0
     text = capsys.readouterr().out
     assert "no hooks" in text and "episode hook" in text and "ratio to no hooks" in text
     results = json.loads(out.read_text())["results"]
