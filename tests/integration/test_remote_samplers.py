@@ -2,8 +2,9 @@
 train.py runs whose rollouts come from a sampler node's actor and policy workers through Ray's object store.
 
 - a run sampled only by the remote node (--local_samplers=False) learns CartPole;
-- the remote node's processes killed mid-run: the run logs one line and goes on with its local samplers, or,
-  without local samplers, stops with one line;
+- the remote node's processes killed mid-run: the run logs one line and goes on with its local samplers, or with
+  its other sampler node; a node whose actor is stopped (hung) is lost after --heartbeat_timeout_sec; without local
+  samplers the run stops with one line once the last node is lost;
 - after every run no process of the sampler node (its Ray actor, its components) is left, nor /dev/shm objects.
 """
 
