@@ -110,7 +110,8 @@ def start(tmp_path: Path, args: list[str], env_id: str = SUCCESS_ENV, **kwargs) 
 
 @pytest.mark.timeout(150)
 def test_every_hook_runs_in_its_process_and_episode_stats_are_logged(tmp_path, hook_dir):
-    run = start(tmp_path, [HOOKS, "--episode_info_keys=success", "--train_for_env_steps=30000"])
+    # 4000 env steps: at least 62 finished episodes (at most 60 steps each, 4 envs) and a few training reports
+    run = start(tmp_path, [HOOKS, "--episode_info_keys=success", "--train_for_env_steps=4000"])
     try:
         assert run.wait(timeout=120) == 0, run.describe()
         run.assert_no_leftovers()
@@ -141,7 +142,7 @@ def test_every_hook_runs_in_its_process_and_episode_stats_are_logged(tmp_path, h
         Path(c["path"]).name.startswith("checkpoint_") for c in ckpts
     )
     end = by_hook["on_experiment_end"][0]
-    assert end["exit_code"] == 0 and "reached 30000 env steps" in end["stop_reason"]
+    assert end["exit_code"] == 0 and "reached 4000 env steps" in end["stop_reason"]
     assert end["checkpoint"][0] == ckpts[-1]["path"] and Path(end["checkpoint"][0]).exists()
     assert set(end["episode_stats"][0]) == {"success", "steps_up", "hook_len"}
     assert "on_pbt_decision" not in by_hook and "on_worker_restarted" not in by_hook
@@ -191,9 +192,12 @@ def test_a_statistic_that_is_not_a_number_stops_the_run(tmp_path):
 
 @pytest.mark.timeout(150)
 def test_worker_restart_hook(tmp_path, hook_dir):
-    env = {"SF_FAULT_ONCE_FILE": str(tmp_path / "once"), "SF_FAULT_AT_STEP": "300"}
+    # The first env to reach step 100 aborts (2 workers x 2 envs: ~400 env steps into the run): a budget of env
+    # steps 4x that, not seconds, so the crash (the hook runs when the runner sees it) comes well before the end at
+    # any machine speed.
+    env = {"SF_FAULT_ONCE_FILE": str(tmp_path / "once"), "SF_FAULT_AT_STEP": "100"}
     run = start(
-        tmp_path, [HOOKS, "--train_for_seconds=14"], "tests.reliability.fault_envs:AbortAtStep-v0", extra_env=env
+        tmp_path, [HOOKS, "--train_for_env_steps=1600"], "tests.reliability.fault_envs:AbortAtStep-v0", extra_env=env
     )
     try:
         assert run.wait(timeout=100) == 0, run.describe()

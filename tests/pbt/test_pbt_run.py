@@ -24,8 +24,10 @@ ARGV = [
     "--batch_size=128",
     "--num_policies=4",
     "--with_pbt=True",
-    "--pbt_period_env_steps=2000",
-    "--pbt_start_mutation=4000",
+    # A PBT step per policy every 1000 of its env steps (--train_for_env_steps counts per policy): a few rounds in a
+    # few thousand env steps; each policy has ~50 finished CartPole episodes by 1000, so its objective is known.
+    "--pbt_period_env_steps=1000",
+    "--pbt_start_mutation=1000",
     "--pbt_replace_fraction=0.25",
     "--pbt_mutation_rate=0.5",
     "--pbt_replace_reward_gap=0.05",
@@ -48,7 +50,7 @@ def test_pbt_mutates_replaces_copies_weights_and_resumes(tmp_path, monkeypatch):
         assert dict(vars(self.cfg), **hyperparams) == vars(self.cfg)  # applied to the learner's own cfg
 
     monkeypatch.setattr(Learner, "_pbt_update", spy)
-    cfg = parse_cfg([*ARGV, "--train_for_env_steps=30000", f"--train_dir={tmp_path}"])
+    cfg = parse_cfg([*ARGV, "--train_for_env_steps=3000", f"--train_dir={tmp_path}"])
     runner = Runner(cfg)
     assert runner.run() == 0
     assert replacements, "no replacement happened"
@@ -67,7 +69,7 @@ def test_pbt_mutates_replaces_copies_weights_and_resumes(tmp_path, monkeypatch):
     saved = load_pbt_state(tmp_path / "x", 4, cfg)
     assert [s.history for s in saved] == [st.history for st in pbt.states]
     before = {p: json.loads((tmp_path / "x" / f"pbt_p{p}.json").read_text()) for p in range(4)}
-    cfg2 = parse_cfg([*ARGV, "--train_for_env_steps=37500", f"--train_dir={tmp_path}"])
+    cfg2 = parse_cfg([*ARGV, "--train_for_env_steps=4500", f"--train_dir={tmp_path}"])
     resumed = Runner(cfg2)
     assert resumed.run() == 0
     for p in range(4):
@@ -80,7 +82,9 @@ def test_pbt_mutates_replaces_copies_weights_and_resumes(tmp_path, monkeypatch):
 def test_pbt_mutates_reward_shaping_of_the_envs_each_policy_plays(tmp_path):
     argv = [a for a in ARGV if not a.startswith(("--env=", "--num_policies"))]
     argv += ["--env=tests.shaped_env:ShapedCartPole-v0", "--use_rnn=False"]  # no preset: not the default GRU 512
-    argv += ["--pbt_mutation_rate=1.0", "--num_policies=2", "--train_for_env_steps=15000", f"--train_dir={tmp_path}"]
+    # PBT steps at ~1000 and ~2000 env steps per policy, the run ends at 2500: the envs have received the last
+    # coefficients when it stops (a step at the very end may be the one the actors never get)
+    argv += ["--pbt_mutation_rate=1.0", "--num_policies=2", "--train_for_env_steps=2500", f"--train_dir={tmp_path}"]
     runner = Runner(parse_cfg(argv))
     assert runner.run() == 0
     pbt = runner.pbt.pbt
