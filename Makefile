@@ -1,7 +1,8 @@
 # Developer / CI entry points. Works from a fresh clone with only python3 + pip available.
 #   make venv       create .venv and install the package (editable) with every extra (dev, onnx, plot, video,
 #                   box2d, atari, mujoco, vizdoom, envpool, pettingzoo, wandb, ray), pinned by constraints.txt
-#   make test       lint (ruff format --check, ruff check) + pytest, without the tests marked slow (CI runs this)
+#   make test       lint (ruff format --check, ruff check) + pytest, without the tests marked slow (CI runs this);
+#                   TEST_WORKERS test files at a time (default 2; 0: one process)
 #   make test-slow  only the tests marked slow: learning-quality claims of minutes each (presets reaching a score)
 #   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2");
 #                   installs the package without env extras; other envs: make train EXTRAS=atari
@@ -49,8 +50,13 @@ lint: venv
 
 # Each recipe line runs in its own shell and make stops at the first non-zero exit,
 # so a ruff or pytest failure fails `make test` (and therefore CI).
+# Test files run TEST_WORKERS at a time (pytest-xdist, one file per worker so a module's fixtures start once): most
+# of a file's time is start-up, heartbeat timeouts and engines (Ray, Slurm) coming up, not CPU. CI's 2-core VM:
+# 2 workers (docs/testing.md has the times); TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: lint
-	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=600 --durations=30 -m "not slow"
+	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=600 --durations=30 -m "not slow" \
+		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-slow: venv
 	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=900 --durations=30 -m slow
