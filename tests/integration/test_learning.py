@@ -108,29 +108,20 @@ DQN_PATH_TARGET = 200.0
 DQN_BUDGET = 700_000
 
 
+def learn_dqn(train_run, tmp_path, target: float) -> None:
+    """The preset's Ape-X DQN run, stopped at `target`, which it must reach within the preset's budget."""
+    learn(train_run, tmp_path, ["--algo=DQN", f"--stop_at_reward={target}"], DQN_BUDGET, timeout=420, target=target)
+
+
 @pytest.mark.timeout(900)
 def test_dqn_learns(tmp_path, train_run):
-    learn(
-        train_run,
-        tmp_path,
-        ["--algo=DQN", f"--stop_at_reward={DQN_PATH_TARGET}"],
-        DQN_BUDGET,
-        timeout=420,
-        target=DQN_PATH_TARGET,
-    )
+    learn_dqn(train_run, tmp_path, DQN_PATH_TARGET)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_learning_dqn(tmp_path, train_run):
-    learn(
-        train_run,
-        tmp_path,
-        ["--algo=DQN", f"--stop_at_reward={DQN_TARGET}"],
-        DQN_BUDGET,
-        timeout=420,
-        target=DQN_TARGET,
-    )
+    learn_dqn(train_run, tmp_path, DQN_TARGET)
 
 
 @pytest.mark.timeout(800)
