@@ -24,6 +24,7 @@ from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoin
 from sample_factory.experiment.exit_codes import interrupted_exit_code
 from sample_factory.experiment.folder import experiment_dir, folder_entries, prepare_experiment_dir, remove_created
 from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
+from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.precision import resolve_auto_precision
 from sample_factory.pbt.controller import PbtController
@@ -158,6 +159,11 @@ class Runner:
             cfg.env_backend = env_backend(cfg)
             log(f"--env_backend=auto: {cfg.env_backend}")
         self.callbacks = make_callbacks(cfg)
+        if cfg.serial_mode:
+            # Serial mode promises bit-identical weights for a seed, so no kernel may be picked by timing: tanh's
+            # sigmoid identity (model/activations.py) differs from torch.tanh in the last bits, and which of the two
+            # is "faster" flips from run to run on a loaded CPU (two outcomes among 6 concurrent runs). torch's own.
+            activations.USE_IDENTITY = False
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed)
             np.random.seed(cfg.seed)

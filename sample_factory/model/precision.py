@@ -84,12 +84,14 @@ def bf16_pays(t_fp32: float, t_bf16: float) -> bool:
 def resolve_auto_precision(cfg: Config, model: nn.Module, obs_space: gym.Space, log: Callable[[str], None]) -> None:
     """Replace `auto` in cfg.learner_precision / cfg.inference_precision by what runs faster here (fp32 or bf16),
     timed on `model` with one thread (a policy worker's; per thread the ratio is what matters). Does nothing on a
-    GPU or where neither option is auto; on a CPU without native bf16 auto is fp32 without timing."""
+    GPU or where neither option is auto; on a CPU without native bf16, and in serial mode, auto is fp32 untimed."""
     roles = [name for name in ("learner_precision", "inference_precision") if getattr(cfg, name) == "auto"]
     device = torch.device("cuda" if cfg.device == "gpu" else cfg.device)
     if not roles or device.type != "cpu":
         return
-    if reduced_precision_dtype("auto", device) is None:  # no native bf16: nothing to time
+    # No native bf16: nothing to time. Serial mode: no timed choice either, it would flip on a loaded CPU and
+    # serial mode promises the same weights for a seed (runner.py pins tanh's kernel for the same reason).
+    if cfg.serial_mode or reduced_precision_dtype("auto", device) is None:
         for name in roles:
             setattr(cfg, name, "fp32")
         return

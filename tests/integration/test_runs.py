@@ -127,6 +127,25 @@ def test_serial_mode_is_reproducible(tmp_path, train_run):
     assert any(not torch.equal(a[k], c[k]) for k in a), "a different seed gave identical weights"
 
 
+@pytest.mark.timeout(120)
+def test_serial_mode_ignores_kernel_timings(tmp_path, monkeypatch):
+    """The cause of two outcomes among 6 concurrent serial runs: tanh's kernel was picked per process by timing
+    (model/activations.py), which load flips. Here the timing is made to say each answer once: same weights."""
+    from sample_factory.model import activations
+    from tests.policy_helpers import train_tiny
+
+    weights = []
+    for identity_faster in (True, False):
+        monkeypatch.setattr(activations, "USE_IDENTITY", None)
+        monkeypatch.setattr(
+            activations, "time_both", lambda reps=15, f=identity_faster: (1.0, 0.0) if f else (0.0, 1.0)
+        )
+        exp = train_tiny(tmp_path, f"identity_{identity_faster}", "--train_for_env_steps=1024")
+        ckpt = sorted((exp / "checkpoint_p0").glob("checkpoint_*.pth"))[-1]
+        weights.append(torch.load(ckpt, weights_only=False, map_location="cpu")["model"])
+    assert [k for k in weights[0] if not torch.equal(weights[0][k], weights[1][k])] == []
+
+
 @pytest.mark.timeout(150)
 def test_sync_mode_zero_lag(tmp_path, train_run):
     run = train_run(

@@ -84,3 +84,17 @@ def test_timing_the_real_model_leaves_it_untouched():
     for dtype in (None, torch.bfloat16):
         assert precision.time_training_pass(model, FRAMES, dtype, repeats=1) > 0
         assert precision.time_inference(model, FRAMES, 4, dtype, repeats=1) > 0
+
+
+def test_serial_mode_takes_fp32_untimed(monkeypatch):
+    """Serial mode promises the same weights for a seed: a timed choice would flip with the CPU's load."""
+    _fixed_timings(monkeypatch, (0.066, 0.030), (0.0020, 0.0013))  # bf16 would be timed faster
+
+    def fail(*args):
+        raise AssertionError("timed")
+
+    monkeypatch.setattr(precision, "time_training_pass", fail)
+    monkeypatch.setattr(precision, "time_inference", fail)
+    cfg, lines = _cfg("--serial_mode=True"), []
+    precision.resolve_auto_precision(cfg, None, FRAMES, lines.append)
+    assert (cfg.learner_precision, cfg.inference_precision) == ("fp32", "fp32")
