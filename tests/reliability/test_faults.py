@@ -251,13 +251,11 @@ def test_a_new_run_waits_for_the_processes_of_a_killed_one(tmp_path, start_run):
     assert "resuming" not in second.output and second.proc.poll() is None, second.describe()
     resumed_at = time.time()
     learner.resume()
-    latest = None  # the newest checkpoint once the old learner is gone: its final save
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and "resuming" not in second.output:
-        if latest is None and not alive(learner):
-            latest = first.checkpoints()[-1]
-        time.sleep(0.02)
-    assert latest is not None, f"the second run went on beside the old learner\n{second.describe()}"
+    # Once the new run resumes, the old learner must be gone: it held the lock. (Watching for its exit before the
+    # "resuming" line instead raced on a loaded machine: the learner exited and the run resumed within one poll.)
+    assert second.wait_until(lambda: "resuming" in second.output, timeout=60, poll=0.02), second.describe()
+    assert not alive(learner), f"the second run went on beside the old learner\n{second.describe()}"
+    latest = first.checkpoints()[-1]  # the old learner's final save
     assert latest.stat().st_mtime >= resumed_at  # the old learner did write after the kill, before the new run
     assert finish(second, 90) == 0, second.describe()
     assert f"policy 0 resumed from {latest} at" in second.output, second.describe()
