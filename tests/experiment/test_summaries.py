@@ -105,7 +105,7 @@ def test_a_short_run_has_a_curve(tmp_path):
     """Progress lines every 100 s, i.e. never during the run: the rows and points come from the env steps."""
     args = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=short", "--serial_mode=True"]
     args += ["--num_workers=1", "--num_envs_per_worker=8", "--batch_size=256", "--device=cpu", "--use_rnn=False"]
-    args += ["--encoder_mlp_layers=32", "--train_for_env_steps=12000", "--progress_every_env_steps=1000"]
+    args += ["--encoder_mlp_layers=32", "--train_for_env_steps=30000", "--progress_every_env_steps=1000"]
     args += ["--report_interval_sec=100", "--experiment_summaries_interval=100"]
     run = Run(args)
     try:
@@ -113,11 +113,13 @@ def test_a_short_run_has_a_curve(tmp_path):
     finally:
         run.kill()
     rows = _rows(tmp_path / "short" / "progress.csv")
-    assert len(rows) >= 6, rows  # a row per 1000 env steps, at most 4 a second, and the final one
+    # A row per 1000 env steps, at most 4 a second, and the final one: 30k env steps take >= 2.5 s at this VM's
+    # fastest (12k took 1.3 s on CI, where 12k gave 5 rows), so >= 10 rows whatever the speed.
+    assert len(rows) >= 10, rows
     steps = [int(r["env_steps"]) for r in rows]
-    assert steps == sorted(steps) and steps[-1] >= 12000
+    assert steps == sorted(steps) and steps[-1] >= 30000
     scalars = read_scalars(tmp_path / "short" / ".summary" / "0")
-    assert len(scalars["perf/fps_env_steps"]) >= 5 and len(scalars["charts/SPS"]) >= 5
+    assert len(scalars["perf/fps_env_steps"]) >= 9 and len(scalars["charts/SPS"]) >= 9
 
 
 @pytest.fixture

