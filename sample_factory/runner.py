@@ -204,7 +204,8 @@ class Runner:
         kind = "local" if cfg.serial_mode else cfg.message_queue
         self.channels = Channels(spec.num_workers, cfg.num_policies, kind, cfg.learners_per_policy)
         self.placement = place_components(cfg, log)
-        self.pbt = PbtController(cfg, self.exp_dir, self.channels, log, reward_shaping) if cfg.with_pbt else None
+        if cfg.with_pbt:  # with the published weights: their versions say which policies have trained
+            self.pbt = PbtController(cfg, self.exp_dir, self.channels, log, reward_shaping, self.weights)
         self.components = self._make_components()
         self.progress = ProgressTracker(cfg)
         self.evaluator = PeriodicEvaluator(

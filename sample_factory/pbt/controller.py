@@ -2,13 +2,17 @@
 PBT logic (pbt/population.py) and sends the decisions to the learners (PBT_UPDATE: new hyperparameters, and for a
 replacement the policy whose published weights the target loads). PBT state is written as
 <experiment>/pbt_p<id>.json after every decision and at the end, restored on resume, and logged to TensorBoard
-(pbt/*)."""
+(pbt/*).
+
+The runner passes the published weights (what a replacement loads): with their policy versions, a policy whose
+learner has not trained yet (version 0, its initial random weights) is not ranked, so it is never a replacement's
+source."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sample_factory.config import Config
@@ -21,6 +25,7 @@ from sample_factory.pbt.population import (
     save_pbt_state,
 )
 from sample_factory.runtime.messages import Channels, PbtUpdate, SetRewardShaping
+from sample_factory.runtime.shared_buffers import SharedWeights
 
 
 class PbtController:
@@ -31,8 +36,11 @@ class PbtController:
         channels: Channels,
         log: Callable[[str], None],
         reward_shaping: dict[str, float] | None = None,
+        weights: Sequence[SharedWeights] | None = None,
     ):
         self.cfg, self.exp_dir, self.channels, self.log = cfg, exp_dir, channels, log
+        self.weights = weights
+        self.told_skip: dict[int, str | None] = {}  # the waiting reason logged last: once, not at every report
         states = load_pbt_state(exp_dir, cfg.num_policies, cfg)
         self.pbt = PopulationBasedTraining(cfg, cfg.num_policies, reward_shaping=reward_shaping, states=states)
         save_pbt_state(exp_dir, self.pbt.states)
@@ -68,7 +76,12 @@ class PbtController:
             for p in range(self.cfg.num_policies)
         }
         env_steps = int(stats.get("env_steps", 0))
-        decisions = self.pbt.step(policy_id, env_steps, objectives)
+        versions = {p: w.version for p, w in enumerate(self.weights)} if self.weights is not None else None
+        decisions = self.pbt.step(policy_id, env_steps, objectives, versions)
+        if (why := self.pbt.skipped.get(policy_id)) != self.told_skip.get(policy_id):
+            if why is not None:
+                self.log(f"PBT: policy {policy_id} step skipped at {env_steps} env steps: {why}")
+            self.told_skip[policy_id] = why
         sent = []
         for d in decisions:
             if d.source is None and not d.changes:
@@ -79,7 +92,8 @@ class PbtController:
                 self._send_reward_shaping(d.target, d.hyperparams)
             changed = ", ".join(f"{k} {v['old']:.4g}->{v['new']:.4g}" for k, v in d.changes.items()) or "no change"
             origin = f" from policy {d.source}" if d.source is not None else ""
-            self.log(f"PBT: policy {d.target} {d.kind}{origin}: {changed}")
+            unranked = f" (not ranked, never trained: policy {', '.join(map(str, d.untrained))})" if d.untrained else ""
+            self.log(f"PBT: policy {d.target} {d.kind}{origin}: {changed}{unranked}")
         if decisions:
             save_pbt_state(self.exp_dir, self.pbt.states)
         return sent

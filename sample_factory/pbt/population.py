@@ -9,6 +9,12 @@ past `--pbt_start_mutation`), it gets one decision:
   weights (the caller copies them) and the source's hyperparameters, which are then mutated.
 - MUTATION otherwise: each hyperparameter is perturbed with probability `--pbt_mutation_rate`.
 
+A caller that passes the policy versions of the weights (SGD steps taken, plus one per replacement) gets two more
+rules. A policy at version 0 still has its initial random weights: its objective (if any) is that of a random policy,
+so it takes no part in the ranking and is never a source. And a due PBT step waits, without restarting the period,
+until the policy has trained since its last one (`skipped` says why it waited): otherwise its objective would judge
+weights its current hyperparameters never trained.
+
 Hyperparameters live in one flat `dict[str, float]`: the cfg names of the learner options
 (`MUTABLE_HYPERPARAMS`, or `DQN_MUTABLE_HYPERPARAMS` with --algo=DQN, plus `gamma` with `--pbt_optimize_gamma`)
 and, for envs that expose reward-shaping coefficients, `reward_shaping/<name>`. `apply_hyperparams` writes such
@@ -136,6 +142,7 @@ class PbtDecision:
     source: int | None
     hyperparams: dict[str, float]
     changes: dict[str, dict[str, float]]
+    untrained: list[int] = field(default_factory=list)  # known objectives left out of the ranking: version 0
 
 
 @dataclass
@@ -146,12 +153,16 @@ class PolicyPbtState:
     # Events: {"env_steps", "kind", "source", "changes", "objectives"}; objectives keyed by str(policy id),
     # unknown ones as None, so the JSON round trip is exact.
     history: list[dict[str, Any]] = field(default_factory=list)
+    # The policy version of its weights right after its last PBT step (a replacement adds one), for callers that
+    # pass versions: its next step waits until the version has moved past it.
+    last_pbt_policy_version: int = 0
 
     def to_json(self) -> str:
         d = {
             "policy_id": self.policy_id,
             "hyperparams": self.hyperparams,
             "last_pbt_env_steps": self.last_pbt_env_steps,
+            "last_pbt_policy_version": self.last_pbt_policy_version,
             "history": self.history,
         }
         return json.dumps(d, indent=1, allow_nan=False)
@@ -164,6 +175,7 @@ class PolicyPbtState:
             hyperparams={k: float(v) for k, v in d["hyperparams"].items()},
             last_pbt_env_steps=int(d["last_pbt_env_steps"]),
             history=list(d["history"]),
+            last_pbt_policy_version=int(d.get("last_pbt_policy_version", 0)),  # absent in older files
         )
 
 
@@ -251,6 +263,8 @@ class PopulationBasedTraining:
         # Drawn for every policy (even resumed ones) so the random stream does not depend on what was resumed.
         self._initial = [dict(base)] + [self._perturb_all(base) for _ in range(1, num_policies)]
         self.states = [PolicyPbtState(p, dict(self._initial[p])) for p in range(num_policies)]
+        # policy id -> why its PBT step, due at the last `step` call for it, waits (see `step`)
+        self.skipped: dict[int, str] = {}
         for p, saved in enumerate(states or []):
             if saved is not None and p < num_policies:
                 self.states[p] = self._adopt(saved, base)
@@ -270,7 +284,9 @@ class PopulationBasedTraining:
     def _adopt(self, saved: PolicyPbtState, base: Mapping[str, float]) -> PolicyPbtState:
         """A resumed state restricted to the hyperparameters managed now, each clipped into its bounds."""
         hp = {k: self._clip(k, saved.hyperparams.get(k, v)) for k, v in base.items()}
-        return PolicyPbtState(saved.policy_id, hp, saved.last_pbt_env_steps, list(saved.history))
+        return PolicyPbtState(
+            saved.policy_id, hp, saved.last_pbt_env_steps, list(saved.history), saved.last_pbt_policy_version
+        )
 
     def _clip(self, name: str, value: float) -> float:
         lo, hi = self.bounds[name]
@@ -307,10 +323,11 @@ class PopulationBasedTraining:
     def summaries(self, policy_id: int) -> dict[str, float]:
         return {SUMMARY_PREFIX + k: v for k, v in self.states[policy_id].hyperparams.items()}
 
-    def _replacement_source(self, policy_id: int, objectives: Mapping[int, float]) -> int | None:
-        """A better policy to copy from, or None. Unknown (non-finite) objectives take no part in the ranking."""
+    def _replacement_source(self, policy_id: int, objectives: Mapping[int, float], untrained: set[int]) -> int | None:
+        """A better policy to copy from, or None. Unknown (non-finite) objectives and `untrained` policies take no
+        part in the ranking."""
         known = {p: float(v) for p, v in objectives.items() if v is not None and math.isfinite(v)}
-        known = {p: v for p, v in known.items() if 0 <= p < self.num_policies}
+        known = {p: v for p, v in known.items() if 0 <= p < self.num_policies and p not in untrained}
         if policy_id not in known:
             return None
         ranked = sorted(known, key=lambda p: (known[p], p))
@@ -326,31 +343,55 @@ class PopulationBasedTraining:
             return source
         return None
 
-    def step(self, policy_id: int, env_steps: int, objectives: Mapping[int, float]) -> list[PbtDecision]:
-        """Call with the env steps of `policy_id` and the latest objective of every policy (NaN: unknown).
-        Returns the decisions taken (at most one, for `policy_id`); the internal state already reflects them."""
+    def step(
+        self,
+        policy_id: int,
+        env_steps: int,
+        objectives: Mapping[int, float],
+        versions: Mapping[int, int] | None = None,
+    ) -> list[PbtDecision]:
+        """Call with the env steps of `policy_id` and the latest objective of every policy (NaN: unknown), and where
+        the caller knows them, the policy version of every policy's current weights (missing: 0).
+        Returns the decisions taken (at most one, for `policy_id`); the internal state already reflects them.
+        An empty list with `policy_id` in `skipped`: the step was due but waits for the policy to train."""
         state = self.states[policy_id]
+        self.skipped.pop(policy_id, None)
         if env_steps - state.last_pbt_env_steps < self.period:
             return []
+        if versions is not None:
+            version = int(versions.get(policy_id, 0))
+            if version <= state.last_pbt_policy_version:
+                self.skipped[policy_id] = (
+                    "its learner has not trained yet (policy version 0)"
+                    if version == 0
+                    else f"its learner has not trained since its last PBT step (policy version {version})"
+                )
+                return []
+            state.last_pbt_policy_version = version
         state.last_pbt_env_steps = int(env_steps)
         if env_steps < self.start_mutation:
             return []  # the period restarts, so the first PBT step comes one period after start_mutation at most
 
-        source = self._replacement_source(policy_id, objectives)
+        untrained = set() if versions is None else {p for p in range(self.num_policies) if versions.get(p, 0) <= 0}
+        source = self._replacement_source(policy_id, objectives, untrained)
         old = state.hyperparams
         if source is None:
             kind, new = "mutation", self._mutate(old)
         else:
             kind, new = "replacement", self._mutate(self.states[source].hyperparams)
+            state.last_pbt_policy_version += 1  # both runners count the loaded weights as one more version
         changes = {k: {"old": old[k], "new": v} for k, v in new.items() if v != old[k]}
         state.hyperparams = new
-        state.history.append(
-            {
-                "env_steps": int(env_steps),
-                "kind": kind,
-                "source": source,
-                "changes": changes,
-                "objectives": _objectives_record(objectives, self.num_policies),
-            }
-        )
-        return [PbtDecision(kind, policy_id, source, dict(new), {k: dict(c) for k, c in changes.items()})]
+        record = _objectives_record(objectives, self.num_policies)
+        left_out = sorted(p for p in untrained if record[str(p)] is not None)
+        event: dict[str, Any] = {
+            "env_steps": int(env_steps),
+            "kind": kind,
+            "source": source,
+            "changes": changes,
+            "objectives": record,
+        }
+        if left_out:
+            event["untrained"] = left_out
+        state.history.append(event)
+        return [PbtDecision(kind, policy_id, source, dict(new), {k: dict(c) for k, c in changes.items()}, left_out)]

@@ -326,3 +326,50 @@ def test_load_reconciles_with_current_cfg(tmp_path):
     assert q.hyperparams(1)["reward_shaping/new"] == 1.0  # coefficients unknown to the file start at the env value
     assert q.hyperparams(1)["learning_rate"] == p.hyperparams(1)["learning_rate"]
     assert q.states[1].history == p.states[1].history
+
+
+def test_untrained_policies_are_not_ranked_nor_sources():
+    """A policy at version 0 still has its initial random weights: with the versions given, its objective (that of a
+    random policy) is left out of the ranking, so it is never copied, and the event says it was left out."""
+    flags = ("--pbt_start_mutation=0", "--pbt_period_env_steps=1", "--pbt_replace_fraction=0.25")
+    objectives = {0: 10.0, 1: 500.0, 2: 40.0, 3: 30.0}
+    for seed in range(10):
+        p = make_pbt(*flags, seed=seed)
+        # without versions every known objective is ranked: policy 1 is the only one of the k=1 best
+        assert p.step(0, 5, objectives)[0].source == 1
+        q = make_pbt(*flags, seed=seed)
+        [d] = q.step(0, 5, objectives, versions={0: 8, 1: 0, 2: 8, 3: 8})
+        assert d.kind == "replacement" and d.source == 2 and d.untrained == [1]
+        assert q.states[0].history[-1]["untrained"] == [1] and q.states[0].history[-1]["objectives"]["1"] == 500.0
+    # missing versions count as 0; an untrained policy without an objective is not reported as left out
+    p = make_pbt(*flags)
+    [d] = p.step(0, 5, {0: 10.0, 1: math.nan, 2: 40.0, 3: 30.0}, versions={0: 8, 2: 8, 3: 8})
+    assert d.source == 2 and d.untrained == [] and "untrained" not in p.states[0].history[-1]
+    # nobody trained but the target: no one to compare with
+    assert make_pbt(*flags).step(0, 5, objectives, versions={0: 8})[0].kind == "mutation"
+
+
+def test_a_due_step_waits_until_the_policy_has_trained_since_its_last_one():
+    flags = ("--pbt_start_mutation=0", "--pbt_period_env_steps=1000", "--pbt_mutation_rate=1.0")
+    p = make_pbt(*flags, n=2)
+    objectives = {0: 1.0, 1: 5.0}
+    # never trained: the step waits, the period does not restart, nothing is recorded
+    assert p.step(0, 1500, objectives, versions={0: 0, 1: 4}) == []
+    assert p.skipped[0] == "its learner has not trained yet (policy version 0)"
+    assert p.states[0].last_pbt_env_steps == 0 and p.states[0].history == []
+    # trained: the step is taken at once (the period had already elapsed); a replacement's weights are one version on
+    [d] = p.step(0, 1600, objectives, versions={0: 3, 1: 4})
+    assert d.kind == "replacement" and 0 not in p.skipped
+    assert (p.states[0].last_pbt_env_steps, p.states[0].last_pbt_policy_version) == (1600, 4)
+    # the replaced weights (version 4) have not trained since: the next due step waits again
+    assert p.step(0, 2700, objectives, versions={0: 4, 1: 9}) == []
+    assert p.skipped[0] == "its learner has not trained since its last PBT step (policy version 4)"
+    assert p.step(0, 2701, objectives) != []  # a caller without versions: no such rule
+    # not due: no waiting reason is left over from an earlier call
+    assert p.step(0, 2702, objectives, versions={0: 4, 1: 9}) == [] and 0 not in p.skipped
+    # the version at the last step survives a save and a resume
+    st = PolicyPbtState.from_json(p.states[0].to_json())
+    assert st == p.states[0] and st.last_pbt_policy_version == p.states[0].last_pbt_policy_version
+    old = json.loads(p.states[0].to_json())
+    del old["last_pbt_policy_version"]  # a file written before the field existed
+    assert PolicyPbtState.from_json(json.dumps(old)).last_pbt_policy_version == 0
