@@ -10,6 +10,9 @@ pure PBT logic (population.py: the same object, flags and rules as in-process PB
 objective of every member, and applies the decision before the member's next segment: a replacement copies the
 source's latest checkpoint into the target's folder (members.copy_member_weights), and the new hyperparameters go to
 member_<i>/pbt_p0.json, which the member's run restores into its learner. Members never wait for each other.
+The PBT logic gets each member's policy version (from its checkpoint's name): a member that never trained is not a
+source, and a segment that ended before the member's learner trained since its last PBT step is no PBT step; the
+member runs a longer segment instead (its collected but untrained env steps are lost when it resumes).
 
 Why segments rather than members that keep running and poll for commands: a member between two segments is a
 folder on disk (checkpoint + pbt_p0.json), so a decision needs no live process and no new message path into the
@@ -64,6 +67,8 @@ class Member:
     env_steps: int = 0
     objective: float = math.nan
     target: int = 0  # env steps the running / next segment trains to
+    version: int = 0  # policy version of its newest checkpoint (0: initial weights), what its next segment resumes
+    ckpt_env_steps: int = 0  # env steps of that checkpoint: where its next segment's env-step counter starts
     restarts: int = 0
     status: str = "training"  # training, finished, stopped (before its budget, by its own stop rule), failed
     segments: list[dict[str, Any]] = field(default_factory=list)
@@ -86,41 +91,59 @@ class RayPopulation:
         for m in self.members:
             write_member_state(m.exp_dir, self.pbt.states[m.index])
             steps, objective = read_progress(cfg, m.exp_dir)
-            if steps is not None and latest_checkpoint_info(m.exp_dir) is not None:
-                m.env_steps, m.objective = steps, objective
+            info = latest_checkpoint_info(m.exp_dir)
+            if steps is not None and info is not None:
+                m.env_steps, m.objective, m.version, m.ckpt_env_steps = steps, objective, info[1], info[2]
                 started.append(m)
             else:
                 m.target = min(self.pbt.states[m.index].last_pbt_env_steps + self.pbt.period, self.budget)
         for m in started:
-            self._after_segment(m, resumed=True)
+            self._after_segment(m)
 
     # ---- decisions (between two segments of a member) ---------------------------------------------------------
     def objectives(self) -> dict[int, float]:
         return {m.index: (m.objective if m.status != "failed" else math.nan) for m in self.members}
 
-    def _after_segment(self, m: Member, resumed: bool = False) -> None:
-        """Member `m` is stopped at m.env_steps: one PBT step for it, then its next segment's target (or done)."""
+    def versions(self) -> dict[int, int]:
+        return {m.index: m.version for m in self.members}
+
+    def _after_segment(self, m: Member, segment_start: int | None = None) -> None:
+        """Member `m` is stopped at m.env_steps: one PBT step for it, then its next segment's target (or done).
+        `segment_start`: the env steps its ended segment started from (its checkpoint's); None when no segment
+        ended (a resumed coordinator takes the member up)."""
         if m.env_steps >= self.budget:
             m.status = "finished"  # like in-process PBT: no decision for a policy that stops training
             return
-        if not resumed and m.env_steps < m.target:
+        if segment_start is not None and m.env_steps < m.target:
             m.status = "stopped"  # exit 0 before its target: its own stop rule (--stop_at_reward, time budget)
             log(f"member {m.index} stopped at {m.env_steps} env steps, before its budget (see its log)")
             return
         state = self.pbt.states[m.index]
-        for d in self.pbt.step(m.index, m.env_steps, self.objectives()):
+        for d in self.pbt.step(m.index, m.env_steps, self.objectives(), self.versions()):
             origin = ""
             if d.source is not None:
                 src_file, new_file = copy_member_weights(
                     self.members[d.source].exp_dir, m.exp_dir, self.cfg.keep_checkpoints
                 )
+                m.version = int(latest_checkpoint_info(m.exp_dir)[1])
                 origin = f" from member {d.source} ({src_file.name} -> {m.exp_dir.name}/{new_file.name})"
             write_member_state(m.exp_dir, state)
             save_pbt_state(self.pop_dir, [state])
             changed = ", ".join(f"{k} {v['old']:.4g}->{v['new']:.4g}" for k, v in d.changes.items()) or "no change"
-            log(f"member {m.index} {d.kind}{origin} at {m.env_steps} env steps: {changed}")
+            unranked = f" (not ranked, never trained: member {', '.join(map(str, d.untrained))})" if d.untrained else ""
+            log(f"member {m.index} {d.kind}{origin} at {m.env_steps} env steps: {changed}{unranked}")
         save_pbt_state(self.pop_dir, [state])  # last_pbt_env_steps moves even without a decision
         m.target = min(max(state.last_pbt_env_steps + self.pbt.period, m.env_steps + 1), self.budget)
+        why = self.pbt.skipped.get(m.index)
+        if why is not None:
+            # Its next segment restarts its counter at its checkpoint's env steps: it gets the length of the one
+            # that did not train plus a period, so that segments grow until its learner trains.
+            length = m.env_steps - (m.ckpt_env_steps if segment_start is None else segment_start)
+            m.target = min(max(m.target, m.ckpt_env_steps + length + self.pbt.period), self.budget)
+            log(
+                f"member {m.index}: no PBT step at {m.env_steps} env steps: {why}; its next segment trains to "
+                f"{m.target} env steps"
+            )
 
     def _on_segment_end(self, m: Member, segment: dict[str, Any]) -> bool:
         """Returns True when the member trains on (a next segment, or the same one again after a failure)."""
@@ -128,10 +151,11 @@ class RayPopulation:
         steps, objective = read_progress(self.cfg, m.exp_dir)
         info = latest_checkpoint_info(m.exp_dir)
         if segment.get("exit_code") == 0 and steps is not None and info is not None:
-            m.env_steps = steps
+            start = m.ckpt_env_steps
+            m.env_steps, m.version, m.ckpt_env_steps = steps, info[1], info[2]
             if math.isfinite(objective):  # a segment without a finished episode keeps the last known objective
                 m.objective = objective
-            self._after_segment(m)
+            self._after_segment(m, start)
             return m.status == "training"
         m.restarts += 1
         why = segment.get("error") or f"exit code {segment.get('exit_code')}"

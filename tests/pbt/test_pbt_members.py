@@ -21,7 +21,7 @@ from sample_factory.pbt.members import (
     transplant_state,
     write_member_state,
 )
-from sample_factory.pbt.population import PopulationBasedTraining, load_pbt_state
+from sample_factory.pbt.population import PopulationBasedTraining, load_pbt_state, save_pbt_state
 from sample_factory.pbt.ray_backend import RayPopulation
 
 POP = [
@@ -184,9 +184,14 @@ def test_member_state_round_trip_reaches_the_members_learner(tmp_path):
     assert member_pbt.hyperparams(0) == state.hyperparams != pbt.hyperparams(0)
 
 
-def _finished_segment(pop_dir: Path, i: int, env_steps: int, reward: float | str, version: int) -> None:
+def _finished_segment(
+    pop_dir: Path, i: int, env_steps: int, reward: float | str, version: int, ckpt_env_steps: int | None = None
+) -> None:
+    """What a member's segment leaves: its learner's final checkpoint (by default 100 collected env steps were not
+    trained on) and a progress.csv row with the run's env-step counter and reward."""
     d = pop_dir / f"member_{i}"
-    save_checkpoint(d / "checkpoint_p0", _state(version, env_steps - 100, seed=i), version, env_steps - 100, 2)
+    ckpt = env_steps - 100 if ckpt_env_steps is None else ckpt_env_steps
+    save_checkpoint(d / "checkpoint_p0", _state(version, ckpt, seed=i), version, ckpt, 2)
     with open(d / "progress.csv", "a") as f:
         if f.tell() == 0:
             f.write("time_s,env_steps,fps_10s,reward_p0\n")
@@ -250,3 +255,65 @@ def test_copy_member_weights_sets_the_targets_unreadable_files_aside(tmp_path):
     src_broken.write_bytes(b"\x00not a checkpoint")
     copy_member_weights(src, tgt, keep=1)
     assert src_broken.exists(), "the source (possibly running) is only read"
+
+
+def test_coordinator_never_copies_a_member_that_has_not_trained(tmp_path, capsys):
+    """Member 1's first segment ended before its learner took an SGD step (its checkpoint: policy version 0, its
+    initial random weights) with the best reward of the population (that of a random policy). It is not ranked, so
+    the worst member copies a member that trained; and the ended segment is no PBT step for member 1 itself."""
+    cfg = pop_cfg(tmp_path, "--pbt_replace_fraction=0.25", "--train_for_env_steps=20000")
+    pop_dir = tmp_path / "pop"
+    pop = RayPopulation(cfg, POP, pop_dir, None)
+    # the segment collected 2176 env steps; the learner's one iteration was cut before its first SGD step
+    _finished_segment(pop_dir, 1, 2176, 500.0, version=0, ckpt_env_steps=0)
+    assert pop._on_segment_end(pop.members[1], {"exit_code": 0})
+    for i, reward in ((2, 40.0), (3, 30.0), (0, 10.0)):
+        _finished_segment(pop_dir, i, 1010, reward, version=5)
+        assert pop._on_segment_end(pop.members[i], {"exit_code": 0})
+    out = capsys.readouterr().out
+    # member 0 is the worst of the trained 0, 2, 3 (k = 1): its source is member 2, not the untrained member 1
+    event = pop.pbt.states[0].history[-1]
+    assert event["kind"] == "replacement" and event["source"] == 2 and event["untrained"] == [1]
+    copied = torch.load(latest_checkpoint_info(pop_dir / "member_0")[0], weights_only=False)["model"]
+    source = torch.load(latest_checkpoint_info(pop_dir / "member_2")[0], weights_only=False)["model"]
+    assert all(torch.equal(copied[k], source[k]) for k in source)
+    assert pop.members[0].version == 6 == latest_checkpoint_info(pop_dir / "member_0")[1]
+    assert "member 0 replacement from member 2 (checkpoint_000000005_910.pth" in out
+    assert "(not ranked, never trained: member 1)" in out
+    # member 1's segment was no PBT step; its next one restarts from 0 env steps: the ended one's length + a period
+    assert pop.pbt.states[1].history == [] and pop.pbt.states[1].last_pbt_env_steps == 0
+    assert pop.members[1].target == 0 + 2176 + 1000
+    assert (
+        "member 1: no PBT step at 2176 env steps: its learner has not trained yet (policy version 0); its next "
+        "segment trains to 3176 env steps" in out
+    )
+
+
+def test_coordinator_grows_segments_until_the_member_trains(tmp_path, capsys):
+    """Segments too short for the learner's first SGD step (a period below its iteration) are no PBT steps; each next
+    one is longer by a period than the last, also when a cut iteration moved the checkpoint's env steps (they count
+    as trained although no SGD step was taken); the PBT step comes once the member trained, and a resumed
+    coordinator keeps the rule."""
+    cfg = pop_cfg(tmp_path, "--train_for_env_steps=20000")
+    pop_dir = tmp_path / "pop"
+    pop = RayPopulation(cfg, POP, pop_dir, None)
+    m = pop.members[2]
+    _finished_segment(pop_dir, 2, 2176, 20.0, version=0, ckpt_env_steps=0)  # from 0: no iteration
+    assert pop._on_segment_end(m, {"exit_code": 0}) and m.target == 3176
+    _finished_segment(pop_dir, 2, 4224, 21.0, version=0, ckpt_env_steps=4096)  # from 0: one iteration, cut
+    assert pop._on_segment_end(m, {"exit_code": 0}) and m.target == 4096 + 4224 + 1000
+    assert pop.pbt.states[2].history == [] and m.objective == 21.0  # the reward of the weights it holds
+    _finished_segment(pop_dir, 2, 9330, 25.0, version=8, ckpt_env_steps=8192)  # from 4096: trained
+    assert pop._on_segment_end(m, {"exit_code": 0})
+    assert [e["env_steps"] for e in pop.pbt.states[2].history] == [9330] and m.target == 10330
+    assert pop.pbt.states[2].last_pbt_policy_version == 8
+    assert capsys.readouterr().out.count("member 2: no PBT step") == 2
+    # a member replaced at its step that has not trained since: its next due step waits, also for a resumed
+    # coordinator (the version at the last step is in pbt_p<i>.json)
+    pop.pbt.states[2].last_pbt_policy_version = 9
+    save_pbt_state(pop_dir, [pop.pbt.states[2]])
+    _finished_segment(pop_dir, 2, 10400, 26.0, version=9, ckpt_env_steps=9330)
+    again = RayPopulation(cfg, POP, pop_dir, None)
+    assert [e["env_steps"] for e in again.pbt.states[2].history] == [9330]
+    assert again.members[2].target == 9330 + (10400 - 9330) + 1000
+    assert "its learner has not trained since its last PBT step (policy version 9)" in capsys.readouterr().out

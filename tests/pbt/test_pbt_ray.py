@@ -27,6 +27,10 @@ BASE = [
     "--env=CartPole-v1",
     "--num_workers=1",
     "--num_envs_per_worker=16",
+    # iterations of 1024 samples (2 rollouts of 16 x 32) instead of the preset's 4096: every segment of 3000 env
+    # steps trains, so every segment but the last is a PBT step (one without an SGD step would be skipped)
+    "--batch_size=1024",
+    "--num_batches_per_epoch=1",
     "--with_pbt=True",
     "--pbt_backend=ray",
     "--pbt_cpus_per_member=1",  # 4 members at once on the 2 x 2 CPUs
