@@ -229,9 +229,13 @@ def probe_env(cfg: Config, ctx: Any = None) -> EnvInfo:
         raise RuntimeError(f"the process creating env {cfg.env!r} died (exit code {proc.exitcode})") from None
     finally:
         proc.join(5)
-        if proc.is_alive():
+        if proc.is_alive():  # hung (its constructor or close): what it started would outlive it
+            from sample_factory.runtime.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes
+
+            started = descendants(proc.pid)
             proc.kill()
             proc.join(5)
+            end_processes(started, LEFT_BEHIND_GRACE_SEC)
     if result[0] == "error":
         raise RuntimeError(f"could not create env {cfg.env!r}: {result[1]}")
     return result[1]
