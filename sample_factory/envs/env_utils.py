@@ -18,6 +18,7 @@ from sample_factory.config.extras import install_hint
 from sample_factory.config.presets import MUJOCO_NAMES
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
+from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes
 
 _ENV_REGISTRY: dict[str, Callable[..., gym.Env]] = {}
 
@@ -230,8 +231,6 @@ def probe_env(cfg: Config, ctx: Any = None) -> EnvInfo:
     finally:
         proc.join(5)
         if proc.is_alive():  # hung (its constructor or close): what it started would outlive it
-            from sample_factory.runtime.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes
-
             started = descendants(proc.pid)
             proc.kill()
             proc.join(5)

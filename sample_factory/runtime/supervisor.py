@@ -19,7 +19,7 @@ server itself died (e.g. to the OOM killer) every handle reads "exited, code 255
 next start of a process (a restart) starts a new fork server.
 
 A killed component cannot end what it started (env processes: VizDoom engines, subprocess envs): its descendants,
-listed just before the kill, get LEFT_BEHIND_GRACE_SEC to exit by themselves (runtime/process_tree.py), then they
+listed just before the kill, get LEFT_BEHIND_GRACE_SEC to exit by themselves (envs/process_tree.py), then they
 are killed too. At the end of a run the runner waits for the descendants of every component, so it never exits
 while a process it started runs on (one that holds a component's inherited fds keeps multiprocessing's fork server
 and resource tracker alive with it).
@@ -39,10 +39,10 @@ from typing import Any
 import psutil
 
 from sample_factory.config import Config
+from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes, running
 from sample_factory.runtime.component import Component, ComponentKey, process_main
 from sample_factory.runtime.heartbeat import HeartbeatMonitor
 from sample_factory.runtime.messages import Channels, Resend, Stop
-from sample_factory.runtime.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes, running
 from sample_factory.runtime.shared_buffers import TrajectoryBuffers
 
 RESTARTABLE = ("actor", "policy")

@@ -6,10 +6,9 @@ import psutil
 import pytest
 
 from sample_factory.config import Config
-from sample_factory.envs import env_utils
+from sample_factory.envs import env_utils, process_tree
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env, probe_env, register_env
-from sample_factory.runtime import process_tree
 
 
 class ThreeStepEnv(gym.Env):
@@ -227,7 +226,7 @@ def test_a_hung_env_probe_leaves_no_process_behind(monkeypatch):
     once it had LEFT_BEHIND_GRACE_SEC (shortened here) to exit by itself, not left running."""
     seconds = f"599.{os.getpid()}"  # the server's command line, ours alone
     monkeypatch.setenv("SF_TEST_SERVER_SECONDS", seconds)
-    monkeypatch.setattr(process_tree, "LEFT_BEHIND_GRACE_SEC", 0.5)
+    monkeypatch.setattr(env_utils, "LEFT_BEHIND_GRACE_SEC", 0.5)
     cfg = Config.from_dict(dict(env="tests.reliability.fault_envs:ServerHangsInInit-v0", probe_env_timeout_sec=3.0))
     try:
         with pytest.raises(RuntimeError, match="took longer than 3.0 s"):

@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from sample_factory.config import parse_cfg
+from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, running
 from sample_factory.runtime import supervisor as supervisor_module
 from sample_factory.runtime.component import ComponentKey
-from sample_factory.runtime.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, running
 from sample_factory.runtime.supervisor import ChildProcess, Supervisor
 
 

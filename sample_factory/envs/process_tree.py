@@ -1,6 +1,7 @@
-"""The processes a process has started, and ending them when it cannot: a process that is killed (a component that
-did not stop in time, an env probe that hung) leaves its children running, reparented away, where nothing else
-would end them. They are listed before the kill (psutil finds descendants by parent, which they lose with it)."""
+"""The processes a process has started (env engines, simulator servers), and ending them when it cannot: one that is
+killed (a component that did not stop in time, an env probe that hung) leaves its children running, reparented
+away, where nothing else would end them. They are listed before the kill: psutil finds descendants by parent,
+which they lose with it."""
 
 from __future__ import annotations
 
