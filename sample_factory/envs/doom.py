@@ -123,12 +123,29 @@ class EngineWatchdog:
 
 
 # One per process that makes doom envs, run by `sh` like the watchdog: it acts when our process dies without its
-# normal exit (a crash, SIGKILL), also in the middle of DoomGame.init(), where no engine watchdog is armed yet
-# (a CI run saw an actor segfault there, leaving the message queues the controller had just created). It removes
-# the ViZDoom /dev/shm files that no process maps any more, checked twice a second apart so that another
-# controller's file between its creation and its mmap is never taken; then the process's config dirs.
+# normal exit (a crash, SIGKILL), also in the middle of DoomGame.init(), where no engine watchdog is armed yet.
+# First it stops our engines, found by their -config path under our config root ($1): an engine that was starting
+# has no watchdog and would wait for its dead controller forever (it inherited the component's multiprocessing
+# fds, so the fork server and resource tracker lived on with it: a CI run that exited 0 left all four). Then it
+# removes their /dev/shm files, and the ViZDoom files that no process maps any more (a CI actor segfaulted in
+# DoomGame.init() after the controller had made its message queues, before any engine ran), checked twice a
+# second apart so that another controller's file between its creation and its mmap is never taken; then our
+# config dirs.
 _SWEEPER_SH = (
-    "read _; sleep 1; "
+    "read _; pids=; ids=; "
+    "for d in /proc/[0-9]*; do "
+    '[ "$(cat "$d/comm" 2>/dev/null)" = vizdoom ] || continue; '
+    'a=$(tr "\\0" "\\n" < "$d/cmdline" 2>/dev/null); '
+    'case "$a" in *"$1/"*) ;; *) continue ;; esac; '
+    'pids="$pids ${d#/proc/}"; ids="$ids $(printf "%s\\n" "$a" | sed -n "/^+viz_instance_id$/{n;p;}")"; '
+    "done; "
+    'running() { for p in $pids; do grep -qs "^State:[[:space:]]*[^Z[:space:]]" "/proc/$p/status" && return 0; '
+    "done; return 1; }; "
+    'for p in $pids; do kill -TERM "$p" 2>/dev/null; done; i=0; '
+    'while running && [ "$i" -lt 30 ]; do sleep 0.1; i=$((i + 1)); done; '
+    'for p in $pids; do kill -KILL "$p" 2>/dev/null; done; '
+    'for id in $ids; do rm -f "/dev/shm/ViZDoomSM$id" "/dev/shm/ViZDoomMQCtr$id" "/dev/shm/ViZDoomMQDoom$id"; done; '
+    "sleep 1; "
     'unmapped() { for f in "$@"; do [ -e "$f" ] && ! grep -qsF "$f" /proc/[0-9]*/maps && echo "$f"; done; }; '
     "c=$(unmapped /dev/shm/ViZDoom*); "
     '[ -n "$c" ] && sleep 1 && for f in $(unmapped $c); do rm -f "$f"; done; '

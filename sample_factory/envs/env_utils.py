@@ -18,6 +18,7 @@ from sample_factory.config.extras import install_hint
 from sample_factory.config.presets import MUJOCO_NAMES
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
+from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes
 
 _ENV_REGISTRY: dict[str, Callable[..., gym.Env]] = {}
 
@@ -229,9 +230,11 @@ def probe_env(cfg: Config, ctx: Any = None) -> EnvInfo:
         raise RuntimeError(f"the process creating env {cfg.env!r} died (exit code {proc.exitcode})") from None
     finally:
         proc.join(5)
-        if proc.is_alive():
+        if proc.is_alive():  # hung (its constructor or close): what it started would outlive it
+            started = descendants(proc.pid)
             proc.kill()
             proc.join(5)
+            end_processes(started, LEFT_BEHIND_GRACE_SEC)
     if result[0] == "error":
         raise RuntimeError(f"could not create env {cfg.env!r}: {result[1]}")
     return result[1]

@@ -17,6 +17,12 @@ Processes are watched by pid as well as through multiprocessing (`ChildProcess`)
 the fork server's child and its multiprocessing handle learns its exit code from the fork server, so once the fork
 server itself died (e.g. to the OOM killer) every handle reads "exited, code 255" while the components run on. The
 next start of a process (a restart) starts a new fork server.
+
+A killed component cannot end what it started (env processes: VizDoom engines, subprocess envs): its descendants,
+listed just before the kill, get LEFT_BEHIND_GRACE_SEC to exit by themselves (envs/process_tree.py), then they
+are killed too. At the end of a run the runner waits for the descendants of every component, so it never exits
+while a process it started runs on (one that holds a component's inherited fds keeps multiprocessing's fork server
+and resource tracker alive with it).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 import psutil
 
 from sample_factory.config import Config
+from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes, running
 from sample_factory.runtime.component import Component, ComponentKey, process_main
 from sample_factory.runtime.heartbeat import HeartbeatMonitor
 from sample_factory.runtime.messages import Channels, Resend, Stop
@@ -53,16 +60,23 @@ class ChildProcess:
             self.ps: psutil.Process | None = psutil.Process(proc.pid)
         except psutil.Error:
             self.ps = None  # already gone
+        self.descendants: dict[int, psutil.Process] = {}  # what it had started, listed while it ran
+        self.killed_at: float | None = None
 
     def is_alive(self) -> bool:
         if self.proc.is_alive():
             return True
-        try:
-            alive = self.ps is not None and self.ps.is_running() and self.ps.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            alive = False
+        alive = self.ps is not None and running(self.ps)
         self.orphaned |= alive
         return alive
+
+    def note_descendants(self) -> None:
+        """Remember the processes it has started: once it is gone, nothing finds them by their parent."""
+        self.descendants.update((p.pid, p) for p in descendants(self.ps))
+
+    def left_behind(self) -> list[psutil.Process]:
+        """Its remembered descendants still running after it is gone."""
+        return [] if self.is_alive() else [p for p in self.descendants.values() if running(p)]
 
     @property
     def exit_description(self) -> str:
@@ -81,7 +95,11 @@ class ChildProcess:
         self.signal(signal.SIGTERM)
 
     def kill(self) -> None:
+        """SIGKILL; what it had started is left behind, for `Supervisor.end_left_behind`."""
+        self.note_descendants()
         self.signal(signal.SIGKILL)
+        if self.killed_at is None:
+            self.killed_at = time.monotonic()
 
     def join(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -110,6 +128,7 @@ class Supervisor:
         compiling = cfg.torch_compile_learner or cfg.torch_compile_worker
         self.monitor = HeartbeatMonitor(cfg.heartbeat_timeout_sec, startup_timeout=300.0 if compiling else None)
         self.processes: dict[ComponentKey, ChildProcess] = {}
+        self.replaced: list[ChildProcess] = []  # killed, restarted processes whose descendants may still run
         self.fork_server_loss_logged = False
         self.components: dict[ComponentKey, Component] = {}
         self.finished: set[ComponentKey] = set()
@@ -136,6 +155,8 @@ class Supervisor:
             daemon=False,
         )
         proc.start()
+        if key in self.processes and self.processes[key].descendants:
+            self.replaced.append(self.processes[key])
         self.processes[key] = ChildProcess(proc)
         self.components[key] = component
         self.finished.discard(key)
@@ -148,6 +169,7 @@ class Supervisor:
 
     def check(self, stopping: bool) -> str | None:
         """Handle dead and silent processes; returns why the run must stop, if it must."""
+        self.end_left_behind()
         now = time.monotonic()
         for key, proc in list(self.processes.items()):
             if key in self.pending_restarts or key in self.finished or proc.is_alive():
@@ -251,6 +273,8 @@ class Supervisor:
         returning True (a second Ctrl+C) skips the wait."""
         deadline = time.monotonic() + timeout
         keys = sorted(self.processes, key=lambda k: order.index(k.role))
+        for proc in self.processes.values():
+            proc.note_descendants()
         for key in keys:
             if not self.processes[key].is_alive():
                 continue  # a dead process's queue may be unusable: never write to it
@@ -278,3 +302,25 @@ class Supervisor:
                 proc.kill()
                 proc.join(2.0)
         drain(0.0)
+        self.end_left_behind(final=True)
+
+    def end_left_behind(self, final: bool = False) -> None:
+        """Kill what components left running (`ChildProcess.left_behind`) once it had LEFT_BEHIND_GRACE_SEC to
+        exit by itself, counted from the component's kill; at the end of the run (`final`), wait for all of it
+        (from now for a component that exited by itself)."""
+        self.replaced = [p for p in self.replaced if p.descendants]
+        start = time.monotonic()
+        for proc in [*self.processes.values(), *self.replaced]:
+            if not proc.descendants or (proc.killed_at is None and not final):
+                continue
+            left = proc.left_behind()
+            if not left and proc.is_alive():
+                continue  # its descendants are its own business while it runs
+            since = start if proc.killed_at is None else proc.killed_at
+            grace = since + LEFT_BEHIND_GRACE_SEC - time.monotonic()
+            if left and grace > 0 and not final:
+                continue
+            killed = end_processes(left, max(grace, 0.0))
+            if killed:
+                self.log(f"{proc.proc.name} left {len(killed)} processes running: killed them ({', '.join(killed)})")
+            proc.descendants.clear()

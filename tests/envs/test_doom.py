@@ -303,6 +303,58 @@ def test_killed_process_leaves_no_engine_behind(tmp_path):
         proc.stdout.close()
 
 
+def test_a_process_killed_while_its_engine_starts_leaves_no_engine_behind(tmp_path):
+    """SIGKILL inside DoomGame.init() (a run stopped while its actors started their envs: the supervisor kills an
+    actor that does not stop in time): the engine runs but has no watchdog yet. The sweeper must stop it and remove
+    its /dev/shm files; otherwise it waits for its controller forever, holding the component's inherited
+    multiprocessing fds (the fork server and resource tracker outlived a CI run with it). Simulated: the child calls
+    DoomGame.init() itself, as DoomEnv.reset does, and is killed before any watchdog is armed."""
+    _need_vizdoom()
+    code = textwrap.dedent(
+        """
+        import time
+        from types import SimpleNamespace
+        from sample_factory.envs.doom import _config_root, make_doom_env
+        env = make_doom_env(SimpleNamespace(env_frameskip=4), "doom_basic")
+        env.unwrapped.game.init()  # the engine starts; DoomEnv.reset would arm its watchdog only after this
+        print(env.env.watchdog is None, _config_root(), flush=True)
+        time.sleep(120)
+        """
+    )
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env_vars)
+    engines: list[psutil.Process] = []
+    ours: set[str] = set()
+    try:
+        unwatched, root = proc.stdout.readline().split()
+        assert unwatched == "True"
+        engines = [p for p in psutil.Process(proc.pid).children() if p.name() == "vizdoom"]
+        assert len(engines) == 1
+        cmdline = engines[0].cmdline()
+        instance = cmdline[cmdline.index("+viz_instance_id") + 1]
+        ours = {f"ViZDoom{kind}{instance}" for kind in ("SM", "MQCtr", "MQDoom")}
+        assert ours <= _doom_shm(), "the engine's /dev/shm files"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 20
+        while (_running(engines) or _doom_shm() & ours or os.path.exists(root)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(engines), "the starting vizdoom engine outlived its killed controller"
+        assert not _doom_shm() & ours
+        assert not os.path.exists(root)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        for engine in _running(engines):
+            engine.kill()
+        psutil.wait_procs(engines, timeout=10)
+        for name in ours & _doom_shm():
+            os.unlink(f"/dev/shm/{name}")
+
+
 def test_close_stops_an_engine_that_outlives_the_game_close(tmp_path):
     """An engine that does not stop when its game closes (seen when a run was stopped while its envs started) is
     killed by env.close(), and its /dev/shm files removed. Simulated: vizdoom's close does nothing."""

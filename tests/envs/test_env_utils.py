@@ -1,9 +1,12 @@
+import os
+
 import gymnasium as gym
 import numpy as np
+import psutil
 import pytest
 
 from sample_factory.config import Config
-from sample_factory.envs import env_utils
+from sample_factory.envs import env_utils, process_tree
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env, probe_env, register_env
 
@@ -216,6 +219,24 @@ def test_probe_env_subprocess():
     assert isinstance(obs_space, gym.spaces.Box) and obs_space.shape == (4,)
     assert obs_space.dtype == np.float32
     assert action_space == gym.spaces.Discrete(2)
+
+
+def test_a_hung_env_probe_leaves_no_process_behind(monkeypatch):
+    """The probe of an env that hangs is killed; what the env had started (a simulator's server) is killed with it
+    once it had LEFT_BEHIND_GRACE_SEC (shortened here) to exit by itself, not left running."""
+    seconds = f"599.{os.getpid()}"  # the server's command line, ours alone
+    monkeypatch.setenv("SF_TEST_SERVER_SECONDS", seconds)
+    monkeypatch.setattr(env_utils, "LEFT_BEHIND_GRACE_SEC", 0.5)
+    cfg = Config.from_dict(dict(env="tests.reliability.fault_envs:ServerHangsInInit-v0", probe_env_timeout_sec=3.0))
+    try:
+        with pytest.raises(RuntimeError, match="took longer than 3.0 s"):
+            probe_env(cfg)
+        servers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", seconds]]
+        assert not [p for p in servers if process_tree.running(p)], "the hung probe's env server outlived it"
+    finally:
+        for p in psutil.process_iter(["cmdline"]):
+            if p.info["cmdline"] == ["sleep", seconds]:
+                p.kill()
 
 
 def test_probe_env_subprocess_unknown_env():

@@ -12,6 +12,11 @@ larger than the up-to-2*rollout random decorrelation steps an actor takes at sta
 - WrongShape-v0    observations of shape (5,) instead of (4,) from the fault step on, always.
 - NanReward-v0     NaN rewards from the fault step on, always.
 - EchoAction-v0    no fault: the observation also carries the action just taken (checks of the training data).
+- ServerHangsOnClose-v0  starts a helper process (`sleep`, like a simulator's server) and, once it has stepped,
+                   hangs in close() before it stops it: its actor does not stop in time and is killed, leaving the
+                   helper running (the env probe, which never steps, closes it normally).
+- ServerHangsInInit-v0  starts the same helper, then hangs in its constructor (the env probe times out).
+The helper sleeps $SF_TEST_SERVER_SECONDS (600 by default): a value of its own lets a test find it.
 
 "Once": the first env (in any process) that reaches the fault step creates the file named by
 `SF_FAULT_ONCE_FILE` with O_EXCL and faults; every env that finds the file already there behaves normally, so a
@@ -21,6 +26,8 @@ restarted worker runs on. Without the variable the fault happens every time.
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -123,6 +130,29 @@ class EchoAction(CartPoleEnv):
         return np.append(obs, float(action)).astype(np.float32), reward, term, trunc, info
 
 
+class ServerHangsOnClose(CartPoleEnv):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.server = subprocess.Popen(["sleep", os.environ.get("SF_TEST_SERVER_SECONDS", "600")])
+        self.stepped = False
+
+    def step(self, action):
+        self.stepped = True
+        return super().step(action)
+
+    def close(self):
+        if self.stepped:
+            time.sleep(600)
+        self.server.kill()
+        self.server.wait()
+
+
+class ServerHangsInInit(ServerHangsOnClose):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        time.sleep(600)
+
+
 IDS = {
     "RaiseAtStep-v0": RaiseAtStep,
     "AbortAtStep-v0": AbortAtStep,
@@ -130,6 +160,8 @@ IDS = {
     "WrongShape-v0": WrongShape,
     "NanReward-v0": NanReward,
     "EchoAction-v0": EchoAction,
+    "ServerHangsOnClose-v0": ServerHangsOnClose,
+    "ServerHangsInInit-v0": ServerHangsInInit,
 }
 
 for _env_id, _cls in IDS.items():

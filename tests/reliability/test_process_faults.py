@@ -115,6 +115,25 @@ def test_killed_resource_tracker_leaves_nothing_behind(tmp_path, start_run):
     assert_clean_finish_with_checkpoint(run, killed_at, died={"actor 1"})  # also: no /dev/shm leftovers
 
 
+@pytest.mark.timeout(150)
+def test_an_actor_killed_as_the_run_stops_leaves_no_process_behind(tmp_path, start_run):
+    """An actor that does not stop in time is killed; the processes its envs started (here a server each, in CI two
+    VizDoom engines) must not outlive the run: the runner kills them and exits only once they are gone. (A doom run
+    exited 0 and left two engines, and with them the fork server and the resource tracker: the engines held fds
+    the actor had inherited.)"""
+    args = [*SMALL, "--num_workers=1", "--num_envs_per_worker=4", "--train_for_seconds=3", "--shutdown_timeout_sec=2"]
+    run = start_run(args, tmp_path / "td", env_id=f"{FAULT_MODULE}:ServerHangsOnClose-v0")
+    assert run.wait(timeout=120) == 0, run.describe()
+    assert "actor 0 did not stop in time, terminating it" in run.output, run.describe()
+    with run._lock:
+        servers = [sp for sp in run.seen.values() if "sleep" in sp.names]
+    assert len(servers) == 4, run.describe()  # the actor's envs' (the probe's was stopped by its close)
+    left = [sp.pid for sp in servers if sp.handle() is not None]
+    assert not left, f"env servers outlived the run: {left}\n{run.describe()}"
+    assert re.search(r"sf_actor_0 left 4 processes running: killed them \(sleep \d+", run.output), run.describe()
+    run.assert_no_leftovers()
+
+
 HOOKS = Path(__file__).resolve().parent / "hooks"  # sitecustomize.py: fault hooks switched on by variables
 
 

@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import time
 from types import SimpleNamespace
 
 import numpy as np
+import psutil
 import pytest
 
 from sample_factory.config import parse_cfg
+from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, running
 from sample_factory.runtime import supervisor as supervisor_module
 from sample_factory.runtime.component import ComponentKey
-from sample_factory.runtime.supervisor import Supervisor
+from sample_factory.runtime.supervisor import ChildProcess, Supervisor
 
 
 class _Clock:
@@ -27,6 +31,8 @@ class _Clock:
 
 
 class _DeadProcess:
+    descendants: dict = {}
+
     def join(self, timeout: float) -> None:
         pass
 
@@ -101,3 +107,46 @@ def test_a_worker_dying_as_the_run_stops_does_not_fail_it(monkeypatch):
 def _crash_while_stopping(sup: Supervisor, key: ComponentKey) -> str | None:
     sup.processes[key] = _DeadProcess()
     return sup._on_death(key, "exit code -9", stopping=True)
+
+
+def _start_with_server(seconds: str) -> None:
+    """A component stand-in: starts a helper process (an env's server) and hangs."""
+    import subprocess
+    import time
+
+    subprocess.Popen(["sleep", seconds])
+    time.sleep(600)
+
+
+def test_what_a_killed_worker_started_is_killed_after_a_grace(monkeypatch):
+    """A worker killed during the run (silent, or in the way of its replacement) cannot stop the processes it
+    started: they get LEFT_BEHIND_GRACE_SEC to exit by themselves (doom's watchdogs clean up after their engines),
+    then the supervisor kills them, also after the worker's replacement took its place."""
+    sup, clock, lines = _supervisor(monkeypatch)
+    seconds = f"598.{os.getpid()}"  # the server's command line, ours alone
+    proc = multiprocessing.get_context("spawn").Process(target=_start_with_server, args=(seconds,), name="sf_actor_1")
+    proc.start()
+    key = ComponentKey("actor", 1)
+    try:
+        child = ChildProcess(proc)
+        deadline = time.monotonic() + 60
+        while not (servers := descendants(child.ps)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(servers) == 1 and servers[0].cmdline() == ["sleep", seconds]
+        sup.processes[key] = child
+        child.kill()
+        proc.join(10)
+        sup.replaced.append(child)  # as start() does when it replaces the killed worker
+        sup.processes[key] = _DeadProcess()
+        sup.end_left_behind()
+        assert running(servers[0]), "killed before its grace"
+        clock.now += LEFT_BEHIND_GRACE_SEC
+        sup.end_left_behind()
+        assert not running(servers[0])
+        assert lines == [f"sf_actor_1 left 1 processes running: killed them (sleep {servers[0].pid})"]
+        assert not child.descendants  # done with it: dropped from `replaced` at the next check
+    finally:
+        proc.kill()
+        for p in psutil.process_iter(["cmdline"]):
+            if p.info["cmdline"] == ["sleep", seconds]:
+                p.kill()
