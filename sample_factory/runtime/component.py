@@ -27,6 +27,11 @@ from sample_factory.runtime.timing import Timing
 TERMINATED = "terminated by SIGTERM"  # the error a component reports when SIGTERM ends it
 
 
+class StopRequested(Exception):
+    """Raised inside `init` where the runner's STOP arrived during start-up (`Component.stop_requested`): the
+    component finishes and exits as if it had been stopped after starting."""
+
+
 class ComponentKey(NamedTuple):
     """How the runner and the supervisor tell components apart (reports carry the same two fields)."""
 
@@ -50,6 +55,7 @@ class Component:
         self.activity = "starting"
         self.timing = Timing()  # seconds per activity, reported at the end
         self.initialized = False  # `init` completed: shared-tensor views exist, the component did work
+        self.early_messages: list[tuple] = []  # read by `stop_requested` during `init`, handled after it
 
     @property
     def key(self) -> ComponentKey:
@@ -68,6 +74,24 @@ class Component:
         self.init()
         self.initialized = True
         self.report("started", os.getpid())
+        early, self.early_messages = self.early_messages, []
+        self.on_messages(early)
+
+    def stop_requested(self) -> bool:
+        """For a long `init` (an actor creating its envs one by one) to call between steps: whether STOP has
+        arrived, read without waiting. Other messages that came before it are kept and handled once `init` is
+        done, in their order. Not for policy workers, whose inbox their policy's other workers share."""
+        for msg in self.inbox.get_many(block=False):
+            if msg[0] == STOP:
+                self.stopped = True
+            else:
+                self.early_messages.append(msg)
+        return self.stopped
+
+    def raise_if_stopped(self) -> None:
+        """`stop_requested`, as StopRequested (init unwinds; `finish` releases what it made)."""
+        if self.stop_requested():
+            raise StopRequested(f"{self.role} {self.index}: stopped while starting")
 
     def bind_views(self) -> None:
         """(Re)create numpy views of shared tensors; views are not pickled (a copy would no longer be shared)."""
@@ -183,7 +207,10 @@ def _serve(component: Component, heartbeat_interval: float, runner_pid: int, ter
     heartbeat = Heartbeat(component.report, heartbeat_interval)
     next_runner_check = 0.0
     try:
-        component.initialize()
+        try:
+            component.initialize()
+        except StopRequested:
+            return 0  # an orderly stop: the caller's `finish` releases what `init` made
         while not component.stopped:
             msgs = component.inbox.get_many(timeout=0.05)
             if msgs:

@@ -19,6 +19,7 @@ learner copies out only the columns its policy acted in.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -132,9 +133,12 @@ class ActorWorker(Component):
         self.pool = SlotPool(self.buffers.slots_of_worker(self.index))
         base_seed = None if cfg.seed is None else cfg.seed * 1000 + cfg.env_seed_offset
         self.rng = np.random.default_rng(None if base_seed is None else base_seed + self.index)
-        groups = [self._make_group(s, base_seed) for s in range(self.num_splits)]
-        self.splits = [Split(s, g, np.zeros(g.n, dtype=np.int64)) for s, g in enumerate(groups)]
-        num_agents = groups[0].num_agents
+        # Envs start one by one (a VizDoom engine takes a second or more): a STOP that arrives meanwhile ends
+        # start-up between two of them (raise_if_stopped), and `finish` closes the splits made so far.
+        for s in range(self.num_splits):
+            group = self._make_group(s, base_seed)
+            self.splits.append(Split(s, group, np.zeros(group.n, dtype=np.int64)))
+        num_agents = self.splits[0].group.num_agents
         # Agents of one env drawn separately (a registered mapping, or random mixing), or an env's agents together
         # passing to the next policy at each episode start.
         mix = self.num_policies > 1 and num_agents > 1 and cfg.pbt_mix_policies_in_one_env
@@ -142,6 +146,7 @@ class ActorWorker(Component):
         if cfg.algo == "DQN" and not cfg.evaluation_run:
             self.reported_columns = [self._least_exploring(s.index, s.group.n) for s in self.splits]
         for split, delay in zip(self.splits, self._decorrelation_delays(), strict=True):
+            self.raise_if_stopped()
             self._start_split(split, delay)
         self.activity = "stepping envs" if not any(s.start_at for s in self.splits) else "decorrelating experience"
 
@@ -167,6 +172,7 @@ class ActorWorker(Component):
         first = (self.index * self.num_splits + s) * n
         ids = list(range(first, first + n))
         backend = env_backend(cfg)
+        self.raise_if_stopped()  # also where a batched backend below starts all of its envs in one call
         if backend == "envpool":
             from sample_factory.envs.envpool_group import make_envpool_group
 
@@ -176,12 +182,20 @@ class ActorWorker(Component):
 
             return make_vector_group(cfg, n, base_seed, ids)
         envs, seeds = [], []
-        for env_idx in ids:
-            envs.append(make_env(cfg, {"worker_index": self.index, "split": s, "env_index": env_idx}))
-            seeds.append(None if base_seed is None else base_seed + env_idx)
-            if base_seed is not None:
-                envs[-1].action_space.seed(base_seed + env_idx)
-        return EnvGroup(envs, seeds, env_ids=ids, action_bounds=cfg.action_bounds)
+        try:
+            for env_idx in ids:
+                if envs:
+                    self.raise_if_stopped()
+                envs.append(make_env(cfg, {"worker_index": self.index, "split": s, "env_index": env_idx}))
+                seeds.append(None if base_seed is None else base_seed + env_idx)
+                if base_seed is not None:
+                    envs[-1].action_space.seed(base_seed + env_idx)
+            return EnvGroup(envs, seeds, env_ids=ids, action_bounds=cfg.action_bounds)
+        except BaseException:
+            for env in envs:  # a group that is not made is not closed by `finish`
+                with contextlib.suppress(Exception):  # the error that stopped start-up is the one to report
+                    env.close()
+            raise
 
     _view_attrs = ("arrays", "obs_arrays", "final_obs_arrays")
 

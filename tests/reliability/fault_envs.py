@@ -16,6 +16,8 @@ larger than the up-to-2*rollout random decorrelation steps an actor takes at sta
                    hangs in close() before it stops it: its actor does not stop in time and is killed, leaving the
                    helper running (the env probe, which never steps, closes it normally).
 - ServerHangsInInit-v0  starts the same helper, then hangs in its constructor (the env probe times out).
+- SlowStart-v0      starts the same helper, then takes $SF_TEST_START_SECONDS (1 by default) in its constructor,
+                   like a VizDoom engine starting; it behaves (and stops the helper in close()) from then on.
 The helper sleeps $SF_TEST_SERVER_SECONDS (600 by default): a value of its own lets a test find it.
 
 "Once": the first env (in any process) that reaches the fault step creates the file named by
@@ -153,6 +155,15 @@ class ServerHangsInInit(ServerHangsOnClose):
         time.sleep(600)
 
 
+class SlowStart(ServerHangsOnClose):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        time.sleep(float(os.environ.get("SF_TEST_START_SECONDS", "1")))
+
+    def step(self, action):
+        return CartPoleEnv.step(self, action)  # never marked as stepped: close() always stops the helper
+
+
 IDS = {
     "RaiseAtStep-v0": RaiseAtStep,
     "AbortAtStep-v0": AbortAtStep,
@@ -162,6 +173,7 @@ IDS = {
     "EchoAction-v0": EchoAction,
     "ServerHangsOnClose-v0": ServerHangsOnClose,
     "ServerHangsInInit-v0": ServerHangsInInit,
+    "SlowStart-v0": SlowStart,
 }
 
 for _env_id, _cls in IDS.items():

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from sample_factory.experiment.exit_codes import interrupted_exit_code
 from tests.integration.conftest import COMPONENT_NAMES, REPO_ROOT, TrainRun, progress_samples_trained
 from tests.reliability.test_faults import (
     CARTPOLE,
@@ -131,6 +134,32 @@ def test_an_actor_killed_as_the_run_stops_leaves_no_process_behind(tmp_path, sta
     left = [sp.pid for sp in servers if sp.handle() is not None]
     assert not left, f"env servers outlived the run: {left}\n{run.describe()}"
     assert re.search(r"sf_actor_0 left 4 processes running: killed them \(sleep \d+", run.output), run.describe()
+    run.assert_no_leftovers()
+
+
+@pytest.mark.timeout(150)
+def test_ctrl_c_while_an_actor_starts_its_envs_stops_it_at_once(tmp_path, start_run):
+    """Ctrl+C while the actor still starts its envs (32 of 1 s each, like VizDoom engines; a doom run's actors
+    used to be killed this way): it reads STOP between two envs, closes the ones it made (each stops its server)
+    and exits by itself, long before the --shutdown_timeout_sec (20 s) after which it would be terminated."""
+    args = [*SMALL, "--num_workers=1", "--num_envs_per_worker=32", "--shutdown_timeout_sec=20"]
+    run = start_run(args, tmp_path / "td", env_id=f"{FAULT_MODULE}:SlowStart-v0")
+    actor = wait_component(run, "sf_actor_0", 60)
+
+    def servers_started() -> int:
+        try:
+            return sum(c.name() == "sleep" for c in actor.children())
+        except psutil.Error:
+            return 0
+
+    assert run.wait_until(lambda: servers_started() >= 2, timeout=60), run.describe()
+    run.signal(signal.SIGINT)
+    stopped_at = time.monotonic()
+    assert run.wait(timeout=120) == interrupted_exit_code(signal.SIGINT), run.describe()
+    shutdown_s = run.exited_at - stopped_at
+    assert "did not stop in time" not in run.output and "ERROR" not in run.output, run.describe()
+    assert "processes running: killed them" not in run.output, run.describe()  # the actor closed its envs
+    assert shutdown_s < 10, f"{shutdown_s:.1f} s from Ctrl+C to exit\n{run.describe()}"
     run.assert_no_leftovers()
 
 

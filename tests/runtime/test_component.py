@@ -1,11 +1,14 @@
 """Per-process settings of a component: set_niceness (--default_niceness, --actor_worker_niceness) and denormal
-flushing by role."""
+flushing by role; a STOP that arrives while a component starts."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from sample_factory.runtime import component
+from sample_factory.runtime.messages import FreeSlots, Resend, Stop, decode
 
 
 def _fake_priority(monkeypatch, current: int, allowed: bool) -> list[int]:
@@ -75,3 +78,52 @@ def test_learner_and_policy_processes_flush_denormals_actor_processes_do_not(kee
             p.kill()
     assert before > 0 and threads == 1
     assert after == (before if keeps_ieee else 0.0)
+
+
+class _SlowStart(component.Component):
+    """An init of 5 steps that checks for STOP between them (as an actor between its envs); the runner's messages
+    arrive during step `arrive_at`."""
+
+    def __init__(self, arrive: list[tuple], arrive_at: int):
+        from sample_factory.runtime.messages import LocalChannel
+
+        super().__init__(0, LocalChannel(), LocalChannel())
+        self.arrive, self.arrive_at = arrive, arrive_at
+        self.steps_done, self.handled, self.finished = 0, [], False
+
+    def init(self) -> None:
+        for step in range(5):
+            if step:
+                self.raise_if_stopped()
+            if step == self.arrive_at:
+                for msg in self.arrive:
+                    self.inbox.put(msg)
+            self.steps_done += 1
+
+    def on_message(self, msg) -> None:
+        self.handled.append(msg)
+        if len(self.handled) == 2:
+            self.inbox.put(Stop.wire())
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+def _reports(comp: component.Component) -> list[str]:
+    return [r[3] for r in comp.report.channel.get_many(block=False)]
+
+
+def test_stop_during_init_ends_it_between_two_steps_as_an_orderly_stop():
+    comp = _SlowStart([FreeSlots.wire([3], 0), Stop.wire()], arrive_at=1)
+    assert component._serve(comp, 10.0, os.getpid(), terminated=[]) == 0
+    assert comp.steps_done == 2 and not comp.initialized and comp.handled == []
+    assert "started" not in _reports(comp) and "error" not in _reports(comp)
+
+
+def test_messages_read_while_checking_for_stop_are_handled_after_init_in_order():
+    """Other messages that arrive during init (a RESEND from the runner, returned slots) are not lost."""
+    comp = _SlowStart([FreeSlots.wire([3], 0), Resend.wire()], arrive_at=2)
+    assert component._serve(comp, 10.0, os.getpid(), terminated=[]) == 0
+    assert comp.steps_done == 5 and comp.initialized
+    assert comp.handled == [decode(FreeSlots.wire([3], 0)), decode(Resend.wire())]
+    assert _reports(comp)[0] == "started"
