@@ -12,6 +12,7 @@ the episode ends (its action is ignored).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -149,9 +150,13 @@ class EnvGroup:
 
     # --- the group's API --------------------------------------------------------------------------------------
 
-    def reset(self) -> dict[str, np.ndarray]:
+    def reset(self, between: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
+        """`between`: called before each env's reset but the first (a starting actor reads STOP there: the first
+        reset of a VizDoom env starts its engine)."""
         A = self.num_agents
         for i in range(len(self.envs)):
+            if between is not None and i:
+                between()
             obs, _ = self._reset_env(i, self.seeds[i])
             for a in range(A):
                 self._put_obs(self.obs, i * A + a, obs[a], i, "reset")
@@ -161,10 +166,13 @@ class EnvGroup:
         self.episode_len[:] = 0
         return self.obs
 
-    def random_steps(self, counts: list[int]) -> None:
-        """Step env i `counts[i]` times with random actions (decorrelates episodes), with the same checks."""
+    def random_steps(self, counts: list[int], between: Callable[[], None] | None = None) -> None:
+        """Step env i `counts[i]` times with random actions (decorrelates episodes), with the same checks;
+        `between` as in `reset`."""
         A = self.num_agents
         for i in range(len(self.envs)):
+            if between is not None and i:
+                between()
             for _ in range(counts[i]):
                 obs, _, term, trunc, infos = self._step_env(i, self._sample_actions(i))
                 done = np.logical_or(term, trunc)

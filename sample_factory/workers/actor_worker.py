@@ -133,8 +133,8 @@ class ActorWorker(Component):
         self.pool = SlotPool(self.buffers.slots_of_worker(self.index))
         base_seed = None if cfg.seed is None else cfg.seed * 1000 + cfg.env_seed_offset
         self.rng = np.random.default_rng(None if base_seed is None else base_seed + self.index)
-        # Envs start one by one (a VizDoom engine takes a second or more): a STOP that arrives meanwhile ends
-        # start-up between two of them (raise_if_stopped), and `finish` closes the splits made so far.
+        # Envs start one by one (a VizDoom engine takes a second or more, on its first reset): a STOP that arrives
+        # meanwhile ends start-up between two of them (raise_if_stopped), and `finish` closes the splits made.
         for s in range(self.num_splits):
             group = self._make_group(s, base_seed)
             self.splits.append(Split(s, group, np.zeros(group.n, dtype=np.int64)))
@@ -206,9 +206,12 @@ class ActorWorker(Component):
 
     def _start_split(self, split: Split, delay: float = 0.0) -> None:
         group = split.group
-        group.reset()
+        # Start-up: STOP is read between two envs here too (a VizDoom env starts its engine on its first reset).
+        between = {"between": self.raise_if_stopped} if isinstance(group, EnvGroup) else {}
+        group.reset(**between)
         if self.cfg.decorrelate_envs_on_one_worker:
-            group.random_steps([int(self.rng.integers(0, 2 * self.rollout)) for _ in range(group.num_envs)])
+            counts = [int(self.rng.integers(0, 2 * self.rollout)) for _ in range(group.num_envs)]
+            group.random_steps(counts, **between)
         slot = self.pool.acquire()
         assert slot is not None, "a fresh worker always has a slot per split"
         split.slot, split.t = slot, 0

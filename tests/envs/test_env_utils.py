@@ -109,6 +109,31 @@ def test_env_group_reset_clears_episode_stats():
     assert _step(group, [2]) == [(2.0, 1)]
 
 
+def test_env_group_reset_calls_between_before_each_env_but_the_first():
+    """An actor starting its envs reads STOP there: an exception from `between` ends the reset (and random_steps)
+    before the next env's."""
+    envs = [gym.make("CartPole-v1") for _ in range(3)]
+    group = EnvGroup(envs, seeds=[0, 1, 2])
+    calls = []
+    group.reset(between=lambda: calls.append(sum(e.unwrapped.state is not None for e in envs)))
+    assert calls == [1, 2]  # before env 1 (env 0 reset) and before env 2
+    group.random_steps([1, 1, 1], between=lambda: calls.append("step"))
+    assert calls == [1, 2, "step", "step"]
+
+    class Stop(Exception):
+        pass
+
+    def stop():
+        raise Stop
+
+    fresh = EnvGroup([gym.make("CartPole-v1") for _ in range(2)], seeds=[0, 1])
+    with pytest.raises(Stop):
+        fresh.reset(between=stop)
+    assert fresh.envs[0].unwrapped.state is not None and fresh.envs[1].unwrapped.state is None
+    group.close()
+    fresh.close()
+
+
 def test_env_group_matches_reference_cartpole():
     """Same-step autoreset on CartPole-v1 (with a short time limit so truncations happen), checked against
     twin envs stepped by hand with the same seeds and actions."""

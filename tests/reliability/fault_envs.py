@@ -16,8 +16,9 @@ larger than the up-to-2*rollout random decorrelation steps an actor takes at sta
                    hangs in close() before it stops it: its actor does not stop in time and is killed, leaving the
                    helper running (the env probe, which never steps, closes it normally).
 - ServerHangsInInit-v0  starts the same helper, then hangs in its constructor (the env probe times out).
-- SlowStart-v0      starts the same helper, then takes $SF_TEST_START_SECONDS (1 by default) in its constructor,
-                   like a VizDoom engine starting; it behaves (and stops the helper in close()) from then on.
+- SlowStart-v0      starts the same helper and takes $SF_TEST_START_SECONDS (1 by default) doing so, in its
+                   constructor; it behaves from then on and stops the helper in close().
+- SlowFirstReset-v0  the same on its first reset, as a VizDoom env starts its engine.
 The helper sleeps $SF_TEST_SERVER_SECONDS (600 by default): a value of its own lets a test find it.
 
 "Once": the first env (in any process) that reaches the fault step creates the file named by
@@ -155,13 +156,33 @@ class ServerHangsInInit(ServerHangsOnClose):
         time.sleep(600)
 
 
-class SlowStart(ServerHangsOnClose):
+class SlowStart(CartPoleEnv):
+    slow_reset = False  # start on the first reset instead of in the constructor
+
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
+        self.server: subprocess.Popen | None = None
+        if not self.slow_reset:
+            self._start_server()
+
+    def _start_server(self) -> None:
+        self.server = subprocess.Popen(["sleep", os.environ.get("SF_TEST_SERVER_SECONDS", "600")])
         time.sleep(float(os.environ.get("SF_TEST_START_SECONDS", "1")))
 
-    def step(self, action):
-        return CartPoleEnv.step(self, action)  # never marked as stepped: close() always stops the helper
+    def reset(self, **kwargs):
+        if self.server is None:
+            self._start_server()
+        return super().reset(**kwargs)
+
+    def close(self):
+        if self.server is not None:
+            self.server.kill()
+            self.server.wait()
+            self.server = None
+
+
+class SlowFirstReset(SlowStart):
+    slow_reset = True
 
 
 IDS = {
@@ -174,6 +195,7 @@ IDS = {
     "ServerHangsOnClose-v0": ServerHangsOnClose,
     "ServerHangsInInit-v0": ServerHangsInInit,
     "SlowStart-v0": SlowStart,
+    "SlowFirstReset-v0": SlowFirstReset,
 }
 
 for _env_id, _cls in IDS.items():

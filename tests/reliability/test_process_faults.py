@@ -138,12 +138,14 @@ def test_an_actor_killed_as_the_run_stops_leaves_no_process_behind(tmp_path, sta
 
 
 @pytest.mark.timeout(150)
-def test_ctrl_c_while_an_actor_starts_its_envs_stops_it_at_once(tmp_path, start_run):
-    """Ctrl+C while the actor still starts its envs (32 of 1 s each, like VizDoom engines; a doom run's actors
-    used to be killed this way): it reads STOP between two envs, closes the ones it made (each stops its server)
-    and exits by itself, long before the --shutdown_timeout_sec (20 s) after which it would be terminated."""
+@pytest.mark.parametrize("env", ["SlowStart-v0", "SlowFirstReset-v0"])
+def test_ctrl_c_while_an_actor_starts_its_envs_stops_it_at_once(tmp_path, start_run, env):
+    """Ctrl+C while the actor still starts its envs (32 of 1 s each, in the constructor or on the first reset as
+    VizDoom's engines; a doom run's actors used to be killed this way): it reads STOP between two envs, closes the
+    ones it made (each stops its server) and exits by itself, long before the --shutdown_timeout_sec (20 s) after
+    which it would be terminated."""
     args = [*SMALL, "--num_workers=1", "--num_envs_per_worker=32", "--shutdown_timeout_sec=20"]
-    run = start_run(args, tmp_path / "td", env_id=f"{FAULT_MODULE}:SlowStart-v0")
+    run = start_run(args, tmp_path / "td", env_id=f"{FAULT_MODULE}:{env}")
     actor = wait_component(run, "sf_actor_0", 60)
 
     def servers_started() -> int:
