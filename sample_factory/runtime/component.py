@@ -75,7 +75,8 @@ class Component:
         self.initialized = True
         self.report("started", os.getpid())
         early, self.early_messages = self.early_messages, []
-        self.on_messages(early)
+        if early:
+            self.on_messages(early)
 
     def stop_requested(self) -> bool:
         """For a long `init` (an actor creating its envs one by one) to call between steps: whether STOP has
