@@ -21,6 +21,7 @@ import time
 import psutil
 import pytest
 
+from sample_factory.distributed.remote_samplers import START_TIMEOUT_S
 from tests.integration.conftest import REPO_ROOT, lag_triples, progress_env_steps, shm_entries
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install -e .[ray]")
@@ -28,6 +29,7 @@ pytest.importorskip("ray", reason="Ray is not installed: pip install -e .[ray]")
 _NODE_LINE = re.compile(r"sampler node (\d+): Ray node \S+ \(.*actor pid (\d+), component pids \[([\d, ]+)\]\)")
 _SUMMARY = re.compile(r"remote samplers: (\d+) rollouts in (\d+) transfers")
 _SHARE = re.compile(r"sampler nodes: 1 of 1 alive, [\d,]+ env steps/s from them \((\d+)% of all\)")
+_IMPORTED = re.compile(r"sampler nodes: 1 of 1 alive, .*, (\d+) rollouts imported")
 BASE = ["--num_workers=1", "--num_envs_per_worker=8", "--sampler_nodes=1", "--report_interval_sec=1", "--seed=3"]
 
 
@@ -37,7 +39,8 @@ def _node_pids(run, node: int = 0) -> tuple[int, list[int]]:
     def found():
         return next((m for m in _NODE_LINE.finditer(run.output) if int(m.group(1)) == node), None)
 
-    assert run.wait_until(found, timeout=120), run.describe()
+    # A node starts a Ray worker that imports torch and spawns its components: 1-2 min on a loaded 2-core VM.
+    assert run.wait_until(found, timeout=START_TIMEOUT_S), run.describe()
     m = found()
     return int(m.group(2)), [int(p) for p in m.group(3).split(",")]
 
@@ -47,6 +50,12 @@ def _node_shares(run) -> list[int]:
     shares = [int(x) for x in _SHARE.findall(run.output)]
     first = next((i for i, x in enumerate(shares) if x > 0), len(shares))
     return shares[first:]
+
+
+def _imported(run) -> int:
+    """How many rollouts the run has imported from its sampler node, by its last progress line (0 before any)."""
+    counts = _IMPORTED.findall(run.output)
+    return int(counts[-1]) if counts else 0
 
 
 def _assert_gone(pids: list[int], timeout: float = 20.0) -> None:
@@ -112,7 +121,7 @@ def test_remote_sampler_node_alone_learns_cartpole(tmp_path, train_run, ray_clus
     assert json.loads((tmp_path / "x" / "eval_results.json").read_text())["episodes"] == 4
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_lost_sampler_node_run_goes_on_with_local_samplers(tmp_path, train_run, ray_cluster):
     run = train_run(_args(ray_cluster, "--train_for_seconds=300"), tmp_path, extra_env=ray_cluster.env)
     actor_pid, component_pids = _node_pids(run)
@@ -121,9 +130,11 @@ def test_lost_sampler_node_run_goes_on_with_local_samplers(tmp_path, train_run, 
     # the machine's speed (a share threshold did: 10.5% median on a loaded CI VM where a quiet one reads ~50%).
     if os.geteuid() == 0:  # the node may lower its niceness only as root (or with CAP_SYS_NICE)
         assert [psutil.Process(p).nice() for p in component_pids] == [0] * len(component_pids)
-    # ... and the node takes part: its share is non-zero in most of the 10 lines from its first rollouts.
-    assert run.wait_until(lambda: len(_node_shares(run)) >= 10, timeout=120), run.describe()
-    assert sum(x > 0 for x in _node_shares(run)[:10]) >= 6, (_node_shares(run), run.describe())
+    # ... and the node keeps taking part: it goes on delivering after its first rollouts. Counted in rollouts, not
+    # in 1-s shares: on a loaded VM a node delivers in bursts (seen on CI: 6, 0, 0, 0, 0, 21 %).
+    assert run.wait_until(lambda: _imported(run) >= 1, timeout=120), run.describe()
+    first = _imported(run)
+    assert run.wait_until(lambda: _imported(run) >= first + 20, timeout=120), (_node_shares(run), run.describe())
     psutil.Process(actor_pid).kill()  # the sampler node's Ray actor: its components must follow
     assert run.wait_until(lambda: "sampler node 0 lost" in run.output, timeout=60), run.describe()
     _assert_gone(component_pids)
@@ -139,7 +150,7 @@ def test_lost_sampler_node_run_goes_on_with_local_samplers(tmp_path, train_run, 
     _assert_gone([actor_pid])
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)
 def test_lost_then_hung_sampler_nodes_without_local_samplers_stop_the_run(tmp_path, train_run, ray_cluster):
     """Two sampler nodes and no local samplers, one run for both ways a node is lost: node 0's actor killed (Ray
     reports the error: the run logs it and goes on with node 1), then node 1's actor stopped (SIGSTOP: alive,
