@@ -151,6 +151,9 @@ class APPOAlgorithm(Algorithm):
 
         The host waits for the device once per iteration: statistics are summed on the device and read back
         together after the last SGD step, and the NaN/inf guard skips a step on the device (`device_step`)."""
+        self.iteration_unused = self.should_stop()
+        if self.iteration_unused:  # a stop before the batch changed anything (replay, normalizer, weights)
+            return {}, policy_version
         fresh = None
         if self.replay is not None:
             batch, fresh = self.mix_replay(batch)
@@ -160,8 +163,8 @@ class APPOAlgorithm(Algorithm):
         sums: Tensor | None = None  # [K] the applied steps' statistics, summed on the device
         applied = torch.zeros((), dtype=torch.int64, device=self.device)  # steps applied this iteration
         rows = M if self.dp is None else self.dp.rows  # a data-parallel rank permutes the global rows
-        for _ in range(self.cfg.num_epochs):
-            if self.should_stop():
+        for epoch in range(self.cfg.num_epochs):
+            if epoch > 0 and self.should_stop():  # (epoch 0: asked above)
                 break
             # data-parallel: drawn on the CPU, where every rank has the same generator state (data_parallel.py)
             perm = torch.randperm(rows, device=self.device if self.dp is None else "cpu")

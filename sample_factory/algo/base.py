@@ -96,6 +96,9 @@ class Algorithm(ABC):
         # The same two counts where they are kept, on the training device: read back once per iteration.
         self._skip_counts = torch.zeros(2, dtype=torch.int64, device=device)
         self.stop_check: Callable[[], bool] | None = None  # set by the learner: has it been asked to stop?
+        # Set by `train`: the last iteration was cut by a stop before it used its batch at all (no SGD step, nothing
+        # kept), so the learner does not count its samples as trained env steps.
+        self.iteration_unused = False
         # set by the learner of a --learners_per_policy > 1 group: this rank's collectives (algo/data_parallel.py)
         self.dp: DataParallel | None = None
         # Listed once: model.parameters() recurses through the modules, and clip_grad_norm_ did so three times a

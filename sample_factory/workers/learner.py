@@ -296,6 +296,11 @@ class Learner(Component):
         with self.timing.add("train"):
             self.algo.update_learning_rate(env_steps)
             stats, self.version = self.algo.train(batch, self.version, self.policy_id)
+        if self.algo.iteration_unused:  # a stop came first: its samples are not trained on, nothing to publish
+            if not self.cfg.async_rl:
+                self._return_slots(taken)
+            self.activity = "waiting for rollouts"
+            return
         self.env_steps = env_steps  # only now: a failed iteration's samples are not counted as trained on
         train_time = self.timing["train"] - trained_before
         self._check_nonfinite()
