@@ -214,7 +214,7 @@ def _evaluate(cfg, exp_dir: Path, policy: int = 0) -> dict:
     return res
 
 
-# Hang bounds: ~30 s each beside a CPU hog (training and/or an enjoy.py process each importing torch).
+# Hang bounds: 30-73 s each at load 7-13 (training and/or an enjoy.py process each importing torch).
 @pytest.mark.timeout(180)
 def test_periodic_evaluation_is_deterministic_when_asked(tmp_path, monkeypatch):
     """--eval_deterministic reaches the evaluation: its episodes are those of our own rollout with the most likely

@@ -51,7 +51,7 @@ def ckpt_key(path: Path) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def saves(tmp_path_factory):
     """A serial run of 5 s that saves every second (keep 2) and checks the best metric every second from the
-    first step on. (The seconds include the run's start-up: 3.5 s gave 4 saves beside a CPU hog, one more than the
+    first step on. (The seconds include the run's start-up: 3.5 s gave 4 saves at load 9, one more than the
     3 needed.) The learner's save functions are wrapped (serial mode: the learner runs in this process) to record
     every save: the paths written and the metric of each best checkpoint."""
     td = tmp_path_factory.mktemp("saves")

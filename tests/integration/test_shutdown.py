@@ -20,7 +20,7 @@ import pytest
 from tests.integration.conftest import COMPONENT_NAMES, REPO_ROOT, SIGNALS, progress_env_steps
 
 # An orderly stop needs no component to be terminated: checked by its log line, with a --shutdown_timeout_sec far
-# above the stop's own time (~3.5 s beside a CPU hog), not by a wall-clock bound that a loaded VM comes close to.
+# above the stop's own time (~3.5 s at load 7), not by a wall-clock bound that a loaded VM comes close to.
 # The run's exit is bounded only to catch a hang, above that timeout.
 SHUTDOWN_TIMEOUT_S = 20
 SHUTDOWN_BOUND_S = 45.0

@@ -68,7 +68,7 @@ def _chaos(run: TrainRun, rng: random.Random, killed: collections.Counter, done:
 
 @pytest.mark.timeout(170)
 def test_random_kills_leave_a_run_that_finishes_cleanly(tmp_path, start_run):
-    # kills are counted within the run: 36 s gives ~8 tries at actor 1 for the 4 asserted (24 s: 5 of 6 beside a hog)
+    # kills are counted within the run: 36 s gives ~8 tries at actor 1 for the 4 asserted (24 s: 5 of 6 at load 8)
     args = [*CARTPOLE, f"--train_for_seconds={RUN_S}", "--max_worker_restarts=3", "--worker_restart_window_sec=6"]
     run = start_run(args, tmp_path / "td")
     assert run.wait_until(lambda: progress_time(run) >= 1, timeout=60), run.describe()
