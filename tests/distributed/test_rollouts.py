@@ -5,6 +5,7 @@ Rollout messages a learner understands, stale rollouts dropped, slots coming bac
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -213,7 +214,7 @@ def test_default_run_setup_does_not_import_ray(tmp_path):
         f"'--train_dir={tmp_path}'])).setup(); "
         "print('ray' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)  # 38 s at load 13
     assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
 
 
@@ -279,7 +280,9 @@ def test_a_node_whose_next_batch_never_returns_is_lost_after_the_heartbeat_timeo
         assert why == "every sampler node was lost (--local_samplers=False)", (why, lines)
         assert 1.5 <= took < 5, took
         lost = [ln for ln in lines if "lost (" in ln]
-        assert len(lost) == 1 and "next_batch silent for 2 s, over --heartbeat_timeout_sec=1.5" in lost[0], lines
+        # how long it was silent, rounded, is 2 s unless the VM stalled this thread (the bound above checks timing)
+        silent = re.search(r"next_batch silent for (\d+) s, over --heartbeat_timeout_sec=1\.5", lost[0])
+        assert len(lost) == 1 and silent and 2 <= int(silent.group(1)) < 5, lines
         assert lost[0].endswith("no sampler left") and rs.ray.killed == [rs.nodes[0].handle]
     finally:
         rs.stop_event.set()

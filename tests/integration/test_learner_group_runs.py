@@ -33,7 +33,9 @@ def test_dqn_group_trains_checkpoints_and_resumes(tmp_path, train_run):
 
 
 def test_two_policies_get_a_group_each(tmp_path, train_run):
-    run = train_run([*GROUP, "--num_policies=2", "--train_for_seconds=12"], tmp_path)
+    # An env-step budget per policy (was 12 s, which a slow VM could spend starting the 4 ranks: a learner that has
+    # not started when the run stops writes no checkpoint)
+    run = train_run([*GROUP, "--num_policies=2", "--train_for_env_steps=8000"], tmp_path)
     assert run.wait(timeout=150) == 0, run.describe()
     assert "policy 0: 2 ranks over gloo, policy 1: 2 ranks over gloo" in run.output, run.describe()
     assert {"sf_learner_0_1", "sf_learner_1_1"} <= run.names_seen(), run.describe()

@@ -19,7 +19,11 @@ import pytest
 
 from tests.integration.conftest import COMPONENT_NAMES, REPO_ROOT, SIGNALS, progress_env_steps
 
-SHUTDOWN_BOUND_S = 10.0
+# An orderly stop needs no component to be terminated: checked by its log line, with a --shutdown_timeout_sec far
+# above the stop's own time (~3.5 s at load 7), not by a wall-clock bound that a loaded VM comes close to.
+# The run's exit is bounded only to catch a hang, above that timeout.
+SHUTDOWN_TIMEOUT_S = 20
+SHUTDOWN_BOUND_S = 45.0
 # (flags, niceness of the learner and the policy worker, niceness of the actors)
 DEFAULT_NICENESS = ([], 0, 10)
 EXPLICIT_NICENESS = (["--default_niceness=2", "--actor_worker_niceness=15"], 2, 17)
@@ -51,7 +55,8 @@ def _check_niceness(run, learner: int, actor: int) -> None:
 def _signal_run(tmp_path, train_run, sig_name: str, group: bool, niceness: tuple = DEFAULT_NICENESS) -> None:
     flags, learner, actor = niceness
     run = train_run(
-        ["--num_workers=2", "--train_for_seconds=600", "--report_interval_sec=1", *flags],
+        ["--num_workers=2", "--train_for_seconds=600", "--report_interval_sec=1", *flags]
+        + [f"--shutdown_timeout_sec={SHUTDOWN_TIMEOUT_S}"],
         tmp_path / "td",
     )
 
@@ -74,6 +79,7 @@ def _signal_run(tmp_path, train_run, sig_name: str, group: bool, niceness: tuple
     assert f"stopping: {sig_name} received" in run.output, run.describe()
     assert f"exit code {rc}: interrupted" in run.output and "ERROR" not in run.output, run.describe()
     assert "Traceback" not in run.output, run.describe()
+    assert "did not stop in time" not in run.output, run.describe()  # every component stopped by itself
     assert run.checkpoints(), f"no checkpoint after {sig_name}\n{run.describe()}"
     run.assert_no_leftovers()
 
@@ -93,7 +99,7 @@ def test_sigterm_clean_shutdown(tmp_path, train_run, group):
     _signal_run(tmp_path, train_run, "SIGTERM", group, EXPLICIT_NICENESS)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)  # hang bounds: 75 s beside other sessions' runs (load 13), mostly start-up
 def test_run_outlives_the_reader_of_its_stdout(tmp_path):
     """`train.py ... | tee log` with tee killed, or a launcher that died: the runner's next line meets a closed pipe.
     The run must go on to its budget and exit 0, its lines kept in <experiment>/sf_log.txt (before: BrokenPipeError,
@@ -106,7 +112,7 @@ def test_run_outlives_the_reader_of_its_stdout(tmp_path):
         first = proc.stdout.readline()
         assert first, proc.stderr.read()
         proc.stdout.close()  # the reader goes away while the run is starting
-        rc = proc.wait(timeout=150)
+        rc = proc.wait(timeout=240)
         err = proc.stderr.read()
     finally:
         if proc.poll() is None:

@@ -195,9 +195,14 @@ def test_a_failing_launcher_stops_its_runs_like_ctrl_c(tmp_path):
     """An error in the launcher's loop (here: reporting a result raises) must stop the other running experiment
     with SIGINT, so it saves, not SIGKILL its process group."""
     saved = tmp_path / "saved"
+    # "short" ends once "long" is up (its SIGINT handler set), not after a fixed 3 s that a slow start could exceed;
+    # the long log's header holds its script, so "up" is looked for as a line of its own
+    long_log = tmp_path / "long.log"
+    up = "import pathlib, time\nend = time.monotonic() + 60\nwhile time.monotonic() < end and 'up' not in "
+    up += f"pathlib.Path({str(long_log)!r}).read_text().splitlines():\n    time.sleep(0.05)\n"
     jobs = [
         _job(tmp_path, "long", [sys.executable, "-c", _SAVES_ON_SIGINT, str(saved)]),
-        _job(tmp_path, "short", [sys.executable, "-c", "import time; time.sleep(3)"]),
+        _job(tmp_path, "short", [sys.executable, "-c", up]),
     ]
 
     def on_result(job, result):
