@@ -168,7 +168,9 @@ def _kill_group(pgid: int) -> list[str]:
     described: dict[int, str] = {}
     for proc in at_exit:
         seen = _describe(proc)
-        if seen and not any(helper in arg for arg in seen[1] for helper in MP_HELPERS):
+        # An empty command line: the process is exiting (the kernel has released its memory), seen before it became
+        # a zombie (CI: a fork server on its way out, no longer recognizable as one); reported only if it lingers.
+        if seen and seen[1] and not any(helper in arg for arg in seen[1] for helper in MP_HELPERS):
             described[proc.pid] = f"{seen[0]} (running when the command exited)"
     _, procs = psutil.wait_procs(at_exit, timeout=LINGER_S)
     doom_ids = []
