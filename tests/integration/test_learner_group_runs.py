@@ -10,8 +10,11 @@ GROUP = ["--num_workers=2", "--learners_per_policy=2", "--device=cpu", "--report
 
 def test_dqn_group_trains_checkpoints_and_resumes(tmp_path, train_run):
     dqn = [*GROUP, "--algo=DQN", "--learning_starts=2000", "--save_replay_buffer=True", "--batch_size=64"]
-    # Budgets in env steps, not seconds, so a slow machine replays as much before the checkpoint: past
-    # --learning_starts the learner samples the buffer, and the resume trains on (the count includes the resumed steps).
+    # Budgets count collected env steps, and actors run ahead of the learner by the trajectory slots: 8 slots x 8 envs
+    # x rollout 32 = 2,048 samples with 16 envs per worker (the preset's 64 made it 8,192, so a learner group slow to
+    # start on a loaded CI VM had trained on nothing when 8,000 were collected). So the learner must have taken in
+    # >= 5,952 samples, past --learning_starts in an iteration it finished, and the resume trains on likewise.
+    dqn += ["--num_envs_per_worker=16"]
     run = train_run([*dqn, "--train_for_env_steps=8000"], tmp_path)
     assert run.wait(timeout=150) == 0, run.describe()
     assert "placement: learners 0.0: cpu, 0.1: cpu | policy workers 0.0: cpu | policy 0: 2 ranks over gloo" in (
