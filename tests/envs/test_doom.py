@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -262,6 +264,34 @@ def test_env_works_in_a_fresh_forkserver_process():
     assert proc.exitcode == 0
 
 
+def _start_child(code: str, cwd: Path) -> subprocess.Popen:
+    """`python -c code` with this repository importable; its stdout is a text pipe."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=cwd, env=env_vars)
+
+
+def _kill_then_expect_clean(
+    proc: subprocess.Popen, engines: list[psutil.Process], shm_left: Callable[[], set[str]], path: str, timeout: float
+) -> None:
+    """SIGKILL the child: within `timeout` s its engines exit, and its /dev/shm files and `path` are removed."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    deadline = time.monotonic() + timeout
+    while (_running(engines) or shm_left() or os.path.exists(path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(engines), "the vizdoom engine outlived its killed controller"
+    assert not shm_left()
+    assert not os.path.exists(path)
+
+
+def _end_child(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    proc.stdout.close()
+
+
 def test_killed_process_leaves_no_engine_behind(tmp_path):
     """A hung worker is SIGKILLed by the supervisor without closing its envs: the watchdog must stop the engine
     and remove its /dev/shm files and config dir."""
@@ -278,29 +308,15 @@ def test_killed_process_leaves_no_engine_behind(tmp_path):
         time.sleep(120)
         """
     )
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env_vars)
+    proc = _start_child(code, tmp_path)
     try:
         armed, config_dir = proc.stdout.readline().split()
         assert armed == "True"
         engines = [p for p in psutil.Process(proc.pid).children() if p.name() == "vizdoom"]
         assert len(engines) == 1
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        deadline = time.monotonic() + 15
-        while (_running(engines) or _doom_shm() - shm_before or os.path.exists(config_dir)) and (
-            time.monotonic() < deadline
-        ):
-            time.sleep(0.1)
-        assert not _running(engines), "the vizdoom engine outlived its killed controller"
-        assert not _doom_shm() - shm_before
-        assert not os.path.exists(config_dir)
+        _kill_then_expect_clean(proc, engines, lambda: _doom_shm() - shm_before, config_dir, 15)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
+        _end_child(proc)
 
 
 def test_a_process_killed_while_its_engine_starts_leaves_no_engine_behind(tmp_path):
@@ -321,9 +337,7 @@ def test_a_process_killed_while_its_engine_starts_leaves_no_engine_behind(tmp_pa
         time.sleep(120)
         """
     )
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env_vars)
+    proc = _start_child(code, tmp_path)
     engines: list[psutil.Process] = []
     ours: set[str] = set()
     try:
@@ -335,19 +349,9 @@ def test_a_process_killed_while_its_engine_starts_leaves_no_engine_behind(tmp_pa
         instance = cmdline[cmdline.index("+viz_instance_id") + 1]
         ours = {f"ViZDoom{kind}{instance}" for kind in ("SM", "MQCtr", "MQDoom")}
         assert ours <= _doom_shm(), "the engine's /dev/shm files"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        deadline = time.monotonic() + 20
-        while (_running(engines) or _doom_shm() & ours or os.path.exists(root)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _running(engines), "the starting vizdoom engine outlived its killed controller"
-        assert not _doom_shm() & ours
-        assert not os.path.exists(root)
+        _kill_then_expect_clean(proc, engines, lambda: _doom_shm() & ours, root, 20)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
+        _end_child(proc)
         for engine in _running(engines):
             engine.kill()
         psutil.wait_procs(engines, timeout=10)
