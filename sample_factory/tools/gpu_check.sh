@@ -4,6 +4,8 @@
 #   here, once:   bash sample_factory/tools/gpu_wheels.sh        (wheels into the ignored folder .whl/)
 #   there:        bash sample_factory/tools/gpu_check.sh quick    (~2 min: CUDA tests, learner loop, inference)
 #                 bash sample_factory/tools/gpu_check.sh full     (~8 min: ceiling, Pong time to +18, SF2 side by side)
+#                 bash sample_factory/tools/gpu_check.sh scores   (~9 min: Ape-X DQN on Pong for 280 s, APPO Pong to +18
+#                                                                   within 170 s; curves kept as *_progress.csv)
 #
 # with the device tool's `carry: [".whl"]`. Results go to $OUT (the device tool brings them back) or ./gpu_check_out.
 # Each step has its own time limit and a failed step does not stop the others.
@@ -76,6 +78,13 @@ print(f'raw ceiling, {n} processes, random actions: {raw_ceiling(\"atari_pong\",
       --device=gpu --num_workers="$(nproc)" --cases=same_work,fast --seconds=30 --rounds=1 \
       --sf2_clock=first_frames --start_timeout=120 --ceiling_seconds=0 --output="$OUT/sf2_side_by_side.md"
   fi
+  ;;
+scores)
+  # the atari_dqn preset's learning curve (issue 33) and the atari preset's time to +18 (issue 31), in one lease
+  step pong_dqn 360 $PY -m sample_factory.tools.time_to_score --tasks=pong_dqn --max_seconds="${DQN_SECONDS:-280}" \
+    --output="$OUT/pong_dqn.md" --progress_dir="$OUT"
+  step pong 250 $PY -m sample_factory.tools.time_to_score --tasks=pong --max_seconds="${APPO_SECONDS:-170}" \
+    --output="$OUT/pong.md" --progress_dir="$OUT"
   ;;
 esac
 echo "== done: $(ls "$OUT")"

@@ -1,12 +1,13 @@
 """Wall time from launch to a score: `python -m sample_factory.tools.time_to_score --tasks=pong[,breakout,...]
-[--seeds=1] [--max_seconds=300] [--output=FILE.md] [-- extra train.py flags]`.
+[--seeds=1] [--max_seconds=300] [--output=FILE.md] [--progress_dir=DIR] [-- extra train.py flags]`.
 
 Each task is the default command a user types (`python train.py --env=ENV`, the env's preset, the machine's
 defaults: every core a worker, the GPU where there is one) plus `--stop_at_reward=TARGET` (the run stops once the
 mean of the last --stats_avg = 100 episodes reaches the target) and `--train_for_seconds=--max_seconds` as a cap.
 The time is measured from the process's launch (imports and start-up included) to the line that says the target was
 reached; env frames there (Atari and VizDoom count frames: agent steps x 4) come from the run's progress.csv.
-A run that misses the target within its cap is reported as missed with its last mean reward.
+A run that misses the target within its cap is reported as missed with its last mean reward. --progress_dir keeps
+each run's progress.csv (its learning curve) as DIR/TASK_seedN_progress.csv; the run's own folder is temporary.
 
 Targets: Pong +18 (the learning suite's, issue #11), Breakout 200, VizDoom basic 75 and defend_the_center 10 kills
 (set here, below the returns of docs/results.md's longer runs), Ape-X DQN on Pong +18 (`--algo=DQN`). The last
@@ -18,6 +19,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,7 +41,7 @@ TASKS: dict[str, tuple[str, float, list[str]]] = {  # name: (env, target mean re
 REACHED = "mean reward reached"
 
 
-def run_task(name: str, seed: int, max_seconds: float, extra: list[str]) -> dict:
+def run_task(name: str, seed: int, max_seconds: float, extra: list[str], progress_dir: Path | None = None) -> dict:
     env, target, flags = TASKS[name]
     with tempfile.TemporaryDirectory() as td:
         cmd = [sys.executable, str(REPO / "train.py"), f"--env={env}", *flags, f"--seed={seed}"]
@@ -77,7 +79,11 @@ def run_task(name: str, seed: int, max_seconds: float, extra: list[str]) -> dict
             rc = proc.wait()
         reader.join(timeout=10)
         total = time.monotonic() - t0
-        rows = read_progress(Path(td) / "tts" / "progress.csv")
+        progress = Path(td) / "tts" / "progress.csv"
+        rows = read_progress(progress)
+        if progress_dir is not None and progress.exists():
+            progress_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(progress, progress_dir / f"{name}_seed{seed}_progress.csv")
     last = rows[-1] if rows else {}
     counter = next((k for k in ("env_frames", "env_steps") if k in last), None)
     reward = _float(last.get("reward_p0"))
@@ -138,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=1, help="Runs per task, seeds 0..N-1.")
     p.add_argument("--max_seconds", type=float, default=300.0, help="Cap of each run (--train_for_seconds).")
     p.add_argument("--output", type=Path, default=None, help="Also write the markdown table here.")
+    p.add_argument("--progress_dir", type=Path, default=None, help="Keep each run's progress.csv in this folder.")
     args, extra = p.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
     tasks = [t for t in args.tasks.split(",") if t]
@@ -148,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for task in tasks:
         for seed in range(args.seeds):
-            r = run_task(task, seed, args.max_seconds, extra)
+            r = run_task(task, seed, args.max_seconds, extra, args.progress_dir)
             results.append(r)
             print(json.dumps({k: v for k, v in r.items() if k != "tail"}), flush=True)
             if r["rc"] not in (0, None) and not r["reached"]:
