@@ -99,6 +99,8 @@ class Algorithm(ABC):
         # Set by `train`: the last iteration was cut by a stop before it used its batch at all (no SGD step, nothing
         # kept), so the learner does not count its samples as trained env steps.
         self.iteration_unused = False
+        # lines for the run's log (the learner reports and clears them after each `train`)
+        self.notes: list[str] = []
         # set by the learner of a --learners_per_policy > 1 group: this rank's collectives (algo/data_parallel.py)
         self.dp: DataParallel | None = None
         # Listed once: model.parameters() recurses through the modules, and clip_grad_norm_ did so three times a

@@ -98,6 +98,18 @@ def replay_capacity(cfg: Config) -> int:
     return cfg.replay_buffer_capacity
 
 
+def replay_device(choice: str, learner: torch.device, obs_bytes: int, data_parallel: bool = False) -> torch.device:
+    """Where a replay buffer's observations live (--replay_buffer_device): on the learner's GPU ("learner"; "auto"
+    when they take at most half of its free memory), else in host memory. A data-parallel group's buffer is rank 0's
+    and its minibatches are broadcast from the host, so it stays there."""
+    host = torch.device("cpu")
+    if choice == "cpu" or data_parallel:
+        return host
+    if choice == "learner":
+        return learner
+    return learner if learner.type == "cuda" and obs_bytes <= torch.cuda.mem_get_info(learner)[0] // 2 else host
+
+
 class DQNAlgorithm(Algorithm):
     """Stats of an iteration (means over its SGD steps): loss, q_mean, q_target, td_error_abs, grad_norm,
     importance_weight. Per iteration: sgd_steps, replay_size, replay_ratio (replayed / sampled transitions since
@@ -248,6 +260,13 @@ class DQNAlgorithm(Algorithm):
         self, obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], action_shape: tuple, action_dtype
     ) -> ReplayBuffer:
         cfg = self.cfg
+        stacked = frame_stacked_keys(cfg, obs_shapes)
+        obs_bytes = ReplayBuffer.obs_nbytes(replay_capacity(cfg), cfg.rollout, obs_shapes, stacked)
+        device = replay_device(cfg.replay_buffer_device, self.device, obs_bytes, data_parallel=self.dp is not None)
+        self.notes.append(
+            f"replay buffer: {replay_capacity(cfg):,} transitions, observations {obs_bytes / 2**30:.2f} GiB in "
+            f"{'host memory' if device.type == 'cpu' else device} (--replay_buffer_device={cfg.replay_buffer_device})"
+        )
         return ReplayBuffer(
             replay_capacity(cfg),
             cfg.rollout,
@@ -258,7 +277,8 @@ class DQNAlgorithm(Algorithm):
             alpha=cfg.prioritized_replay_alpha,
             eps=cfg.prioritized_replay_eps,
             seed=None if cfg.seed is None else cfg.seed * 7919 + 13,
-            stacked=frame_stacked_keys(cfg, obs_shapes),
+            stacked=stacked,
+            device=device,
         )
 
     def add_rollouts(self, batch: dict[str, Any], policy_id: int | None) -> tuple[Tensor, int]:

@@ -15,6 +15,12 @@ start after position 0 lies; a stack is rebuilt from them on sampling, repeating
 start (what gymnasium's FrameStackObservation does at a reset). Every added rollout is checked against the rebuild,
 so a stack that does not follow that rule is an error, never silently wrong data.
 
+Where the observations live (`device`): the observation storage (obs, frames and their episode starts) may sit on
+the learner's GPU. Then every transition crosses to the device once, when its rollout is added, and a sampled
+minibatch is gathered there, instead of gathering it on the host and copying it over for every SGD step (14 MB a
+step for 256 Atari transitions and their bootstrap states). The bookkeeping (priorities, validity, offsets, actions,
+returns) stays on the host, where the sampling decisions are made.
+
 Terminated vs truncated inside a window: a termination at step t + k ends the return there (no bootstrap); a
 truncation adds gamma^(k+1) * V(final observation), the value the policy worker computed for the final
 observation when the episode was cut (`final_values`), and also stops bootstrapping from obs[t + m] (that is
@@ -139,8 +145,19 @@ class SumTree:
         return idx
 
 
+def rebuild_stacks(frames: Tensor, starts: Tensor, b: Tensor, t: Tensor, k: int) -> Tensor:
+    """Frame stacks from single frames: frames [blocks, T + k, *frame] (per block the k - 1 frames before position 0,
+    then the newest frame of every position), starts [blocks, T + 1] (latest episode start at or before a position,
+    -1 if before the block); b, t [B] block and position -> [B, k, *frame], oldest first, an episode's first frame
+    repeated before its start. All on one device."""
+    idx = t.unsqueeze(1) + torch.arange(k, device=t.device)  # [B, k] frame t + i is stack slot i
+    s = starts[b, t].long()  # [B]
+    first = torch.where(s >= 0, s + k - 1, 0).unsqueeze(1)  # the episode's first frame, where it began here
+    return frames[b.unsqueeze(1), torch.maximum(idx, first)]
+
+
 class ReplaySample(NamedTuple):
-    """A sampled batch of B transitions (CPU tensors)."""
+    """A sampled batch of B transitions: host tensors, the observations on the buffer's device."""
 
     indices: Tensor  # [B] int64 flat indices (for update_priorities)
     obs: dict[str, Tensor]  # {key: [B, *shape]}
@@ -168,8 +185,10 @@ class ReplayBuffer:
         eps: float = 1e-6,
         seed: int | None = None,
         stacked: dict[str, int] | None = None,
+        device: torch.device | str = "cpu",
     ):
         self.T = rollout
+        self.device = torch.device(device)  # of the observation storage
         self.stacked = dict(stacked or {})  # obs key -> frames per stack (the first dim of its shape)
         self.num_blocks = max(1, math.ceil(capacity / rollout))
         self.capacity = self.num_blocks * rollout
@@ -178,18 +197,19 @@ class ReplayBuffer:
         # Observations are allocated, not zeroed: only written blocks are ever read (sampling draws valid steps of
         # filled blocks), so memory is committed as the buffer fills instead of all at once (4 GB and seconds of
         # zeroing for the atari_dqn preset's 500k transitions before the first SGD step).
+        dev = self.device
         self.obs = {
-            k: torch.empty((nb, T + 1, *shape), dtype=dt)
+            k: torch.empty((nb, T + 1, *shape), dtype=dt, device=dev)
             for k, (shape, dt) in obs_shapes.items()
             if k not in self.stacked
         }
         self.frames = {
-            k: torch.empty((nb, T + self.stacked[k], *shape[1:]), dtype=dt)
+            k: torch.empty((nb, T + self.stacked[k], *shape[1:]), dtype=dt, device=dev)
             for k, (shape, dt) in obs_shapes.items()
             if k in self.stacked
         }
         # latest episode start at or before each position of a block, -1 if the episode began before the block
-        self.starts = torch.full((nb, T + 1), -1, dtype=torch.int16)
+        self.starts = torch.full((nb, T + 1), -1, dtype=torch.int16, device=dev)
         self.actions = torch.zeros((nb, T, *action_shape), dtype=action_dtype)
         self.returns = torch.zeros((nb, T), dtype=torch.float32)
         self.discounts = torch.zeros((nb, T), dtype=torch.float32)
@@ -201,6 +221,19 @@ class ReplayBuffer:
         self.filled_blocks = 0
         self.added = 0  # transitions ever added (valid ones)
         self.rng = np.random.default_rng(seed)
+
+    @staticmethod
+    def obs_nbytes(
+        capacity: int, rollout: int, obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], stacked: dict[str, int]
+    ) -> int:
+        """Bytes of the observation storage of a buffer built with these arguments (what `device` would hold)."""
+        nb = max(1, math.ceil(capacity / rollout))
+        total = nb * (rollout + 1) * 2  # starts, int16
+        for k, (shape, dt) in obs_shapes.items():
+            rows = rollout + stacked[k] if k in stacked else rollout + 1
+            per_row = math.prod(shape[1:] if k in stacked else shape)
+            total += nb * rows * per_row * torch.empty((), dtype=dt).element_size()
+        return total
 
     def __len__(self) -> int:
         """Valid transitions stored (what can be sampled). Counted in numpy: host bookkeeping, which host-sync counts
@@ -228,11 +261,12 @@ class ReplayBuffer:
         if M > self.num_blocks:
             raise ValueError(f"{M} rollouts do not fit a replay buffer of {self.num_blocks} blocks of {self.T} steps")
         blocks = (self.next_block + torch.arange(M)) % self.num_blocks  # [M]
+        blocks_dev = blocks.to(self.device)
         for k, v in obs.items():
             if k not in self.stacked:
-                self.obs[k][blocks] = v
+                self.obs[k][blocks_dev] = v.to(self.device)
         if self.stacked:
-            self._add_frames(blocks, obs, is_first)
+            self._add_frames(blocks_dev, obs, is_first)
         self.actions[blocks] = actions
         self.returns[blocks] = targets.returns
         self.discounts[blocks] = targets.discounts
@@ -253,33 +287,28 @@ class ReplayBuffer:
     def _add_frames(self, blocks: Tensor, obs: dict[str, Tensor], is_first: Tensor | None) -> None:
         if is_first is None:
             raise ValueError("a replay buffer with frame-stacked keys needs is_first")
-        T = self.T
+        T, M = self.T, len(blocks)
         pos = torch.arange(T + 1)
         # is_first at position 0 is no evidence of a reset: an actor's first slot marks it (the core state starts
         # there) with its envs mid-episode after the decorrelation steps. Position 0 needs none: the block keeps
         # obs[0]'s whole stack, reset or not.
-        starts = torch.where(is_first & (pos > 0), pos, -1).cummax(dim=1).values  # [M, T+1]
-        self.starts[blocks] = starts.to(torch.int16)
+        starts = torch.where(is_first & (pos > 0), pos, -1).cummax(dim=1).values.to(torch.int16)  # [M, T+1]
+        b, t = torch.arange(M).repeat_interleave(T + 1), pos.repeat(M)  # every position of the M new blocks
         for k, k_frames in self.stacked.items():
             v = obs[k]  # [M, T+1, k, *frame]
-            self.frames[k][blocks, : k_frames - 1] = v[:, 0, : k_frames - 1]
-            self.frames[k][blocks, k_frames - 1 :] = v[:, :, -1]
-            b = blocks.repeat_interleave(T + 1)
-            rebuilt = self._stack(k, b, pos.repeat(len(blocks)))  # [M*(T+1), k, *frame]
-            if not torch.equal(rebuilt, v.reshape(-1, *v.shape[2:])):
+            frames = torch.cat([v[:, 0, : k_frames - 1], v[:, :, -1]], dim=1)  # [M, T + k, *frame]
+            # checked on the host, before it is stored (wherever the storage is)
+            if not torch.equal(rebuild_stacks(frames, starts, b, t, k_frames), v.reshape(-1, *v.shape[2:])):
                 raise ValueError(
                     f"observation {k!r} is not a frame stack that repeats the first frame at an episode start: "
                     "it cannot be stored as single frames"
                 )
+            self.frames[k][blocks] = frames.to(self.device)
+        self.starts[blocks] = starts.to(self.device)
 
     def _stack(self, key: str, b: Tensor, t: Tensor) -> Tensor:
-        """Rebuild the stacks of `key` at blocks b [B], positions t [B] -> [B, k, *frame]."""
-        k = self.stacked[key]
-        idx = t.unsqueeze(1) + torch.arange(k)  # [B, k] frame t + i is stack slot i (oldest first)
-        s = self.starts[b, t].long()  # [B]
-        first = torch.where(s >= 0, s + k - 1, 0).unsqueeze(1)  # the episode's first frame, where it began here
-        idx = torch.maximum(idx, first)
-        return self.frames[key][b.unsqueeze(1), idx]
+        """The stacks of `key` at blocks b [B], positions t [B] (on the storage's device) -> [B, k, *frame]."""
+        return rebuild_stacks(self.frames[key], self.starts, b, t, self.stacked[key])
 
     def _obs_at(self, b: Tensor, t: Tensor) -> dict[str, Tensor]:
         out = {k: v[b, t] for k, v in self.obs.items()}
@@ -314,13 +343,18 @@ class ReplayBuffer:
         """The transitions at flat `indices` [B] (sampled, or all of a fresh rollout for one-time replay)."""
         b, t = indices // self.T, indices % self.T
         nt = t + self.offsets[b, t].long()
+        where = torch.stack([b, t, nt])  # [3, B] host
+        if self.device.type == "cuda":  # one small copy, queued without a wait: the gathers run on the device
+            where = where.pin_memory().to(self.device, non_blocking=True)
+        elif self.device.type != "cpu":
+            where = where.to(self.device)
         return ReplaySample(
             indices=indices,
-            obs=self._obs_at(b, t),
+            obs=self._obs_at(where[0], where[1]),
             actions=self.actions[b, t],
             returns=self.returns[b, t],
             discounts=self.discounts[b, t],
-            next_obs=self._obs_at(b, nt),
+            next_obs=self._obs_at(where[0], where[2]),
             weights=torch.ones(len(indices)) if weights is None else weights,
         )
 
@@ -368,9 +402,10 @@ class ReplayBuffer:
             if k not in saved or saved[k].shape != t.shape or saved[k].dtype != t.dtype:
                 found = "missing" if k not in saved else f"{tuple(saved[k].shape)} {saved[k].dtype}"
                 raise ValueError(f"saved replay buffer's {k} is {found}, expected {tuple(t.shape)} {t.dtype}")
-        self.obs = {k: state["obs"][k].cpu() for k in self.obs}
-        self.frames = {k: state["frames"][k].cpu() for k in self.frames}
-        for k in ("starts", "actions", "returns", "discounts", "offsets", "valid"):
+        self.obs = {k: state["obs"][k].to(self.device) for k in self.obs}
+        self.frames = {k: state["frames"][k].to(self.device) for k in self.frames}
+        self.starts = state["starts"].to(self.device)
+        for k in ("actions", "returns", "discounts", "offsets", "valid"):
             setattr(self, k, state[k].cpu())
         self.tree.tree[:] = state["tree"].cpu().numpy()
         if not self.prioritized:  # saved by a prioritized buffer: sample the valid transitions uniformly now

@@ -39,6 +39,8 @@ class PinnedStaging:
         return out
 
     def _one(self, name: str, x: Tensor) -> Tensor:
+        if x.device.type != "cpu":  # already on a device (e.g. gathered from a replay buffer on the GPU)
+            return x.to(self.device, non_blocking=True)
         ring = self.ring.setdefault(name, [])
         while len(ring) <= self.turn:
             ring.append((torch.empty(0, dtype=x.dtype, pin_memory=True), None))

@@ -91,6 +91,7 @@ class OptionFields:
     replay_proportion: float  # default 0.0
     replay_buffer_num_slots: int  # default 0
     replay_buffer_capacity: int  # default 100000
+    replay_buffer_device: str  # default 'auto'; one of auto, cpu, learner
     learning_starts: int  # default 1000
     training_intensity: float  # default 8.0
     n_step: int  # default 3

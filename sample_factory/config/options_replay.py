@@ -31,6 +31,16 @@ REPLAY_OPTIONS: list[Option] = [
         "the memory per transition).",
     ),
     Option(
+        "replay_buffer_device",
+        str,
+        "auto",
+        "DQN: where the replay buffer's observations live. auto: on the learner's GPU when they take at most "
+        "half of its free memory (minibatches are then gathered where they are trained on instead of crossing "
+        "to the GPU at every SGD step), else in host memory; cpu: host memory; learner: the learner's device "
+        "whatever their size. A learner group (--learners_per_policy > 1) keeps them in host memory.",
+        choices=("auto", "cpu", "learner"),
+    ),
+    Option(
         "learning_starts",
         int,
         1000,

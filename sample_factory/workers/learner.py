@@ -150,7 +150,7 @@ class Learner(Component):
         self.ckpt_dir = checkpoint_dir(cfg, self.policy_id)
         # The runner already loaded (and reported on) the same files.
         # Loaded to CPU: weights and optimizer moments are copied onto the device by their load_state_dict, and a saved
-        # replay buffer (GBs with --save_replay_buffer) stays in host memory instead of passing through the GPU.
+        # replay buffer (GBs with --save_replay_buffer) goes where the buffer lives (--replay_buffer_device).
         loaded = load_policy_checkpoint(self.cfg, self.policy_id, map_location="cpu", quiet=True)
         if loaded is not None:
             state, path = loaded
@@ -296,6 +296,9 @@ class Learner(Component):
         with self.timing.add("train"):
             self.algo.update_learning_rate(env_steps)
             stats, self.version = self.algo.train(batch, self.version, self.policy_id)
+        for line in self.algo.notes:
+            self.report("note", line)
+        self.algo.notes.clear()
         if self.algo.iteration_unused:  # a stop came first: its samples are not trained on, nothing to publish
             if not self.cfg.async_rl:
                 self._return_slots(taken)

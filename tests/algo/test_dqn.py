@@ -139,6 +139,13 @@ def test_one_time_replay_trains_on_each_fresh_sample_once():
     assert algo.replay.capacity == 2 * 32 * algo.cfg.num_batches_per_epoch  # room for an iteration (or two) only
 
 
+def test_the_replay_buffer_says_where_its_observations_live():
+    algo = make_algo("--batch_size=32", "--learning_starts=100")
+    algo.train(fake_batch(M=4), 0, 0)
+    assert algo.replay.device.type == "cpu"
+    assert any("replay buffer: 100,000 transitions" in n and "host memory" in n for n in algo.notes), algo.notes
+
+
 @pytest.mark.parametrize("save_buffer", [False, True])
 def test_checkpoint_state_with_and_without_the_replay_buffer(save_buffer):
     flags = ["--batch_size=32", "--learning_starts=100", f"--save_replay_buffer={save_buffer}"]

@@ -331,3 +331,26 @@ def save_bytes(state: dict) -> bytes:
     buf = io.BytesIO()
     torch.save(state, buf)
     return buf.getvalue()
+
+
+def test_replay_device_choice(monkeypatch):
+    """--replay_buffer_device: auto puts the observations on the learner's GPU when they take at most half of its
+    free memory; cpu keeps them in host memory; a learner group's buffer stays in host memory."""
+    from sample_factory.algo.dqn import replay_device
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10 * 2**30, 80 * 2**30))
+    assert replay_device("auto", gpu, 5 * 2**30) == gpu
+    assert replay_device("auto", gpu, 5 * 2**30 + 1) == cpu  # more than half of the free 10 GiB
+    assert replay_device("learner", gpu, 50 * 2**30) == gpu
+    assert replay_device("cpu", gpu, 1) == cpu
+    assert replay_device("auto", gpu, 1, data_parallel=True) == cpu
+    assert replay_device("auto", cpu, 1) == cpu and replay_device("learner", cpu, 1) == cpu
+
+
+def test_observation_bytes_are_what_the_buffer_allocates():
+    T, k = 8, 4
+    shapes = {"obs": ((k, 84, 84), torch.uint8), "vec": ((3,), torch.float32)}
+    buf = ReplayBuffer(100, T, shapes, (), torch.int64, prioritized=True, stacked={"obs": k})
+    stored = [*buf.obs.values(), *buf.frames.values(), buf.starts]
+    assert ReplayBuffer.obs_nbytes(100, T, shapes, {"obs": k}) == sum(t.numel() * t.element_size() for t in stored)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,6 +109,37 @@ def test_transfers_to_and_from_the_gpu_keep_values_and_order():
     got = reads.ready() + reads.drain()
     assert [tag for tag, _ in got] == list(range(5))
     assert all(torch.equal(x, (torch.arange(3) + i) * 2) for i, x in got)
+
+
+def test_a_replay_buffer_on_the_gpu_samples_what_one_in_host_memory_does():
+    """--replay_buffer_device: frames stored on the GPU and gathered there give the same minibatches (indices,
+    stacks, bootstrap stacks, weights) as the host buffer, also after a save and a load into each other."""
+    from sample_factory.algo.replay import ReplayBuffer, nstep_targets
+    from tests.algo.test_replay import frame_stack_rollouts
+
+    M, T, k = 4, 8, 4
+    obs, is_first = frame_stack_rollouts(M, T, k, {(0, 2), (1, 6), (3, 0)})
+    shapes = {"obs": ((k, 3, 3), torch.uint8), "vec": ((2,), torch.float32)}
+    batch = {"obs": obs, "vec": torch.randn(M, T + 1, 2)}
+    z = torch.zeros(M, T, dtype=torch.bool)
+    targets = nstep_targets(torch.ones(M, T), z, z, torch.zeros(M, T), 0.9, 3)
+    bufs = [
+        ReplayBuffer(2 * M * T, T, shapes, (), torch.int64, True, seed=3, stacked={"obs": k}, device=d)
+        for d in ("cpu", "cuda")
+    ]
+    for buf in bufs:
+        buf.add(batch, torch.zeros(M, T, dtype=torch.int64), targets, ~z, torch.rand(M, T, generator=None), is_first)
+        buf.tree.set(np.arange(M * T), np.linspace(0.1, 1.0, M * T))  # the same priorities in both
+    for _ in range(3):
+        a, b = (buf.sample(16, 0.5) for buf in bufs)
+        assert b.obs["obs"].is_cuda and b.next_obs["vec"].is_cuda
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.weights, b.weights)
+        for key in ("obs", "vec"):
+            assert torch.equal(a.obs[key], b.obs[key].cpu()) and torch.equal(a.next_obs[key], b.next_obs[key].cpu())
+    bufs[0].load_state_dict({**bufs[1].state_dict()})  # GPU state into the host buffer and back
+    bufs[1].load_state_dict({**bufs[0].state_dict()})
+    a, b = (buf.sample(16) for buf in bufs)
+    assert torch.equal(a.obs["obs"], b.obs["obs"].cpu()) and bufs[0].frames["obs"].device.type == "cpu"
 
 
 @pytest.mark.parametrize("algo", ["APPO", "DQN"])
