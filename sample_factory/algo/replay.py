@@ -156,6 +156,24 @@ def rebuild_stacks(frames: Tensor, starts: Tensor, b: Tensor, t: Tensor, k: int)
     return frames[b.unsqueeze(1), torch.maximum(idx, first)]
 
 
+def stacks_follow_frames(obs: Tensor, starts: Tensor) -> bool:
+    """obs [M, T+1, k, *frame] frame stacks, starts [M, T+1] bool (an episode starts at this position, t > 0): whether
+    rebuild_stacks gives them back from their newest frames and obs[:, 0]'s stack. It does exactly when every stack
+    after position 0 is the previous one shifted by a frame, or, where an episode starts, its first frame repeated
+    k times. Compared in place (two shifted views) instead of rebuilding, frames read as 64-bit words where their size
+    allows: 1,024 Atari transitions in 4.5 ms instead of 41 ms for the rebuild (2-core machine)."""
+    flat = obs.flatten(3)  # [M, T+1, k, F]
+    if obs.is_contiguous() and flat.shape[-1] * flat.element_size() % 8 == 0:
+        flat = flat.view(torch.int64)  # the same bytes, 8 at a time
+    later = flat[:, 1:]  # [M, T, k, F']
+    shifted = (later[:, :, :-1] == flat[:, :-1, 1:]).flatten(2).all(-1)  # [M, T]
+    start = starts[:, 1:]
+    if not bool(shifted[~start].all()):
+        return False
+    at_start = later[start]  # [S, k, F']
+    return bool((at_start == at_start[:, -1:]).all())
+
+
 class ReplaySample(NamedTuple):
     """A sampled batch of B transitions: host tensors, the observations on the buffer's device."""
 
@@ -261,17 +279,16 @@ class ReplayBuffer:
         if M > self.num_blocks:
             raise ValueError(f"{M} rollouts do not fit a replay buffer of {self.num_blocks} blocks of {self.T} steps")
         blocks = (self.next_block + torch.arange(M)) % self.num_blocks  # [M]
-        blocks_dev = blocks.to(self.device)
         for k, v in obs.items():
             if k not in self.stacked:
-                self.obs[k][blocks_dev] = v.to(self.device)
+                self._put(self.obs[k], v)
         if self.stacked:
-            self._add_frames(blocks_dev, obs, is_first)
-        self.actions[blocks] = actions
-        self.returns[blocks] = targets.returns
-        self.discounts[blocks] = targets.discounts
-        self.offsets[blocks] = targets.offsets.to(torch.int16)
-        self.valid[blocks] = valid
+            self._add_frames(obs, is_first)
+        self._put(self.actions, actions)
+        self._put(self.returns, targets.returns)
+        self._put(self.discounts, targets.discounts)
+        self._put(self.offsets, targets.offsets.to(torch.int16))
+        self._put(self.valid, valid)
         self.next_block = (self.next_block + M) % self.num_blocks
         self.filled_blocks = min(self.num_blocks, self.filled_blocks + M)
         self.added += int(valid.numpy().sum())
@@ -284,27 +301,33 @@ class ReplayBuffer:
         self.tree.set(idx.numpy(), np.where(valid.reshape(-1).numpy(), p, 0.0))
         return idx
 
-    def _add_frames(self, blocks: Tensor, obs: dict[str, Tensor], is_first: Tensor | None) -> None:
+    def _put(self, dst: Tensor, src: Tensor) -> None:
+        """src [M, ...] into the M blocks from next_block on, in ring order: at most two slice copies (an indexed
+        write of an Atari rollout's frames took 7 ms for 7 MB on the 2-core machine), to whatever device dst is on."""
+        first, M = self.next_block, src.shape[0]
+        n = min(M, self.num_blocks - first)
+        dst[first : first + n].copy_(src[:n])
+        if n < M:
+            dst[: M - n].copy_(src[n:])
+
+    def _add_frames(self, obs: dict[str, Tensor], is_first: Tensor | None) -> None:
         if is_first is None:
             raise ValueError("a replay buffer with frame-stacked keys needs is_first")
-        T, M = self.T, len(blocks)
-        pos = torch.arange(T + 1)
+        pos = torch.arange(self.T + 1)
         # is_first at position 0 is no evidence of a reset: an actor's first slot marks it (the core state starts
         # there) with its envs mid-episode after the decorrelation steps. Position 0 needs none: the block keeps
         # obs[0]'s whole stack, reset or not.
         starts = torch.where(is_first & (pos > 0), pos, -1).cummax(dim=1).values.to(torch.int16)  # [M, T+1]
-        b, t = torch.arange(M).repeat_interleave(T + 1), pos.repeat(M)  # every position of the M new blocks
         for k, k_frames in self.stacked.items():
             v = obs[k]  # [M, T+1, k, *frame]
-            frames = torch.cat([v[:, 0, : k_frames - 1], v[:, :, -1]], dim=1)  # [M, T + k, *frame]
             # checked on the host, before it is stored (wherever the storage is)
-            if not torch.equal(rebuild_stacks(frames, starts, b, t, k_frames), v.reshape(-1, *v.shape[2:])):
+            if not stacks_follow_frames(v, starts >= pos):
                 raise ValueError(
                     f"observation {k!r} is not a frame stack that repeats the first frame at an episode start: "
                     "it cannot be stored as single frames"
                 )
-            self.frames[k][blocks] = frames.to(self.device)
-        self.starts[blocks] = starts.to(self.device)
+            self._put(self.frames[k], torch.cat([v[:, 0, : k_frames - 1], v[:, :, -1]], dim=1))  # [M, T + k, *frame]
+        self._put(self.starts, starts)
 
     def _stack(self, key: str, b: Tensor, t: Tensor) -> Tensor:
         """The stacks of `key` at blocks b [B], positions t [B] (on the storage's device) -> [B, k, *frame]."""

@@ -212,12 +212,12 @@ def test_state_dict_round_trip():
         small_buffer(capacity=32).load_state_dict(buf.state_dict())
 
 
-def frame_stack_rollouts(M, T, k, ends, seed=0):
+def frame_stack_rollouts(M, T, k, ends, seed=0, frame=(3, 3)):
     """Stacks as gymnasium's FrameStackObservation builds them (the reset frame repeated k times), across episode
     ends at the given (row, step) positions; the stream starts mid-episode so obs[0]'s stack holds older frames."""
     g = torch.Generator().manual_seed(seed)
-    frames = torch.randint(0, 255, (M, T + 1 + k, 3, 3), generator=g, dtype=torch.uint8)
-    obs = torch.zeros(M, T + 1, k, 3, 3, dtype=torch.uint8)
+    frames = torch.randint(0, 255, (M, T + 1 + k, *frame), generator=g, dtype=torch.uint8)
+    obs = torch.zeros(M, T + 1, k, *frame, dtype=torch.uint8)
     is_first = torch.zeros(M, T + 1, dtype=torch.bool)
     for i in range(M):
         stack = [frames[i, j] for j in range(k)]  # the history before the rollout
@@ -354,3 +354,29 @@ def test_observation_bytes_are_what_the_buffer_allocates():
     buf = ReplayBuffer(100, T, shapes, (), torch.int64, prioritized=True, stacked={"obs": k})
     stored = [*buf.obs.values(), *buf.frames.values(), buf.starts]
     assert ReplayBuffer.obs_nbytes(100, T, shapes, {"obs": k}) == sum(t.numel() * t.element_size() for t in stored)
+
+
+@pytest.mark.parametrize("frame", [(3, 3), (4, 4)])  # 9 bytes: compared as bytes; 16: as 64-bit words
+def test_the_in_place_frame_stack_check_agrees_with_the_rebuild(frame):
+    """stacks_follow_frames (shifted views) accepts exactly the rollouts that rebuild_stacks gives back: valid
+    stacks with episode starts anywhere, and each of many single-element corruptions of them."""
+    from sample_factory.algo.replay import rebuild_stacks, stacks_follow_frames
+
+    M, T, k = 3, 8, 4
+    g = torch.Generator().manual_seed(1)
+    pos = torch.arange(T + 1)
+    b, t = torch.arange(M).repeat_interleave(T + 1), pos.repeat(M)
+    refused = 0
+    for trial in range(40):
+        ends = {(int(torch.randint(0, M, (1,), generator=g)), int(torch.randint(0, T, (1,), generator=g)))}
+        obs, is_first = frame_stack_rollouts(M, T, k, ends, seed=trial, frame=frame)
+        if trial % 2:  # a corruption somewhere (may or may not break the rule, e.g. a slot equal to its neighbour)
+            i = [int(torch.randint(0, n, (1,), generator=g)) for n in obs.shape[:4]]
+            obs[i[0], i[1], i[2], i[3]] = 255 - obs[i[0], i[1], i[2], i[3]]  # never the same value (odd sum)
+        starts = torch.where(is_first & (pos > 0), pos, -1).cummax(dim=1).values.to(torch.int16)
+        frames = torch.cat([obs[:, 0, : k - 1], obs[:, :, -1]], dim=1)
+        expected = torch.equal(rebuild_stacks(frames, starts, b, t, k), obs.reshape(-1, *obs.shape[2:]))
+        assert stacks_follow_frames(obs, starts >= pos) == expected, (trial, ends)
+        assert expected or trial % 2
+        refused += not expected
+    assert refused >= 10  # most corruptions break a stack
