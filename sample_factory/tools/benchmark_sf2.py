@@ -171,16 +171,18 @@ def parse_sf2_log(text: str) -> dict:
     line, else frames over the span of its reports), frames, the last "Avg episode reward" and the unit."""
     result: dict = {}
     reports = []  # (seconds since the epoch, total frames) of each Fps line
+    # Each pattern on every line: processes writing to one pipe can leave two messages on one line (a report cut by
+    # the Ctrl+C, then the final "Collected" line after it).
     for line in _ANSI.sub("", text).splitlines():
         if m := _SF2_FPS.search(line):
             result["fps10"], result["frames"] = float(m.group(1)), int(m.group(2))
             if t := _SF2_TIME.search(line):
                 reports.append((datetime.strptime(t.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp(), result["frames"]))
-        elif m := _SF2_REWARD.search(line):
+        if m := _SF2_REWARD.search(line):
             result["reward"] = float(m.group(1))
-        elif m := _SF2_DONE.search(line):
+        if m := _SF2_DONE.search(line):
             result["frames"], result["fps"] = int(m.group(1)), float(m.group(2))
-        elif line.startswith("summaries_use_frameskip="):
+        if line.startswith("summaries_use_frameskip="):
             result["unit"] = "env frames" if line.endswith("True") else "env steps"
     if "fps" not in result and len(reports) > 1 and reports[-1][0] > reports[0][0]:
         result["fps"] = (reports[-1][1] - reports[0][1]) / (reports[-1][0] - reports[0][0])

@@ -45,6 +45,10 @@ def test_parse_sf2_log():
     assert r["seconds"] == pytest.approx(60.268) and r["fps"] == pytest.approx(407.8, abs=0.05)
     r = b.parse_sf2_log("\n".join([*SF2_LOG, SF2_DONE]))
     assert r["fps"] == 712.0 and r["frames"] == 69632
+    # a report cut by the Ctrl+C with the final line written after it, on one line
+    cut = SF2_LOG[-2][: SF2_LOG[-2].index("Samples")] + SF2_DONE
+    r = b.parse_sf2_log("\n".join([*SF2_LOG[:-2], cut]))
+    assert r["fps"] == 712.0 and r["frames"] == 69632 and r["fps10"] == 0.0
     assert b.parse_sf2_log("no report") == {}
     assert b.parse_sf2_log(SF2_LOG[0].replace("True", "False"))["unit"] == "env steps"
 
@@ -225,7 +229,7 @@ def test_offline_install_and_run_beside_our_pythonpath(fake_sf2_wheels, tmp_path
     sf2 = b.Sf2(b.Path(sys.executable), site, device="gpu", after_frames=True, start_timeout=60)
     r = b.run_sf2(sf2, "atari_pong", 2, ["--rollout=32"], seconds=1.0)
     assert "error" not in r, r
-    assert r["fps10"] == 100.0 and r["fps"] == 123.0 and r["left_behind"] == []
+    assert r["fps10"] == 100.0 and r["fps"] == 123.0 and r["left_behind"] == [], r  # its log tail, if not
     log = "\n".join(r["log_tail"])
     assert f"sample_factory from {site / 'sample_factory' / '__init__.py'} PYTHONPATH {site}" in log
     assert "--device=gpu" in log and "--rollout=32" in log
