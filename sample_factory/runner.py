@@ -17,7 +17,7 @@ import torch
 
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
-from sample_factory.envs.env_utils import env_backend, probe_env, set_step_units
+from sample_factory.envs.env_utils import env_backend, episode_limit_note, probe_env, set_step_units
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
@@ -158,6 +158,8 @@ class Runner:
         if cfg.env_backend == "auto":  # cfg.json keeps auto; every component gets the resolved backend
             cfg.env_backend = env_backend(cfg)
             log(f"--env_backend=auto: {cfg.env_backend}")
+        if note := episode_limit_note(cfg):
+            log(note)
         self.callbacks = make_callbacks(cfg)
         if cfg.serial_mode:
             # Serial mode promises bit-identical weights for a seed, so no kernel may be picked by timing: tanh's

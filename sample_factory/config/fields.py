@@ -45,6 +45,7 @@ class OptionFields:
     env_framestack: int  # default 4
     env_sticky_actions: float  # default 0.25
     env_seed_offset: int  # default 0
+    max_episode_steps: int | None  # default None
 
     # Learner
     algo: str  # default 'APPO'; one of APPO, DQN

@@ -202,6 +202,15 @@ OPTIONS: dict[str, list[Option]] = {
         Option("env_framestack", int, 4, "Atari: stacked frames per observation."),
         Option("env_sticky_actions", float, 0.25, "Atari: probability of repeating the previous action."),
         Option("env_seed_offset", int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env)."),
+        Option(
+            "max_episode_steps",
+            int,
+            None,
+            "Truncate every episode after this many agent steps (gymnasium's TimeLimit, as gym.make's argument of "
+            "the same name: a truncation, so values bootstrap past it). Default: the env's own limit; envs that "
+            "register none (CliffWalking-v1, ...) run an episode until the env ends it. Gymnasium ids and custom "
+            "envs; Atari and VizDoom games keep their own limits.",
+        ),
     ],
     "Learner": [
         Option(

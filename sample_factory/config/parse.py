@@ -89,10 +89,13 @@ def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
     return args.env, args.algo
 
 
-def preset_for(env: str | None, algo: str, device: str) -> tuple[str | None, dict[str, Any]]:
+def preset_for(
+    env: str | None, algo: str, device: str, max_episode_steps: int | None = None
+) -> tuple[str | None, dict[str, Any]]:
     """The preset a run of `env` gets here and its values: the env family's (with its GPU changes where training
     will run on a GPU), else, for a gymnasium id trained with PPO (DQN always gets a preset here), the one its spaces
-    choose (the env is made once to read them); (None, {}) where neither applies."""
+    choose (the env is made once to read them; gamma follows --max_episode_steps where typed, else the env's own
+    limit); (None, {}) where neither applies."""
     preset = preset_name_for_env(env, algo)
     if preset:
         gpu = preset in GPU_PRESETS and gpu_expected(device)
@@ -100,6 +103,8 @@ def preset_for(env: str | None, algo: str, device: str) -> tuple[str | None, dic
     if env is None:
         return None, {}
     spaces = gymnasium_spaces(env)
+    if spaces and max_episode_steps:
+        spaces = (spaces[0], spaces[1], max_episode_steps)
     chosen = space_preset(*spaces) if spaces else None
     return chosen if chosen else (None, {})
 
@@ -192,7 +197,7 @@ def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     enjoy_only = [opt for opt in OPTIONS[ENJOY_ONLY_GROUP] if opt.name in typed]
     if enjoy_only:
         parser.error(_enjoy_only_message(enjoy_only[0]))
-    cfg.preset, values = preset_for(cfg.env, cfg.algo, cfg.device)
+    cfg.preset, values = preset_for(cfg.env, cfg.algo, cfg.device, cfg.max_episode_steps)
     for k, v in values.items():
         if k not in typed:
             setattr(cfg, k, v)
@@ -357,6 +362,7 @@ def finalize_cfg(cfg: Config) -> Config:
     for k in positive:
         if getattr(cfg, k) < 1:
             raise ConfigError(f"--{k} must be >= 1, got {getattr(cfg, k)}")
+    _check_max_episode_steps(cfg)
     if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
         raise ConfigError(
             f"--num_envs_per_worker={cfg.num_envs_per_worker} must be divisible by "
@@ -427,6 +433,22 @@ def finalize_cfg(cfg: Config) -> Config:
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg
+
+
+# Env families whose episodes our own wrappers or the engine limit (ALE's 108,000 frames, a scenario's timeout).
+_OWN_EPISODE_LIMITS = ("atari_", "ALE/", "doom_", "Vizdoom", "pettingzoo.")
+
+
+def _check_max_episode_steps(cfg: Config) -> None:
+    if cfg.max_episode_steps is None:
+        return
+    if cfg.max_episode_steps < 1:
+        raise ConfigError(f"--max_episode_steps must be >= 1, got {cfg.max_episode_steps}")
+    if cfg.env.startswith(_OWN_EPISODE_LIMITS):
+        raise ConfigError(
+            f"--max_episode_steps applies to gymnasium ids and custom envs; {cfg.env} keeps its own episode limit "
+            "(Atari: ALE's 108,000 frames; VizDoom: the scenario's timeout)"
+        )
 
 
 def _check_replay(cfg: Config) -> None:

@@ -78,15 +78,20 @@ def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | Non
     if ":" in name:
         module, name = name.split(":", 1)
         importlib.import_module(module)
+    limit = cfg.max_episode_steps
     if name in _ENV_REGISTRY:
         config = dict(env_config or {})
         if render_mode is not None:
             config["render_mode"] = render_mode
-        return _ENV_REGISTRY[name](cfg, config)
+        env = _ENV_REGISTRY[name](cfg, config)
+        return gym.wrappers.TimeLimit(env, limit) if limit else env
     if name not in gym.registry:
         raise ValueError(_unknown_gym_env(name))
+    kwargs: dict[str, Any] = {"render_mode": render_mode} if render_mode else {}
+    if limit:
+        kwargs["max_episode_steps"] = limit  # replaces the registered limit
     try:
-        return gym.make(name, render_mode=render_mode) if render_mode else gym.make(name)
+        return gym.make(name, **kwargs)
     except gym.error.DependencyNotInstalled as e:
         # gymnasium's message names its own pip command; where an extra of ours brings the package, ours alone
         hint = _missing_extra_hint(name)
@@ -130,6 +135,17 @@ def unknown_env_message(name: str) -> str | None:
     if name.startswith("Vizdoom"):
         return None  # vizdoom registers its ids when imported; make_env checks them
     return None if name in gym.registry else _unknown_gym_env(name)
+
+
+def episode_limit_note(cfg: Config) -> str | None:
+    """A line for the log when `cfg.env` is a gymnasium id that registers no step limit and --max_episode_steps is
+    not given: an agent that never reaches the end (CliffWalking-v1's goal) then plays one endless episode."""
+    name = MUJOCO_NAMES.get(cfg.env, cfg.env)
+    if cfg.max_episode_steps or name in _ENV_REGISTRY or name not in gym.registry or atari_env_id(name) is not None:
+        return None
+    if gym.spec(name).max_episode_steps is not None:
+        return None
+    return f"{name} registers no step limit: an episode lasts until the env ends it (--max_episode_steps=N caps it)"
 
 
 def set_step_units(cfg: Config) -> None:

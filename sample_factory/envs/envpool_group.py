@@ -75,6 +75,8 @@ def envpool_task(cfg: Config) -> tuple[str, str, dict[str, Any]]:
                 f"mujoco_<name> are); use --env_backend=gymnasium"
             )
         task, kwargs, family = gym_id, {}, "mujoco"  # envpool has the same v5 ids, spaces and time limits
+        if cfg.max_episode_steps:
+            kwargs["max_episode_steps"] = cfg.max_episode_steps
     envpool = _import_envpool()
     if task not in envpool.list_all_envs():
         raise ValueError(f"env {name!r}: envpool {envpool.__version__} has no task {task!r}")

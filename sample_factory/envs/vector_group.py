@@ -57,7 +57,10 @@ def _vector_class(cfg: Config) -> tuple[type, dict[str, Any]]:
             f"env {cfg.env!r} has no batched implementation for --env_backend=gymnasium_vector "
             f"({', '.join(VECTOR_ENVS)} have); use --env_backend=gymnasium"
         )
-    return VECTOR_ENVS[cfg.env]
+    cls, kwargs = VECTOR_ENVS[cfg.env]
+    if cfg.max_episode_steps:
+        kwargs = {**kwargs, "max_episode_steps": cfg.max_episode_steps}
+    return cls, kwargs
 
 
 def vector_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:

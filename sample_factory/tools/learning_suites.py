@@ -54,7 +54,7 @@ class SuiteEnv:
     threshold_source: str
     budgets: dict[str, Budget]
     budget_source: str
-    extra_flags: tuple[str, ...] = ()  # empty for now: per-family settings live in config/presets.py
+    extra_flags: tuple[str, ...] = ()  # env settings only: training settings live in config/presets.py
     references: tuple[Reference, ...] = field(default_factory=tuple)
 
     def budget(self, level: str) -> Budget:
@@ -150,6 +150,17 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
         # 2M env steps: seed 0 with 1M (2026-11-26) ended at 183, still climbing (~960 env steps/s on 2 loaded cores).
         _classic("LunarLanderContinuous-v3", 200.0, Budget(2_000_000, 2400, 2), Budget(3_000_000, 3 * 3600, 5)),
         _classic("MountainCarContinuous-v0", 90.0, Budget(1_000_000, 900, 2), Budget(3_000_000, 3600, 5)),
+        # gymnasium registers neither a step limit nor a threshold: capped at Taxi's 200 steps; -17 is the return
+        # of Sutton and Barto's safe path along the top row (the shortest path, along the cliff, returns -13).
+        SuiteEnv(
+            env="CliffWalking-v1",
+            threshold=-17.0,
+            threshold_source="set here: the return of the safe path (gymnasium registers none)",
+            budgets=_levels(_CLASSIC_CI, Budget(1_000_000, 300, 2), Budget(2_000_000, 3600, 5)),
+            budget_source=SET_HERE,
+            extra_flags=("--max_episode_steps=200",),
+            references=(Reference("published", None, NOT_FILLED),),
+        ),
     ),
     "mujoco": (
         _mujoco(

@@ -69,3 +69,14 @@ def test_help_shows_the_space_preset_values(capsys):
         parse_cfg(["--env=FrozenLake-v1", "--help"])
     out = capsys.readouterr().out
     assert "vector_discrete preset for --env=FrozenLake-v1" in out
+
+
+def test_max_episode_steps_sets_the_space_presets_gamma_and_is_refused_where_the_env_has_its_own_limit():
+    assert parse_cfg(["--env=CliffWalking-v1"]).gamma == pytest.approx(0.99)  # no limit registered
+    cfg = parse_cfg(["--env=CliffWalking-v1", "--max_episode_steps=5000"])
+    assert cfg.preset == "vector_discrete" and cfg.gamma == pytest.approx(1 - 10 / 5000)
+    assert parse_cfg(["--env=BipedalWalker-v3", "--max_episode_steps=500"]).gamma == pytest.approx(0.99)
+    assert parse_cfg(["--env=CliffWalking-v1", "--max_episode_steps=5000", "--gamma=0.9"]).gamma == 0.9
+    for argv in (["--env=CliffWalking-v1", "--max_episode_steps=0"], ["--env=atari_pong", "--max_episode_steps=9"]):
+        with pytest.raises(SystemExit):
+            parse_cfg(argv)

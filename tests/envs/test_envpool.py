@@ -241,3 +241,8 @@ def test_mujoco_termination_on_the_last_step_is_not_a_truncation():
         assert group.dones.all() and not group.truncated.any()
     finally:
         group.close()
+
+
+def test_mujoco_episode_cap_follows_cfg():
+    assert "max_episode_steps" not in envpool_task(_cfg("mujoco_hopper"))[2]  # envpool's own: gymnasium's 1,000
+    assert envpool_task(_cfg("mujoco_hopper", max_episode_steps=50))[2]["max_episode_steps"] == 50
