@@ -23,6 +23,7 @@ from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callb
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
 from sample_factory.experiment.exit_codes import interrupted_exit_code
 from sample_factory.experiment.folder import experiment_dir, folder_entries, prepare_experiment_dir, remove_created
+from sample_factory.experiment.run_log import log
 from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
 from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
@@ -46,42 +47,6 @@ from sample_factory.workers.policy_worker import PolicyWorker
 MAX_POINTS_PER_SEC = 4.0
 
 
-class RunLog:
-    """The runner's lines: to stdout, and to <experiment>/sf_log.txt once the folder exists (appended on resume, as
-    Sample Factory does). A stdout whose reader went away (a closed pipe, a killed `tee`, a launcher that died) must
-    not stop a run: its lines then go to the file only."""
-
-    def __init__(self) -> None:
-        self.file: Any = None
-        self.stdout_ok = True
-
-    def __call__(self, msg: str, console: bool = True) -> None:
-        """`console=False`: the file only (details a reader of the console does not need each time)."""
-        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-        if console and self.stdout_ok:
-            try:
-                print(line, flush=True)
-            except BrokenPipeError:
-                self.stdout_ok = False
-                # fd 1 to /dev/null: later writes, and the interpreter's flush at exit, no longer raise
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, 1)
-                os.close(devnull)
-        if self.file is not None:
-            self.file.write(line + "\n")
-            self.file.flush()
-
-    def open(self, path: Path) -> None:
-        self.close()
-        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run, closed in close()
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-
-
-log = RunLog()
 # A run's reward climbs for a long time, so nearly every best-metric check writes a new best checkpoint: the console
 # gets the first of each policy and then at most one a minute (the latest); sf_log.txt gets every one.
 BEST_LINE_INTERVAL_S = 60.0
@@ -188,21 +153,7 @@ class Runner:
 
             self.remote = RemoteSamplers(cfg, spec, log)  # adds the import slots to spec
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
-        self.weights = []
-        for p in range(cfg.num_policies):
-            if p > 0:  # every policy of a population starts from its own random weights
-                model = ActorCritic(cfg, self.obs_space, self.action_space)
-            # Resumed or evaluated runs publish the checkpoint's weights: no worker ever acts with random ones.
-            loaded, version = load_policy_checkpoint(cfg, p), 0
-            if loaded is not None and not cfg.evaluation_run:  # whether this run's flags can continue from it
-                for note in algorithm_class(cfg).check_resume(cfg, loaded[0]["algo"]):
-                    log(f"policy {p}: {note}")
-            if loaded is not None:
-                model.load_state_dict(loaded[0]["model"])
-                version = loaded[0]["policy_version"]
-            w = SharedWeights.for_model(model)
-            w.publish(model, version)
-            self.weights.append(w)
+        self.weights = initial_weights(cfg, model, self.obs_space, self.action_space)
         kind = "local" if cfg.serial_mode else cfg.message_queue
         self.channels = Channels(spec.num_workers, cfg.num_policies, kind, cfg.learners_per_policy)
         self.placement = place_components(cfg, log)
@@ -473,21 +424,9 @@ class Runner:
             self.supervisor.on_finished(ComponentKey(report.role, report.index), report.payload)
 
     def _check_stop(self, now: float) -> None:
-        cfg = self.cfg
         if self.remote is not None and (why := self.remote.update(self.progress)) and self.stop_reason is None:
             self.stop_reason, self.exit_code = why, 1
-        if cfg.evaluation_run:
-            if self.progress.num_episodes[cfg.policy_index] >= cfg.max_num_episodes:
-                self.stop_reason = f"evaluated {cfg.max_num_episodes} episodes"
-            elif self.progress.total_env_steps() - sum(self.progress.resumed_steps) >= cfg.max_num_frames:
-                self.stop_reason = f"evaluated {int(cfg.max_num_frames)} env steps"
-        if self.progress.budget_env_steps() >= cfg.train_for_env_steps:
-            per_policy = " per policy" if cfg.num_policies > 1 else ""
-            self.stop_reason = f"reached {cfg.train_for_env_steps} env steps{per_policy}"
-        elif now - self.start_time >= cfg.train_for_seconds:
-            self.stop_reason = f"reached {cfg.train_for_seconds} s"
-        elif cfg.stop_at_reward is not None and self.progress.solved(cfg.stop_at_reward):
-            self.stop_reason = f"mean reward reached {cfg.stop_at_reward}"
+        self.stop_reason = self.progress.stop_condition(now - self.start_time) or self.stop_reason
         if self.supervisor is not None and self.interrupted_by is None:  # on a signal, stop_all takes over
             fatal = self.supervisor.check(stopping=self.stop_reason is not None)
             if fatal:
@@ -592,6 +531,29 @@ class Runner:
         log(self.progress.line())
         log(self.progress.final_summary(elapsed))
         log(f"experiment folder: {self.exp_dir}")
+
+
+def initial_weights(
+    cfg: Config, model: ActorCritic, obs_space: gym.Space, action_space: gym.Space
+) -> list[SharedWeights]:
+    """Each policy's weights, published before any component starts: `model`'s for policy 0 and fresh random ones
+    for the others of a population, or the latest checkpoint's where the run resumes or evaluates one (so no worker
+    ever acts with random weights there)."""
+    weights = []
+    for p in range(cfg.num_policies):
+        if p > 0:
+            model = ActorCritic(cfg, obs_space, action_space)
+        loaded, version = load_policy_checkpoint(cfg, p), 0
+        if loaded is not None and not cfg.evaluation_run:  # whether this run's flags can continue from it
+            for note in algorithm_class(cfg).check_resume(cfg, loaded[0]["algo"]):
+                log(f"policy {p}: {note}")
+        if loaded is not None:
+            model.load_state_dict(loaded[0]["model"])
+            version = loaded[0]["policy_version"]
+        w = SharedWeights.for_model(model)
+        w.publish(model, version)
+        weights.append(w)
+    return weights
 
 
 def run(cfg: Config) -> int:

@@ -117,6 +117,25 @@ class ProgressTracker:
         """Every policy has a full --stats_avg window of episodes with a mean reward >= target."""
         return all(len(e) == e.maxlen and self.reward_mean(p) >= target for p, e in enumerate(self.episodes))
 
+    def stop_condition(self, elapsed: float) -> str | None:
+        """Why the run stops now, `elapsed` seconds after its components started; None: it goes on. The env-step
+        budget first, then the time limit, then --stop_at_reward; an evaluation also stops at its episode or step
+        count."""
+        cfg = self.cfg
+        if self.budget_env_steps() >= cfg.train_for_env_steps:
+            per_policy = " per policy" if cfg.num_policies > 1 else ""
+            return f"reached {cfg.train_for_env_steps} env steps{per_policy}"
+        if elapsed >= cfg.train_for_seconds:
+            return f"reached {cfg.train_for_seconds} s"
+        if cfg.stop_at_reward is not None and self.solved(cfg.stop_at_reward):
+            return f"mean reward reached {cfg.stop_at_reward}"
+        if cfg.evaluation_run:
+            if self.num_episodes[cfg.policy_index] >= cfg.max_num_episodes:
+                return f"evaluated {cfg.max_num_episodes} episodes"
+            if self.total_env_steps() - sum(self.resumed_steps) >= cfg.max_num_frames:
+                return f"evaluated {int(cfg.max_num_frames)} env steps"
+        return None
+
     def episode_stats_means(self, policy: int) -> dict[str, float]:
         """{key: mean over the last --stats_avg episodes that reported it}, keys sorted."""
         return {k: float(np.mean(v)) for k, v in sorted(self.episode_stats[policy].items()) if v}

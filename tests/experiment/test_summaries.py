@@ -38,6 +38,34 @@ def test_time_s_continues_after_a_resume(tmp_path):
     assert times == sorted(times) and 125.5 <= times[-1] < 125.5 + 60, times
 
 
+def test_stop_condition_budget_then_time_then_reward_and_an_evaluation_s_counts():
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=1", "--train_for_env_steps=1000", "--train_for_seconds=60"])
+    cfg.stop_at_reward, cfg.stats_avg = 50.0, 2
+    progress = ProgressTracker(cfg)
+    assert progress.stop_condition(0.0) is None
+    progress.add_samples(0, 400, [(60.0, 60)])
+    assert progress.stop_condition(59.9) is None  # one episode: not a full --stats_avg window yet
+    progress.add_samples(0, 100, [(30.0, 30)])
+    assert progress.stop_condition(1.0) is None  # a full window (60, 30): mean 45
+    progress.add_samples(0, 100, [(70.0, 70)])  # window (30, 70): mean 50
+    assert progress.stop_condition(1.0) == "mean reward reached 50.0"
+    assert progress.stop_condition(60.0) == "reached 60.0 s"
+    progress.add_samples(0, 400, [])
+    assert progress.stop_condition(60.0) == "reached 1000 env steps"  # the budget is named first
+
+    ev = parse_cfg(["--env=CartPole-v1", "--num_workers=1"])
+    ev.evaluation_run, ev.max_num_episodes, ev.max_num_frames = True, 2, 500
+    evaluation = ProgressTracker(ev)
+    evaluation.resume(0, 10_000)  # the checkpoint's steps do not count towards the evaluation's
+    evaluation.add_samples(0, 100, [(1.0, 100)])
+    assert evaluation.stop_condition(1.0) is None
+    evaluation.add_samples(0, 100, [(1.0, 100)])
+    assert evaluation.stop_condition(1.0) == "evaluated 2 episodes"
+    ev.max_num_episodes = 10
+    evaluation.add_samples(0, 300, [])
+    assert evaluation.stop_condition(1.0) == "evaluated 500 env steps"
+
+
 def test_session_and_total_counts_are_named():
     cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=1"])
     fresh = ProgressTracker(cfg)
