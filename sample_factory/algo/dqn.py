@@ -40,6 +40,17 @@ COUNTERS = ("sampled", "replayed", "sampled_since_start", "owed_steps", "last_ta
 REPORTED_RANK = 2.0 / 3.0
 
 
+def epsilon_greedy(greedy: Tensor, eps: Tensor | float, num_actions: int, action_mask: Tensor | None) -> Tensor:
+    """greedy actions [N] -> each replaced with probability eps ([N] or one value) by an action drawn uniformly
+    among the allowed ones (action_mask [N, A], nonzero = allowed; None: all num_actions)."""
+    n = greedy.shape[0]
+    if action_mask is None:
+        random = torch.randint(0, num_actions, (n,), device=greedy.device)
+    else:
+        random = torch.multinomial((action_mask != 0).float(), 1).squeeze(-1)
+    return torch.where(torch.rand(n, device=greedy.device) < eps, random, greedy)
+
+
 def apex_epsilon(rank: Tensor, eps: float, alpha: float) -> Tensor:
     """Ape-X's per-actor exploration: rank i/(N-1) in [0, 1] [N] -> epsilon eps^(1 + alpha * rank) [N]."""
     return eps ** (1.0 + alpha * rank)
@@ -164,21 +175,20 @@ class DQNAlgorithm(Algorithm):
         deterministic: bool,
         agent_rank: Tensor | None = None,
     ) -> ActResult:
-        """Greedy (deterministic) or epsilon-greedy with Ape-X's epsilon per agent (agent_rank [N] in [0, 1];
-        without it every agent explores with --apex_epsilon)."""
+        """Greedy (deterministic) or epsilon-greedy: in training with Ape-X's epsilon per agent (agent_rank [N] in
+        [0, 1]; without it every agent explores with --apex_epsilon), in an evaluation run with --eval_epsilon."""
         params, values, _ = model.forward_step(obs, None)
         q = masked_q(q_values(params.float(), values.float(), cfg.dueling), action_mask)  # [N, A]
         greedy = q.argmax(dim=-1)  # [N]
         actions = greedy
         if not deterministic:
             N, A = q.shape
-            rank = torch.zeros(N) if agent_rank is None else agent_rank
-            eps = apex_epsilon(rank.to(q.device), cfg.apex_epsilon, cfg.apex_epsilon_alpha)  # [N]
-            if action_mask is None:
-                random = torch.randint(0, A, (N,), device=q.device)
-            else:  # uniformly among the allowed actions
-                random = torch.multinomial((action_mask != 0).float(), 1).squeeze(-1)
-            actions = torch.where(torch.rand(N, device=q.device) < eps, random, greedy)
+            if cfg.evaluation_run:
+                eps = torch.full((N,), cfg.eval_epsilon, device=q.device)
+            else:
+                rank = torch.zeros(N) if agent_rank is None else agent_rank
+                eps = apex_epsilon(rank.to(q.device), cfg.apex_epsilon, cfg.apex_epsilon_alpha)  # [N]
+            actions = epsilon_greedy(greedy, eps, A, action_mask)
         q_taken = q.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         return ActResult(actions, q_taken, q.max(dim=-1).values, None)
 

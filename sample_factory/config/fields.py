@@ -105,6 +105,7 @@ class OptionFields:
     prioritized_replay_eps: float  # default 1e-06
     apex_epsilon: float  # default 0.4
     apex_epsilon_alpha: float  # default 7.0
+    eval_epsilon: float  # default 0.0
     save_replay_buffer: bool  # default False
 
     # Model

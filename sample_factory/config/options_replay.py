@@ -82,6 +82,15 @@ REPLAY_OPTIONS: list[Option] = [
     ),
     Option("apex_epsilon_alpha", float, 7.0, "DQN exploration (Ape-X): alpha of the per-agent epsilons."),
     Option(
+        "eval_epsilon",
+        float,
+        0.0,
+        "DQN evaluations (enjoy.py, the periodic evaluations, Policy.act without deterministic=True): the "
+        "probability of a uniformly random action instead of the greedy one; 0: greedy. The atari_dqn preset uses "
+        "0.05, the Nature DQN evaluation's: a greedy agent that does not press FIRE after a lost life (training "
+        "pressed it for the agent) waits until ALE ends the game at 108,000 frames.",
+    ),
+    Option(
         "save_replay_buffer",
         str2bool,
         False,

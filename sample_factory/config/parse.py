@@ -476,7 +476,10 @@ def _check_replay(cfg: Config) -> None:
         return
     if cfg.replay_proportion > 0:
         raise ConfigError("--replay_proportion is APPO's (IMPALA) replay; DQN replays with --training_intensity")
-    cfg.eval_deterministic = True  # evaluation is greedy (argmax Q): a softmax over Q-values is no policy
+    if not 0.0 <= cfg.eval_epsilon <= 1.0:
+        raise ConfigError(f"--eval_epsilon must be in [0, 1], got {cfg.eval_epsilon}")
+    # Evaluation is greedy (argmax Q: a softmax over Q-values is no policy), or epsilon-greedy with --eval_epsilon.
+    cfg.eval_deterministic = cfg.eval_epsilon == 0.0
     if cfg.use_rnn:
         raise ConfigError("--algo=DQN needs a feed-forward model: --use_rnn=False (recurrent replay is not built)")
     if cfg.normalize_returns:

@@ -214,6 +214,8 @@ PRESETS["classic_control_dqn"] = {
 #   learning_starts 20,000 transitions: Rainbow's 80k frames, enough variety before the first SGD step.
 #   max_grad_norm 40: Ape-X's (and RLlib's) gradient clipping; the atari preset's 0.5 is PPO's.
 #   dueling and double_q on: both are part of Rainbow and Ape-X (and the DQN defaults; stated here on purpose).
+#   eval_epsilon 0.05: the Nature DQN evaluation's. Greedy, the Breakout agent of docs/results.md (1.37M frames) played
+#     two of three evaluation games to ALE's 108,000-frame limit without pressing FIRE after a lost life.
 #   prioritized replay with alpha 0.6, beta 0.4 -> 1, Ape-X epsilons 0.4 / alpha 7: the DQN defaults are Ape-X's.
 PRESETS["atari_dqn"] = {
     **{
@@ -246,6 +248,7 @@ PRESETS["atari_dqn"] = {
     "max_grad_norm": 40.0,
     "dueling": True,
     "double_q": True,
+    "eval_epsilon": 0.05,
 }
 
 # MuJoCo locomotion (gymnasium's MuJoCo ids and our mujoco_* names): PPO as in the PPO paper and CleanRL (64x64

@@ -55,9 +55,18 @@ from sample_factory.runtime.device import torch_device
 from sample_factory.runtime.messages import Report
 
 EVAL_FLAGS = {opt.name for group in EVAL_GROUPS for opt in OPTIONS[group]}
+
+
 # What --help lists: the options enjoy reads. Other (training) options are still accepted: typed, they override
 # the experiment's cfg.json like these.
+def _action_kind(cfg: Config) -> str:
+    if cfg.algo == "DQN" and not cfg.eval_deterministic:
+        return f"epsilon-greedy (--eval_epsilon={cfg.eval_epsilon})"
+    return "deterministic" if cfg.eval_deterministic else "sampled"
+
+
 ENJOY_HELP_OPTIONS = {
+    "eval_epsilon",
     "experiment",
     "train_dir",
     "device",
@@ -331,6 +340,7 @@ def _play(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
             policy_id=cfg.policy_index,
             obs_space=env.observation_space,
             action_space=env.action_space,
+            eval_epsilon=cfg.eval_epsilon,
         )
         info = {
             "checkpoint": str(policy.checkpoint_path),
@@ -339,7 +349,7 @@ def _play(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
         }
         print(
             f"loaded {policy.checkpoint_path} (policy version {policy.policy_version}, {policy.env_steps} env steps)"
-            f", {'deterministic' if cfg.eval_deterministic else 'sampled'} actions"
+            f", {_action_kind(cfg)} actions"
             + (f", env overrides {cfg.eval_env_overrides}" if cfg.eval_env_overrides else ""),
             flush=True,
         )

@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from sample_factory.algo.dqn import epsilon_greedy
 from sample_factory.config import Config
 from sample_factory.envs.actions import action_converter, bound_box
 from sample_factory.envs.env_utils import make_env
@@ -98,6 +99,7 @@ class Policy:
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         # A Q-network's policy head holds Q-values (or advantages): its only policy is the greedy one.
         self.greedy = getattr(cfg, "algo", "APPO") == "DQN"
+        self.eval_epsilon = float(getattr(cfg, "eval_epsilon", 0.0)) if self.greedy else 0.0  # DQN: --eval_epsilon
         self.action_bounds = cfg.action_bounds
         self.convert_action = action_converter(action_space, self.action_bounds)
 
@@ -191,6 +193,8 @@ class Policy:
         params, _, new_state = self.model.forward_step(o, self._state_tensor(state, batch))
         dist = self.model.distribution(params, o.get(ACTION_MASK_KEY))
         actions = dist.mode() if deterministic or self.greedy else dist.sample()  # [B] or [B, D]
+        if self.eval_epsilon > 0 and not deterministic:  # DQN's epsilon-greedy evaluation (Discrete actions)
+            actions = epsilon_greedy(actions, self.eval_epsilon, int(self.action_space.n), o.get(ACTION_MASK_KEY))
         return actions.cpu().numpy(), self._state_out(new_state, state)
 
     def act(self, obs: Any, state: State = None, deterministic: bool = False) -> tuple[int | np.ndarray, State]:
@@ -229,12 +233,15 @@ def load_policy(
     policy_id: int = 0,
     obs_space: gym.Space | None = None,
     action_space: gym.Space | None = None,
+    eval_epsilon: float | None = None,
 ) -> Policy:
     """Load a trained policy.
 
     checkpoint: 'latest' (newest loadable checkpoint_*.pth), 'best' (newest best_*.pth) or a path to a .pth file.
     obs_space/action_space: give them to skip creating the env once to read its spaces (needed when the env is a
     custom one that is not registered in this process).
+    eval_epsilon: DQN only, the probability of a random action in act() without deterministic=True; None: the
+    experiment's --eval_epsilon.
     """
     exp_dir = resolve_experiment_dir(experiment_dir_or_name, train_dir)
     if not exp_dir.is_dir() and checkpoint in ("latest", "best"):
@@ -248,6 +255,8 @@ def load_policy(
         env.close()
     model = ActorCritic(cfg, obs_space, action_space)
     model.load_state_dict(state["model"])
+    if eval_epsilon is not None:
+        cfg.eval_epsilon = eval_epsilon
     return Policy(
         model,
         cfg,

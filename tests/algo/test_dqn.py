@@ -14,6 +14,7 @@ from sample_factory.algo.dqn import (
     DQNAlgorithm,
     apex_epsilon,
     double_q_target,
+    epsilon_greedy,
     initial_priorities,
     q_values,
 )
@@ -102,6 +103,40 @@ def test_act_greedy_and_epsilon_greedy():
     mask = torch.tensor([[0, 1, 1]]).expand(4000, 3)
     res = DQNAlgorithm.act(algo.cfg, algo.model, obs, None, mask, deterministic=False)
     assert (res.actions != 0).all()  # neither greedy nor random picks a masked action
+
+
+def test_an_evaluation_run_explores_with_eval_epsilon_not_the_apex_epsilons():
+    algo = make_algo("--eval_epsilon=0.3")
+    obs = {"obs": torch.randn(4000, 4)}
+    greedy = DQNAlgorithm.act(algo.cfg, algo.model, obs, None, None, deterministic=True).actions
+    algo.cfg.evaluation_run = True
+    rank = torch.zeros(4000)  # in training: the most exploring agents (0.4)
+    res = DQNAlgorithm.act(algo.cfg, algo.model, obs, None, None, deterministic=False, agent_rank=rank)
+    assert float((res.actions != greedy).float().mean()) == pytest.approx(0.3 * 2 / 3, abs=0.04)
+    again = DQNAlgorithm.act(algo.cfg, algo.model, obs, None, None, deterministic=True).actions
+    torch.testing.assert_close(again, greedy)  # deterministic stays greedy in an evaluation too
+
+
+def test_epsilon_greedy_draws_only_allowed_actions():
+    greedy = torch.zeros(3000, dtype=torch.long)
+    torch.testing.assert_close(epsilon_greedy(greedy, 0.0, 4, None), greedy)
+    drawn = epsilon_greedy(greedy, 1.0, 4, None)
+    assert set(drawn.tolist()) == {0, 1, 2, 3}
+    mask = torch.tensor([[0, 1, 0, 1]]).expand(3000, 4)
+    assert set(epsilon_greedy(greedy, 1.0, 4, mask).tolist()) == {1, 3}
+    per_row = torch.cat([torch.zeros(1500), torch.ones(1500)])  # one epsilon per row
+    mixed = epsilon_greedy(greedy, per_row, 4, None)
+    assert (mixed[:1500] == 0).all() and float((mixed[1500:] != 0).float().mean()) == pytest.approx(0.75, abs=0.05)
+
+
+def test_eval_epsilon_decides_whether_dqn_evaluations_are_deterministic():
+    classic = parse_cfg(["--env=CartPole-v1", "--algo=DQN"])
+    assert classic.eval_epsilon == 0.0 and classic.eval_deterministic
+    atari = parse_cfg(["--env=atari_breakout", "--algo=DQN"])
+    assert atari.preset == "atari_dqn" and atari.eval_epsilon == 0.05 and not atari.eval_deterministic
+    assert parse_cfg(["--env=atari_breakout", "--algo=DQN", "--eval_epsilon=0"]).eval_deterministic
+    with pytest.raises(SystemExit):
+        parse_cfg(["--env=CartPole-v1", "--algo=DQN", "--eval_epsilon=1.5"])
 
 
 def test_training_intensity_learning_starts_and_target_updates():

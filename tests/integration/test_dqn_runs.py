@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -62,6 +63,15 @@ def test_dqn_serial_run_checkpoint_enjoy_and_resume(tmp_path):
     a1, _ = policy.act_batch(obs)
     a2, _ = policy.act_batch(obs)
     assert (a1 == a2).all()  # the policy API acts greedily too, without being asked
+    # --eval_epsilon: a random action with that probability, unless deterministic=True is asked for
+    explorer = load_policy(exp, eval_epsilon=1.0)
+    drawn = np.concatenate([explorer.act_batch(np.repeat(obs[:1], 400, axis=0))[0] for _ in range(2)])
+    assert set(drawn.tolist()) == {0, 1}
+    assert (explorer.act_batch(obs, deterministic=True)[0] == a1).all()
+    with one_torch_thread():
+        assert enjoy_main([f"--train_dir={tmp_path}", "--experiment=dqn", "--no_render", "--max_num_episodes=2",
+                           "--eval_epsilon=0.5"]) == 0  # fmt: skip
+    assert json.loads((exp / "eval_results.json").read_text())["deterministic"] is False
 
     # resume without the buffer: it refills to --learning_starts before the next SGD step (from the checkpoint,
     # as a multi-process run resumes: serial mode's exact-resume snapshot would bring the whole learner back)
