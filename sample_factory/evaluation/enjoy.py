@@ -55,16 +55,8 @@ from sample_factory.runtime.device import torch_device
 from sample_factory.runtime.messages import Report
 
 EVAL_FLAGS = {opt.name for group in EVAL_GROUPS for opt in OPTIONS[group]}
-
-
 # What --help lists: the options enjoy reads. Other (training) options are still accepted: typed, they override
 # the experiment's cfg.json like these.
-def _action_kind(cfg: Config) -> str:
-    if cfg.algo == "DQN" and not cfg.eval_deterministic:
-        return f"epsilon-greedy (--eval_epsilon={cfg.eval_epsilon})"
-    return "deterministic" if cfg.eval_deterministic else "sampled"
-
-
 ENJOY_HELP_OPTIONS = {
     "eval_epsilon",
     "experiment",
@@ -326,6 +318,13 @@ def evaluate_single(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
         return _play(cfg)
     finally:
         torch.set_num_threads(threads)
+
+
+def _action_kind(cfg: Config) -> str:
+    """How the evaluated policy acts, as the log line says it."""
+    if cfg.algo == "DQN" and not cfg.eval_deterministic:
+        return f"epsilon-greedy (--eval_epsilon={cfg.eval_epsilon})"
+    return "deterministic" if cfg.eval_deterministic else "sampled"
 
 
 def _play(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
