@@ -172,6 +172,13 @@ def test_lunar_lander_gets_its_own_horizon_and_the_classic_dqn_preset():
     assert parse_cfg(["--env=LunarLander-v3", "--algo=DQN"]).preset == "classic_control_dqn"
 
 
+def test_dqn_on_mountain_car_gets_the_classic_dqn_preset_not_the_ppo_values():
+    """MountainCar's preset is PPO's (lr 3e-3, minibatches of 2,048, rewards x 0.1): DQN gets the classic DQN one."""
+    cfg = parse_cfg(["--env=MountainCar-v0", "--algo=DQN"])
+    assert cfg.preset == "classic_control_dqn"
+    assert (cfg.learning_rate, cfg.batch_size, cfg.reward_scale) == (1e-3, 128, 1.0)
+
+
 @pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (3, 1), (4, 2), (16, 2)])
 def test_preset_learner_threads_are_capped_at_half_the_cores(cores, threads, monkeypatch):
     """The atari preset's 2 learner threads would compete with the samplers on a 2-core machine (presets.py,
