@@ -478,7 +478,9 @@ PRESET_ENVS = {
 }
 
 
-# family preset -> its DQN variant (the PPO presets' horizons, entropy bonuses and minibatches mean nothing to DQN)
+# family preset -> its DQN variant (the PPO presets' horizons, entropy bonuses and minibatches mean nothing to DQN).
+# MountainCar-v0 (2026-11-27, seed 0, 2 cores): classic_control_dqn reached -107 after 260k env steps (113 s); its PPO
+# preset's values (lr 3e-3, minibatches of 2,048, rewards x 0.1) ended at -198 after 2.9M env steps in 240 s.
 _DQN_VARIANT = {
     "classic_control": "classic_control_dqn",
     "lunar_lander": "classic_control_dqn",
