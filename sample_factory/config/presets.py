@@ -327,13 +327,13 @@ SPACE_PRESETS: dict[str, dict[str, Any]] = {
     # of 6 Taxi seeds; on two, pickup and drop-off end at probability 0 in every state. --exploration_loss=symmetric_kl
     # (same coefficient; it keeps every action's probability above 0) made all 6 deliver but capped them at 6.2-6.6
     # and FrozenLake at 0.2 (the floor keeps stepping into holes), so it is not the default.
-    # Minibatches of 512 instead of 2,048 (2026-11-27, 1M env steps, 2 cores): 32 SGD steps per 4,096 samples instead
-    # of 8, so a first delivery is learned from before pickup and drop-off have faded out. Taxi-v4 reached 8 on 6 of
-    # 6 seeds (the 2,048 minibatches: 1 of 3 in the same probe) and CliffWalking-v1 -17 on 2 of 2 (0 of 2); lr 1e-2
-    # instead: Taxi 2 of 3; minibatches of 256: slower (learner-bound) and below 8 at the end; lr 3e-4: 0 of 5. The
-    # lr decays linearly over --train_for_env_steps (constant without a budget): with a constant lr one Taxi seed fell
-    # from 7.5 to -42 in its last 10k env steps, and the finals were 6.5..7.8 (decayed: 7.4..8.0, FrozenLake 0.7
-    # against 0.6).
+    # Minibatches of 512 instead of 2,048 (2026-11-27, 1M env steps, 2 cores, 6 seeds): 32 SGD steps per 4,096 samples
+    # instead of 8, so a first delivery is learned from before pickup and drop-off have faded out. With a constant lr:
+    # Taxi-v4 reached 8 on 6 of 6 (the 2,048 minibatches: 1 of 3 in the same probe), CliffWalking-v1 -17 on 4 of 6
+    # (0 of 2); with the lr decayed linearly over --train_for_env_steps (this preset; constant without a budget):
+    # Taxi 5 of 6, CliffWalking 4 of 6, FrozenLake 6 of 6, and steadier finals (Taxi 7.4..8.0 against 6.5..7.8, where
+    # one constant-lr seed fell from 7.5 to -42 in its last 10k env steps; FrozenLake 0.7 against 0.6). lr 1e-2
+    # instead: Taxi 2 of 3; minibatches of 256: slower (learner-bound) and below 8 at the end; lr 3e-4: 0 of 5.
     "vector_discrete": {
         **PRESETS["lunar_lander"],
         "batch_size": 512,
