@@ -216,7 +216,7 @@ class Runner:
         if role == "policy":
             cfg = self.placement.cfg_for(cfg, self.placement.policy_workers[index])
             return PolicyWorker(cfg, index[0], index[1], b, ch, self.weights[index[0]], *spaces)
-        return ActorWorker(cfg, index, b, ch)
+        return ActorWorker(cfg, index, b, ch, resumed=any(w.version > 0 for w in self.weights))
 
     # ---- running ------------------------------------------------------------------------------------------
     def run(self) -> int:

@@ -108,7 +108,9 @@ OPTIONS: dict[str, list[Option]] = {
             "decorrelate_envs_on_one_worker",
             str2bool,
             True,
-            "Step the envs of a worker a different random number of times at start so episodes are decorrelated.",
+            "Step the envs of a worker a different random number of times at start so episodes are decorrelated. "
+            "Not applied where the run resumes a checkpoint nor to a restarted worker: there the policy has trained, "
+            "and episodes begun with random actions would be counted as its own.",
         ),
         Option(
             "decorrelate_experience_max_seconds",

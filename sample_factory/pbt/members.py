@@ -53,14 +53,11 @@ def member_dir(pop_dir: str | Path, index: int) -> Path:
     return Path(pop_dir) / f"member_{index}"
 
 
-def member_argv(
-    cfg: Config, argv: Sequence[str], pop_dir: Path, index: int, target_env_steps: int, resumed: bool = False
-) -> list[str]:
+def member_argv(cfg: Config, argv: Sequence[str], pop_dir: Path, index: int, target_env_steps: int) -> list[str]:
     """The train.py command of one segment of member `index`: train (resuming its folder) until it has
     `target_env_steps` env steps. Seeds differ per member (cfg.seed + index) like the in-process learners'.
-    A `resumed` segment (the member has a checkpoint) does not decorrelate its envs with random actions again: a
-    one-process run does that once, and at every segment it would end the first episodes after a few counted steps,
-    which then fill the reward window the PBT objective is read from."""
+    A segment that resumes a checkpoint does not decorrelate its envs with random actions again (the runner skips
+    them for any resumed run), so the reward window the PBT objective is read from holds the policy's episodes."""
     cmd = [sys.executable, "-m", "sample_factory.train", *strip_flags(argv, POPULATION_FLAGS)]
     cmd += [
         "--with_pbt=True",
@@ -72,8 +69,6 @@ def member_argv(
         "--restart_behavior=resume",
         f"--train_for_env_steps={int(target_env_steps)}",
     ]
-    if resumed:
-        cmd.append("--decorrelate_envs_on_one_worker=False")
     if cfg.seed is not None:
         cmd.append(f"--seed={cfg.seed + index}")
     return cmd

@@ -174,9 +174,7 @@ class RayPopulation:
     def job(self, m: Member) -> Job:
         return Job(
             name=m.exp_dir.name,
-            argv=member_argv(
-                self.cfg, self.argv, self.pop_dir, m.index, m.target, latest_checkpoint_info(m.exp_dir) is not None
-            ),
+            argv=member_argv(self.cfg, self.argv, self.pop_dir, m.index, m.target),
             cwd=os.getcwd(),
             exp_dir=m.exp_dir,
             log_path=self.pop_dir / "logs" / f"{m.exp_dir.name}.log",

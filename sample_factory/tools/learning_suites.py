@@ -150,6 +150,7 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
         # 2M env steps: seed 0 with 1M (2026-11-26) ended at 183, still climbing (~960 env steps/s on 2 loaded cores).
         _classic("LunarLanderContinuous-v3", 200.0, Budget(2_000_000, 2400, 2), Budget(3_000_000, 3 * 3600, 5)),
         _classic("MountainCarContinuous-v0", 90.0, Budget(1_000_000, 900, 2), Budget(3_000_000, 3600, 5)),
+        _classic("InvertedDoublePendulum-v5", 9100.0, Budget(1_000_000, 1200, 2), Budget(1_000_000, 3600, 5)),
         # gymnasium registers neither a step limit nor a threshold: capped at Taxi's 200 steps; -17 is the return
         # of Sutton and Barto's safe path along the top row (the shortest path, along the cliff, returns -13).
         SuiteEnv(

@@ -83,9 +83,12 @@ class ActorWorker(Component):
     role = "actor"
     flushes_denormals = False  # the envs' own arithmetic, exactly (runtime/component.py::flush_denormals)
 
-    def __init__(self, cfg: Config, index: int, buffers: TrajectoryBuffers, channels: Channels):
+    def __init__(self, cfg: Config, index: int, buffers: TrajectoryBuffers, channels: Channels, resumed: bool = False):
         super().__init__(index, channels.actor[index], channels.report)
         self.gen = int(buffers.generation[index])  # > 0 when this worker replaces a crashed one
+        # Random decorrelation steps only where the policy has not trained yet: a resumed run's (or a replacement
+        # worker's) first episodes would start with random actions and fill the reward window with falls.
+        self.decorrelate = cfg.decorrelate_envs_on_one_worker and not resumed and self.gen == 0
         self.cfg, self.buffers, self.channels = cfg, buffers, channels
         # never below the runner's niceness: lowering it needs privileges, and a user's `nice` stays in effect
         self.niceness = max(
@@ -209,7 +212,7 @@ class ActorWorker(Component):
         # Start-up: STOP is read between two envs here too (a VizDoom env starts its engine on its first reset).
         between = {"between": self.raise_if_stopped} if isinstance(group, EnvGroup) else {}
         group.reset(**between)
-        if self.cfg.decorrelate_envs_on_one_worker:
+        if self.decorrelate:
             counts = [int(self.rng.integers(0, 2 * self.rollout)) for _ in range(group.num_envs)]
             group.random_steps(counts, **between)
         slot = self.pool.acquire()

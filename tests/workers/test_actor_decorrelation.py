@@ -17,7 +17,7 @@ from sample_factory.workers.actor_worker import ActorWorker
 MAX_S = 0.4
 
 
-def _worker(*flags: str, gen: int = 0, index: int = 0) -> tuple[ActorWorker, Channels]:
+def _worker(*flags: str, gen: int = 0, index: int = 0, resumed: bool = False) -> tuple[ActorWorker, Channels]:
     cfg = parse_cfg(
         [
             "--env=CartPole-v1",
@@ -38,7 +38,7 @@ def _worker(*flags: str, gen: int = 0, index: int = 0) -> tuple[ActorWorker, Cha
     buffers = TrajectoryBuffers(spec, share=False)
     buffers.generation[index] = gen
     channels = Channels(cfg.num_workers, cfg.num_policies, "local")
-    return ActorWorker(cfg, index, buffers, channels), channels
+    return ActorWorker(cfg, index, buffers, channels, resumed=resumed), channels
 
 
 def _requested_splits(channels: Channels) -> list[int]:
@@ -102,5 +102,36 @@ def test_first_requests_go_out_at_once(flags, gen):
     try:
         assert sorted(_requested_splits(channels)) == [0, 1]
         assert all(s.start_at == 0.0 for s in worker.splits)
+    finally:
+        worker.finish()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "flags, gen, resumed, decorrelated",
+    [
+        ((), 0, False, True),  # a new run: random steps spread the episodes
+        ((), 0, True, False),  # a resumed run: its policy has trained, its episodes count from the first step
+        ((), 1, False, False),  # a replacement worker: the other workers' episodes are spread already
+        (("--decorrelate_envs_on_one_worker=False",), 0, False, False),
+    ],
+)
+def test_random_decorrelation_steps_only_before_the_policy_has_trained(monkeypatch, flags, gen, resumed, decorrelated):
+    from sample_factory.envs.env_group import EnvGroup
+    from sample_factory.envs.vector_group import VectorEnvGroup
+
+    calls = []
+    for cls in (EnvGroup, VectorEnvGroup):
+        original = cls.random_steps
+        monkeypatch.setattr(
+            cls,
+            "random_steps",
+            lambda self, counts, *a, _f=original, **k: calls.append(counts) or _f(self, counts, *a, **k),
+        )
+    worker, channels = _worker(*flags, gen=gen, resumed=resumed)
+    worker.init()
+    try:
+        assert len(calls) == (2 if decorrelated else 0)  # one call per split
+        assert sorted(_requested_splits(channels)) == [0, 1]
     finally:
         worker.finish()
