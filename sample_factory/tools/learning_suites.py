@@ -142,7 +142,8 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
         ),
     ),
     # gymnasium envs that no family preset names, trained with the defaults their spaces choose
-    # (config/presets.py SPACE_PRESETS): how a user's first untuned env fares. Two seeds each.
+    # (config/presets.py SPACE_PRESETS): how a user's first untuned env fares. Two seeds each by default
+    # (docs/results.md has runs of up to 6 seeds).
     "no_preset": (
         _classic("FrozenLake-v1", 0.70, Budget(1_000_000, 300, 2), Budget(2_000_000, 3600, 5)),
         _classic("Taxi-v4", 8.0, Budget(1_000_000, 400, 2), Budget(5_000_000, 3600, 5)),
@@ -150,6 +151,7 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
         # 2M env steps: seed 0 with 1M (2026-11-26) ended at 183, still climbing (~960 env steps/s on 2 loaded cores).
         _classic("LunarLanderContinuous-v3", 200.0, Budget(2_000_000, 2400, 2), Budget(3_000_000, 3 * 3600, 5)),
         _classic("MountainCarContinuous-v0", 90.0, Budget(1_000_000, 900, 2), Budget(3_000_000, 3600, 5)),
+        # A fourth continuous env (1M env steps took 4.3-4.7 min on 2 quiet cores, 13 min beside the test suite).
         _classic("InvertedDoublePendulum-v5", 9100.0, Budget(1_000_000, 1200, 2), Budget(1_000_000, 3600, 5)),
         # gymnasium registers neither a step limit nor a threshold: capped at Taxi's 200 steps; -17 is the return
         # of Sutton and Barto's safe path along the top row (the shortest path, along the cliff, returns -13).
