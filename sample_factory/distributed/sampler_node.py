@@ -133,7 +133,9 @@ class SamplerNode:
         cfg, b, ch = self.cfg, self.buffers, self.channels
         if role == "policy":
             return PolicyWorker(cfg, 0, index[1], b, ch, self.weights, *self.spaces)
-        return ActorWorker(cfg, index, b, ch)
+        # as on the learner node: no random decorrelation steps once the policy has trained (a resumed run, or a
+        # node that joins a run under way)
+        return ActorWorker(cfg, index, b, ch, resumed=self.weights.version > 0)
 
     def pids(self) -> list[int]:
         """Component processes (for tests: they must be gone after the node is stopped or killed)."""
