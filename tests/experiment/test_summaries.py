@@ -141,13 +141,16 @@ def test_a_short_run_has_a_curve(tmp_path):
     finally:
         run.kill()
     rows = _rows(tmp_path / "short" / "progress.csv")
-    # A row per 1000 env steps, at most 4 a second, and the final one: 30k env steps take >= 2.5 s at this VM's
-    # fastest (12k took 1.3 s on CI, where 12k gave 5 rows), so >= 10 rows whatever the speed.
-    assert len(rows) >= 10, rows
+    # A row per 1000 env steps, at most 4 a second (MAX_POINTS_PER_SEC), and the final one. So a fast VM writes
+    # fewer: 30k env steps in 2.1 s gave 9 rows on one CI VM (13.5k env steps/s). Demand 10 rows, or where the run
+    # was too short for them, 3 a second of its span (the reports alone, every 100 s, would give 1 row).
+    span_s = float(rows[-1]["time_s"]) - float(rows[0]["time_s"])
+    want = min(10, int(3 * span_s))
+    assert len(rows) >= max(want, 2), (span_s, rows)
     steps = [int(r["env_steps"]) for r in rows]
     assert steps == sorted(steps) and steps[-1] >= 30000
     scalars = read_scalars(tmp_path / "short" / ".summary" / "0")
-    assert len(scalars["perf/fps_env_steps"]) >= 9 and len(scalars["charts/SPS"]) >= 9
+    assert len(scalars["perf/fps_env_steps"]) >= len(rows) - 1 and len(scalars["charts/SPS"]) >= len(rows) - 1
 
 
 @pytest.fixture
