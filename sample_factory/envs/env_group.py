@@ -77,6 +77,8 @@ class EnvGroup:
         self.agent_done = np.zeros(n, dtype=bool)  # finished within the current episode of its env
         self.episode_return = np.zeros(n, dtype=np.float64)
         self.episode_len = np.zeros(n, dtype=np.int64)
+        # columns whose episode began with random decorrelation steps: its end is not reported (not the policy's)
+        self.unreported = np.zeros(n, dtype=bool)
         self.seeds = seeds
         self.convert_action = action_converter(envs[0].action_space, action_bounds)
 
@@ -162,13 +164,15 @@ class EnvGroup:
                 self._put_obs(self.obs, i * A + a, obs[a], i, "reset")
         self._check_finite_obs("reset")
         self.agent_done[:] = False
+        self.unreported[:] = False
         self.episode_return[:] = 0
         self.episode_len[:] = 0
         return self.obs
 
     def random_steps(self, counts: list[int], between: Callable[[], None] | None = None) -> None:
         """Step env i `counts[i]` times with random actions (decorrelates episodes), with the same checks;
-        `between` as in `reset`."""
+        `between` as in `reset`. The episodes that take random actions are not reported when they end: their return
+        is not the policy's (only its steps were counted, so a grid walk could end at -5 where -13 is the best)."""
         A = self.num_agents
         for i in range(len(self.envs)):
             if between is not None and i:
@@ -182,6 +186,8 @@ class EnvGroup:
                     self.agent_done[i * A : (i + 1) * A] = False
                 for a in range(A):  # every step: the next random actions respect the current action mask
                     self._put_obs(self.obs, i * A + a, obs[a], i, "step")
+            if counts[i]:
+                self.unreported[i * A : (i + 1) * A] = True
         self._check_finite_obs("step")
 
     def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
@@ -202,7 +208,12 @@ class EnvGroup:
         (CartPole steps in ~10 us; the general loop's per-agent bookkeeping cost a third of the throughput)."""
         finished, self.finished_columns, self.finished_infos = [], [], []
         rewards, dones, truncated = self.rewards, self.dones, self.truncated
-        ep_return, ep_len, convert = self.episode_return, self.episode_len, self.convert_action
+        ep_return, ep_len, convert, unreported = (
+            self.episode_return,
+            self.episode_len,
+            self.convert_action,
+            self.unreported,
+        )
         for i, env in enumerate(self.envs):
             a = actions[i] if convert is None else convert(actions[i])
             o, r, term, trunc, info = self._call(i, "step", env.step, a)
@@ -212,9 +223,12 @@ class EnvGroup:
             where = "step"
             if term or trunc:
                 if not info or info.get("game_over", True):
-                    finished.append((float(ep_return[i]), int(ep_len[i])))
-                    self.finished_columns.append(i)
-                    self.finished_infos.append(info or {})
+                    if unreported[i]:
+                        unreported[i] = False
+                    else:
+                        finished.append((float(ep_return[i]), int(ep_len[i])))
+                        self.finished_columns.append(i)
+                        self.finished_infos.append(info or {})
                     ep_return[i], ep_len[i] = 0.0, 0
                 if trunc and not term:
                     self._put_obs(self.final_obs, i, o, i, "step")
@@ -252,9 +266,12 @@ class EnvGroup:
                     self.agent_done[c] = True
                     game_over = infos[a].get("game_over", True) if infos[a] else True
                     if game_over:
-                        finished.append((float(self.episode_return[c]), int(self.episode_len[c])))
-                        self.finished_columns.append(c)
-                        self.finished_infos.append(infos[a] or {})
+                        if self.unreported[c]:
+                            self.unreported[c] = False
+                        else:
+                            finished.append((float(self.episode_return[c]), int(self.episode_len[c])))
+                            self.finished_columns.append(c)
+                            self.finished_infos.append(infos[a] or {})
                         self.episode_return[c] = 0.0
                         self.episode_len[c] = 0
                     if tr and not te:
@@ -301,6 +318,7 @@ class BatchedEnvGroup:
         self.finished_infos: list[dict] = []
         self.episode_return = np.zeros(n, dtype=np.float64)
         self.episode_len = np.zeros(n, dtype=np.int64)
+        self.unreported = np.zeros(n, dtype=bool)  # as in EnvGroup: the episode began with random steps
         self.rng = np.random.default_rng(seed)
 
     def _clear_step(self, episodes: bool = False) -> None:
@@ -311,6 +329,7 @@ class BatchedEnvGroup:
         if episodes:
             self.episode_return[:] = 0.0
             self.episode_len[:] = 0
+            self.unreported[:] = False
 
     def _put_obs(self, rows: np.ndarray | None, obs: np.ndarray, where: str) -> None:
         """Check a batch of observations [k, *shape] and write them into `obs` at `rows` (every row when None)."""

@@ -165,13 +165,14 @@ class EnvPoolGroup(BatchedEnvGroup):
         self._clear_step(episodes=True)
 
     def random_steps(self, counts: list[int]) -> None:
-        """Env i takes counts[i] random actions (decorrelates episodes). Episodes that end on the way are not
-        reported; the steps of the episode still running count towards its statistics."""
+        """Env i takes counts[i] random actions (decorrelates episodes). Neither the episodes (games) that end on
+        the way nor the ones left running are reported (random steps are not the policy's)."""
         counts = np.asarray(counts, dtype=np.int64)
         for k in range(int(counts.max(initial=0))):
             ids = np.flatnonzero(counts > k).astype(np.int32)
             self._step_ids(self._random_actions(len(ids)), ids)
         self._clear_step()
+        self.unreported[counts > 0] = True
 
     def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
         """Step every env with actions [n, *act_shape]; return (return, length) of the episodes (whole games) that
@@ -219,10 +220,11 @@ class EnvPoolGroup(BatchedEnvGroup):
             # A lost life (episodic life) ends the episode, not the game: statistics go on until the game ends.
             game_end = ended[game_over[done] | time_limit[done]] if self.episodic_life else ended
             position = {int(r): j for j, r in enumerate(rows)}  # env -> its row of this step's batched info
-            for i in game_end:
+            for i in game_end[~self.unreported[game_end]]:
                 finished.append((float(self.episode_return[i]), int(self.episode_len[i])))
                 self.finished_columns.append(i)
                 self.finished_infos.append(info_row(info, position[int(i)]))
+            self.unreported[game_end] = False
             self.episode_return[game_end] = 0.0
             self.episode_len[game_end] = 0
             # Same-step autoreset: envpool's resetting call, made now for the finished envs only.

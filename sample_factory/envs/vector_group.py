@@ -105,7 +105,8 @@ class VectorEnvGroup(BatchedEnvGroup):
     def random_steps(self, counts: list[int]) -> None:
         """Env i takes counts[i] random actions (decorrelates episodes). The batch steps together: env i takes
         max(counts) steps and is restarted at step max(counts) - counts[i], which leaves counts[i] random steps of
-        one episode. Episodes that end on the way are not reported."""
+        one episode. Neither the episodes that end on the way nor the ones left running are reported (random steps
+        are not the policy's)."""
         counts = np.asarray(counts, dtype=np.int64)
         k_max = int(counts.max(initial=0))
         for k in range(k_max):
@@ -121,6 +122,7 @@ class VectorEnvGroup(BatchedEnvGroup):
             self.episode_len[new_episode] = 0
             self._put_obs(None, obs, "step")
         self._clear_step()
+        self.unreported[counts > 0] = True
 
     def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
         """Step every env with actions [n]; return the (return, length) of the episodes that ended."""
@@ -146,10 +148,11 @@ class VectorEnvGroup(BatchedEnvGroup):
             final = info["final_obs"]
             if trunc.any():
                 self.final_obs[OBS_KEY][trunc] = final[trunc]
-            for i in np.flatnonzero(done):
+            for i in np.flatnonzero(done & ~self.unreported):
                 finished.append((float(self.episode_return[i]), int(self.episode_len[i])))
                 self.finished_columns.append(int(i))
                 self.finished_infos.append({})
+            self.unreported[done] = False
             self.episode_return[done] = 0.0
             self.episode_len[done] = 0
         return finished

@@ -109,6 +109,20 @@ def test_env_group_reset_clears_episode_stats():
     assert _step(group, [2]) == [(2.0, 1)]
 
 
+def test_env_group_episodes_begun_with_random_steps_are_not_reported():
+    """Decorrelation steps are random actions: the episode they start is not the policy's and is not reported (its
+    counted part alone, the steps after them, once gave a grid walk -5 where -13 is the best possible)."""
+    group = EnvGroup([ThreeStepEnv(), ThreeStepEnv(offset=100.0)], seeds=[0, 1])
+    group.reset()
+    group.random_steps([1, 0])  # env 0: one random step into its first episode; env 1: none
+    assert _step(group, [0, 0]) == []
+    assert _step(group, [0, 0]) == [] and group.dones.tolist() == [True, False]  # env 0's first episode: unreported
+    assert _step(group, [0, 0]) == [(6.0, 3)] and group.finished_columns == [1]  # env 1's whole first episode
+    assert _step(group, [0, 0]) == []
+    assert _step(group, [0, 0]) == [(6.0, 3)] and group.finished_columns == [0]  # env 0's next episode is reported
+    group.close()
+
+
 def test_env_group_reset_calls_between_before_each_env_but_the_first():
     """An actor starting its envs reads STOP there: an exception from `between` ends the reset (and random_steps)
     before the next env's."""

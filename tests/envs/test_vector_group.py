@@ -114,6 +114,21 @@ def test_random_steps_take_each_env_its_count():
     assert (group.episode_len < 300).all() and (group.episode_len == group.env.steps).all()
 
 
+def test_episodes_begun_with_random_steps_are_not_reported():
+    group = _group(4)
+    group.reset()
+    group.random_steps([0, 3, 0, 5])  # fewer steps than any random CartPole episode lasts
+    ends, reported = np.zeros(4, dtype=int), np.zeros(4, dtype=int)
+    for _ in range(100):
+        finished = group.step(np.ones(4, dtype=np.int64))  # always push right: each episode ends in ~10 steps
+        ends += group.dones
+        for c in group.finished_columns:
+            reported[c] += 1
+        assert len(finished) == len(group.finished_columns)
+    assert (ends >= 3).all()
+    assert (reported == ends - np.array([0, 1, 0, 1])).all(), (ends, reported)  # the random-begun first ones
+
+
 def test_seeding_is_deterministic_per_split():
     cfg = Config.from_dict(dict(env="CartPole-v1", env_backend="gymnasium_vector"))
     runs = []
