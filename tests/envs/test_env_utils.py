@@ -113,6 +113,7 @@ def test_env_group_episodes_begun_with_random_steps_are_not_reported():
     """Decorrelation steps are random actions: the episode they start is not the policy's and is not reported (its
     counted part alone, the steps after them, once gave a grid walk -5 where -13 is the best possible)."""
     group = EnvGroup([ThreeStepEnv(), ThreeStepEnv(offset=100.0)], seeds=[0, 1])
+    group.envs[0].action_space = gym.spaces.Discrete(2)  # the random step never draws TERMINATE (unseeded draw)
     group.reset()
     group.random_steps([1, 0])  # env 0: one random step into its first episode; env 1: none
     assert _step(group, [0, 0]) == []
