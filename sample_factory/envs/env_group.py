@@ -208,12 +208,8 @@ class EnvGroup:
         (CartPole steps in ~10 us; the general loop's per-agent bookkeeping cost a third of the throughput)."""
         finished, self.finished_columns, self.finished_infos = [], [], []
         rewards, dones, truncated = self.rewards, self.dones, self.truncated
-        ep_return, ep_len, convert, unreported = (
-            self.episode_return,
-            self.episode_len,
-            self.convert_action,
-            self.unreported,
-        )
+        ep_return, ep_len, convert = self.episode_return, self.episode_len, self.convert_action
+        unreported = self.unreported
         for i, env in enumerate(self.envs):
             a = actions[i] if convert is None else convert(actions[i])
             o, r, term, trunc, info = self._call(i, "step", env.step, a)
