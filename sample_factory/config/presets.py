@@ -357,6 +357,10 @@ SPACE_PRESETS: dict[str, dict[str, Any]] = {
 PRESETS.update(SPACE_PRESETS)
 
 
+# frames with a shorter side below this (e.g. MinAtar's 10x10) get the `image` preset with IMPALA's ResNet
+SMALL_FRAME = 36
+
+
 def horizon_gamma(max_episode_steps: int | None) -> float:
     """0.99, longer for episodes of over 1,000 steps (1 - 10 / steps, at most 0.999): a return that looks about a
     tenth of an episode ahead."""
@@ -404,7 +408,12 @@ def space_preset(obs_space: Any, action_space: Any, max_episode_steps: int | Non
             return None
     else:
         return None
-    return name, {**PRESETS[name], "gamma": horizon_gamma(max_episode_steps)}
+    values = {**PRESETS[name], "gamma": horizon_gamma(max_episode_steps)}
+    if name == "image" and sorted(obs_space.shape)[1] < SMALL_FRAME:
+        # the shorter frame side ([C, H, W] or [H, W, C]: the channels are the smallest size): the atari conv net's
+        # 8x8 stride-4 first layer needs 36 pixels; IMPALA's ResNet pads and pools, so it takes any size
+        values["encoder_conv_architecture"] = "resnet_impala"
+    return name, values
 
 
 # What a preset changes on a machine where the run trains on a GPU (--device=gpu, or auto with CUDA visible): there

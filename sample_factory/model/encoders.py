@@ -77,12 +77,35 @@ def _impala_resnet(in_channels: int) -> nn.Sequential:
     return nn.Sequential(*mods, nn.ReLU())
 
 
+def channels_last_frames(shape: tuple[int, ...]) -> bool:
+    """Whether an image space of this shape is [H, W, C] (gymnasium's renders, CarRacing, most custom envs) rather
+    than [C, H, W] (our Atari and VizDoom frames): its last size is smaller than both others."""
+    return shape[2] < shape[0] and shape[2] < shape[1]
+
+
+def min_frame_size(architecture: str) -> int:
+    """The smallest height and width the architecture's convs accept (resnet_impala pads: any size)."""
+    size = 1
+    for _, kernel, stride in reversed(CONV_ARCHITECTURES.get(architecture, [])):
+        size = (size - 1) * stride + kernel
+    return size
+
+
 class ConvEncoder(nn.Module):
-    """[B, C, H, W] (uint8 or float) -> [B, out_size]: conv layers, flatten, MLP."""
+    """[B, C, H, W] or [B, H, W, C] (uint8, bool or float) -> [B, out_size]: conv layers, flatten, MLP. [H, W, C]
+    frames are read as a channels-last view of [B, C, H, W] (no copy where the convs run channels-last)."""
 
     def __init__(self, obs_space: gym.spaces.Box, architecture: str, layers: list[int], nonlinearity: str):
         super().__init__()
-        c, h, w = obs_space.shape
+        self.hwc = channels_last_frames(obs_space.shape)
+        chw = tuple(obs_space.shape[i] for i in ((2, 0, 1) if self.hwc else (0, 1, 2)))
+        c, h, w = chw
+        if min(h, w) < min_frame_size(architecture):
+            raise ValueError(
+                f"frames of {h}x{w} are smaller than --encoder_conv_architecture={architecture} takes (at least "
+                f"{min_frame_size(architecture)}x{min_frame_size(architecture)}); "
+                "--encoder_conv_architecture=resnet_impala takes any size"
+            )
         convs: list[nn.Module] = []
         if architecture == "resnet_impala":
             convs.append(_impala_resnet(c))
@@ -92,7 +115,7 @@ class ConvEncoder(nn.Module):
                 c = out_c
         self.convs = nn.Sequential(*convs, nn.Flatten())
         with torch.no_grad():
-            flat = self.convs(torch.zeros(1, *obs_space.shape)).shape[1]
+            flat = self.convs(torch.zeros(1, *chw)).shape[1]
         self.mlp, self.out_size = _mlp(flat, layers, nonlinearity)
         self.scale = 1.0 / 255.0 if obs_space.dtype == "uint8" else 1.0
         self.channels_last = False  # layout of the conv input (a bool: torch.save cannot pickle a memory_format)
@@ -125,6 +148,8 @@ class ConvEncoder(nn.Module):
         layout = torch.channels_last if self.channels_last else torch.contiguous_format
         # uint8 frames change layout before the dtype (4x fewer bytes to move); scaling in place is safe only on a
         # new tensor, i.e. when the dtype changed
+        if self.hwc:
+            obs = obs.permute(0, 3, 1, 2)  # [B, H, W, C] -> [B, C, H, W], channels-last strides
         x = obs.contiguous(memory_format=layout).to(self.compute_dtype)  # [B, C, H, W]
         if self.scale != 1.0:
             x = x.mul_(self.scale) if obs.dtype != self.compute_dtype else x * self.scale
@@ -165,10 +190,11 @@ def make_encoder(cfg: Config, obs_space: gym.Space) -> nn.Module:
 
 
 def space_encoder(cfg: Config, space: gym.Space) -> nn.Module:
-    """The built-in encoder for one (non-Dict) observation space: conv for [C, H, W] images, MLP otherwise."""
+    """The built-in encoder for one (non-Dict) observation space: conv for images ([C, H, W] or [H, W, C]), MLP
+    otherwise."""
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 3:
         return ConvEncoder(space, cfg.encoder_conv_architecture, cfg.encoder_mlp_layers, cfg.nonlinearity)
     vector = isinstance(space, gym.spaces.Box) and len(space.shape) <= 2
     if vector or isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
         return MlpEncoder(space, cfg.encoder_mlp_layers, cfg.nonlinearity)
-    raise ValueError(f"no encoder for observation space {space} (vectors and [C, H, W] images work)")
+    raise ValueError(f"no encoder for observation space {space} (vectors and [C, H, W] or [H, W, C] images work)")

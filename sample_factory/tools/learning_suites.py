@@ -153,6 +153,9 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
         _classic("MountainCarContinuous-v0", 90.0, Budget(1_000_000, 900, 2), Budget(3_000_000, 3600, 5)),
         # A fourth continuous env (1M env steps took 4.3-4.7 min on 2 quiet cores, 13 min beside the test suite).
         _classic("InvertedDoublePendulum-v5", 9100.0, Budget(1_000_000, 1200, 2), Budget(1_000_000, 3600, 5)),
+        # Image observations ([96, 96, 3] frames, continuous actions): the `image` preset. Box2D physics and
+        # pygame's drawing of every frame cost ~2.5 ms a step: ~200 env steps/s on 2 cores with the learner.
+        _classic("CarRacing-v3", 900.0, Budget(1_000_000, 3600, 1), Budget(3_000_000, 6 * 3600, 3)),
         # gymnasium registers neither a step limit nor a threshold: capped at Taxi's 200 steps; -17 is the return
         # of Sutton and Barto's safe path along the top row (the shortest path, along the cliff, returns -13).
         SuiteEnv(

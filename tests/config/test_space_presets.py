@@ -57,11 +57,26 @@ def test_space_preset_reads_the_spaces():
     assert [horizon_gamma(t) for t in (None, 100, 1000, 2000, 100_000)] == [0.99, 0.99, 0.99, 0.995, 0.999]
 
 
+@pytest.mark.parametrize(
+    "shape, arch",
+    [
+        ((96, 96, 3), "convnet_simple"),  # CarRacing's [H, W, C] frames: the atari preset's net
+        ((3, 64, 64), "convnet_simple"),
+        ((36, 40, 1), "convnet_simple"),  # the smallest the 8x8 stride-4 first layer takes
+        ((10, 10, 4), "resnet_impala"),  # MinAtar-size frames: IMPALA's ResNet, which takes any size
+        ((4, 20, 80), "resnet_impala"),
+    ],
+)
+def test_image_preset_picks_a_conv_net_that_takes_the_frames(shape, arch):
+    frames = gym.spaces.Box(0, 255, shape, np.uint8)
+    assert space_preset(frames, gym.spaces.Discrete(3), None)[1]["encoder_conv_architecture"] == arch
+
+
 def test_space_presets_are_listed_in_the_reference_and_measured_on_envs_outside_the_suites():
     for name in SPACE_PRESETS:
         assert name in PRESETS and name in PRESET_ENVS
     measured = {parse_cfg([f"--env={spec.env}"]).preset for spec in SUITES["no_preset"]}
-    assert {"vector_discrete", "vector_continuous"} <= measured
+    assert set(SPACE_PRESETS) <= measured  # CarRacing-v3 for `image`
 
 
 def test_help_shows_the_space_preset_values(capsys):

@@ -5,6 +5,7 @@ Skipped, naming the extra, when the family's package is not installed."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -76,3 +77,14 @@ def test_pettingzoo_smoke(tmp_path, train_run):
     pytest.importorskip("pygame", reason="PettingZoo's butterfly envs need pygame-ce (in the [pettingzoo] extra)")
     # 4 agents that die one by one: inactive columns, one policy for all agents.
     smoke(train_run, tmp_path, "pettingzoo.butterfly.knights_archers_zombies_v11", ("--use_rnn=False",))
+
+
+@pytest.mark.timeout(180)
+def test_gymnasium_image_env_smoke(tmp_path, train_run):
+    pytest.importorskip("Box2D", reason="CarRacing needs the [box2d] extra: pip install -e .[box2d]")
+    # A gymnasium id no family names, with [H, W, C] frames and continuous actions: the `image` space preset (the
+    # atari preset's conv net reading the frames channels-last). 2,048 steps: CarRacing steps at ~100/s per core.
+    run = smoke(train_run, tmp_path, "CarRacing-v3", ("--train_for_env_steps=2048",))
+    assert "obs (96, 96, 3)" in run.output, run.describe()
+    cfg = json.loads((run.train_dir / run.experiment / "cfg.json").read_text())
+    assert cfg["preset"] == "image" and cfg["encoder_conv_architecture"] == "convnet_simple"

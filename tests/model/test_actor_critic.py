@@ -334,3 +334,42 @@ def test_conv_encoders_infer_in_bf16_close_to_fp32():
     m.towers[0].encoder(floats)
     assert torch.equal(floats, before.float())
     assert not _model().run_conv_encoders_in(torch.bfloat16)
+
+
+@pytest.mark.parametrize("arch", ["convnet_simple", "convnet_nature", "resnet_impala"])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_hwc_frames_give_the_output_of_their_chw_transpose(arch, bf16):
+    """gymnasium's image envs (CarRacing, renders, most custom envs) give [H, W, C] frames; the encoder reads them as
+    a view of [C, H, W] (no copy), so the model is the one a [C, H, W] env of the same frames would train."""
+    cfg = parse_cfg(["--env=SomeCustomEnv-v0", "--use_rnn=False", f"--encoder_conv_architecture={arch}"])
+    hwc = ActorCritic(cfg, gym.spaces.Box(0, 255, (40, 48, 3), np.uint8), gym.spaces.Discrete(4)).eval()
+    chw = ActorCritic(cfg, gym.spaces.Box(0, 255, (3, 40, 48), np.uint8), gym.spaces.Discrete(4)).eval()
+    chw.load_state_dict(hwc.state_dict())  # same parameter shapes: the channels are 3 in both
+    assert hwc.towers[0].encoder.hwc and not chw.towers[0].encoder.hwc
+    if bf16:
+        assert hwc.run_conv_encoders_in(torch.bfloat16) and chw.run_conv_encoders_in(torch.bfloat16)
+    frames = torch.randint(0, 256, (5, 40, 48, 3), dtype=torch.uint8)
+    with torch.inference_mode():
+        out = hwc.forward_step(frames, None)[0]
+        expected = chw.forward_step(frames.permute(0, 3, 1, 2).contiguous(), None)[0]
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    # the 4 stacked 84x84 frames of Atari stay [C, H, W]
+    atari = ActorCritic(cfg, gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6))
+    assert not atari.towers[0].encoder.hwc
+
+
+def test_frames_smaller_than_the_conv_net_takes_are_refused_with_the_way_out():
+    """MinAtar-size frames (10x10) do not fit the Atari nets' 8x8 stride-4 first layer: a line that names the
+    architecture that fits, not torch's kernel-size error from inside the model."""
+    small = gym.spaces.Box(0, 1, (10, 10, 4), bool)
+    for arch in ("convnet_simple", "convnet_nature"):
+        cfg = parse_cfg(["--env=SomeCustomEnv-v0", "--use_rnn=False", f"--encoder_conv_architecture={arch}"])
+        with pytest.raises(ValueError, match=rf"frames of 10x10 .*{arch} .*at least 36x36.*resnet_impala"):
+            ActorCritic(cfg, small, gym.spaces.Discrete(3))
+    cfg = parse_cfg(["--env=SomeCustomEnv-v0", "--use_rnn=False", "--encoder_conv_architecture=resnet_impala"])
+    m = ActorCritic(cfg, small, gym.spaces.Discrete(3))
+    params, values, _ = m.forward_step(torch.rand(2, 10, 10, 4) < 0.2, None)  # bool frames
+    assert params.shape == (2, 3) and torch.isfinite(values).all()
+    # 36x36 is the smallest the Atari nets take
+    cfg = parse_cfg(["--env=SomeCustomEnv-v0", "--use_rnn=False"])
+    assert ActorCritic(cfg, gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), gym.spaces.Discrete(3))
