@@ -388,17 +388,27 @@ def gymnasium_spaces(env: str) -> tuple[Any, Any, int | None] | None:
         made.close()
 
 
+def _is_vector(space: Any) -> bool:
+    import gymnasium as gym
+
+    return isinstance(space, gym.spaces.Discrete) or (isinstance(space, gym.spaces.Box) and len(space.shape) == 1)
+
+
 def space_preset(obs_space: Any, action_space: Any, max_episode_steps: int | None) -> tuple[str, dict[str, Any]] | None:
     """The SPACE_PRESETS entry for an env with these gymnasium spaces, with gamma from its episode length; None for
-    spaces none fits (dict or tuple observations, multi-discrete actions: the global defaults apply)."""
+    spaces none fits (dict or tuple observations with images or nested parts, multi-discrete actions: the global
+    defaults apply)."""
     import gymnasium as gym
 
     if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3:
         if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
             return None
         name = "image"
-    elif isinstance(obs_space, gym.spaces.Discrete) or (
-        isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
+    elif _is_vector(obs_space) or (
+        # Blackjack's Tuple of Discretes (made a Dict by the env layer), a Dict of vectors and an action mask
+        isinstance(obs_space, (gym.spaces.Tuple, gym.spaces.Dict))
+        and len(obs_space)
+        and all(_is_vector(s) for s in (obs_space.values() if isinstance(obs_space, gym.spaces.Dict) else obs_space))
     ):
         if isinstance(action_space, gym.spaces.Discrete):
             name = "vector_discrete"

@@ -19,6 +19,7 @@ from sample_factory.config.presets import MUJOCO_NAMES
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
 from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes
+from sample_factory.envs.spaces import with_dict_observations
 
 _ENV_REGISTRY: dict[str, Callable[..., gym.Env]] = {}
 
@@ -83,7 +84,7 @@ def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | Non
         config = dict(env_config or {})
         if render_mode is not None:
             config["render_mode"] = render_mode
-        env = _ENV_REGISTRY[name](cfg, config)
+        env = with_dict_observations(_ENV_REGISTRY[name](cfg, config))
         return gym.wrappers.TimeLimit(env, limit) if limit else env
     if name not in gym.registry:
         raise ValueError(_unknown_gym_env(name))
@@ -91,7 +92,7 @@ def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | Non
     if limit:
         kwargs["max_episode_steps"] = limit  # replaces the registered limit
     try:
-        return gym.make(name, **kwargs)
+        return with_dict_observations(gym.make(name, **kwargs))
     except gym.error.DependencyNotInstalled as e:
         # gymnasium's message names its own pip command; where an extra of ours brings the package, ours alone
         hint = _missing_extra_hint(name)

@@ -3,7 +3,8 @@ is the single key "obs"; a gymnasium Dict space keeps its own keys. Buffers, the
 policy API all work on these dicts, so images, vectors and masks of one observation stay separate (and uint8 frames
 stay uint8) end to end.
 
-The key "action_mask" is special: it is not encoded; it marks the discrete actions allowed at this step.
+The key "action_mask" is special: it is not encoded; it marks the discrete actions allowed at this step. A Tuple
+observation space becomes a Dict keyed by position when the env is made (TupleAsDict).
 """
 
 from __future__ import annotations
@@ -57,8 +58,32 @@ def is_dict_space(space: gym.Space) -> bool:
 
 
 def as_obs_dict(obs: Any, space: gym.Space) -> dict[str, Any]:
-    """An env's observation as key -> value."""
-    return obs if is_dict_space(space) else {OBS_KEY: obs}
+    """An env's observation as key -> value. A tuple for a Dict space is a Tuple env's raw observation (or a tuple
+    of batches, one per part), taken in the keys' order (TupleAsDict's)."""
+    if is_dict_space(space):
+        return dict(zip(space.spaces, obs, strict=True)) if isinstance(obs, tuple) else obs
+    return {OBS_KEY: obs}
+
+
+class TupleAsDict(gym.ObservationWrapper):
+    """A flat Tuple observation (Blackjack's player sum, dealer card and usable ace) as a Dict keyed "0", "1", ...
+    (zero-padded past 10 parts, so the keys sort in the Tuple's order): the Dict path, one encoder per part, covers
+    it."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        parts = env.observation_space.spaces
+        self._keys = [str(i).zfill(len(str(len(parts) - 1))) for i in range(len(parts))]
+        self.observation_space = gym.spaces.Dict(dict(zip(self._keys, parts)))
+
+    def observation(self, observation: tuple) -> dict[str, Any]:
+        return dict(zip(self._keys, observation))
+
+
+def with_dict_observations(env: gym.Env) -> gym.Env:
+    """`env`, its Tuple observations (if any) as a Dict (TupleAsDict); nested Tuples stay unsupported (obs_fields
+    says so)."""
+    return TupleAsDict(env) if isinstance(env.observation_space, gym.spaces.Tuple) else env
 
 
 def alloc_obs(fields: dict[str, ObsField], *lead: int) -> dict[str, np.ndarray]:

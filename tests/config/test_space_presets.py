@@ -15,6 +15,7 @@ from sample_factory.tools.learning_suites import SUITES
     "env, preset, gamma",
     [
         ("FrozenLake-v1", "vector_discrete", 0.99),  # index observations, discrete actions, 100 steps
+        ("Blackjack-v1", "vector_discrete", 0.99),  # a Tuple of 3 indices (a Dict of them when made)
         ("Taxi-v4", "vector_discrete", 0.99),
         ("LunarLanderContinuous-v3", "vector_continuous", 0.99),
         ("MountainCarContinuous-v0", "vector_continuous", 0.99),
@@ -39,7 +40,6 @@ def test_typed_flags_win_over_the_space_preset():
 def test_family_presets_custom_envs_unsupported_spaces_and_dqn_are_not_space_presets():
     assert parse_cfg(["--env=Pendulum-v1"]).preset == "continuous_control"  # named: its own preset
     assert parse_cfg(["--env=HalfCheetah-v5"]).preset == "mujoco"
-    assert parse_cfg(["--env=Blackjack-v1"]).preset is None  # tuple observations: the global defaults
     assert parse_cfg(["--env=SomeCustomEnv-v0"]).preset is None  # not a gymnasium id
     assert parse_cfg(["--env=FrozenLake-v1", "--algo=DQN"]).preset == "dqn"  # the space presets are PPO's
 
@@ -53,7 +53,13 @@ def test_space_preset_reads_the_spaces():
     assert space_preset(vector, gym.spaces.Box(-1, 1, (2,)), 200)[0] == "vector_continuous"
     assert space_preset(vector, gym.spaces.MultiDiscrete([2, 3]), 200) is None
     assert space_preset(image, gym.spaces.MultiDiscrete([2, 3]), 200) is None
-    assert space_preset(gym.spaces.Dict({"a": vector}), gym.spaces.Discrete(3), 200) is None
+    parts = {"a": vector, "b": gym.spaces.Discrete(4), "action_mask": gym.spaces.Box(0, 1, (3,), np.int8)}
+    assert space_preset(gym.spaces.Dict(parts), gym.spaces.Discrete(3), 200)[0] == "vector_discrete"
+    assert space_preset(gym.spaces.Tuple((vector, vector)), gym.spaces.Box(-1, 1, (2,)), 200)[0] == "vector_continuous"
+    # images among the parts, nested or empty containers: the global defaults
+    assert space_preset(gym.spaces.Dict({"a": vector, "screen": image}), gym.spaces.Discrete(3), 200) is None
+    assert space_preset(gym.spaces.Tuple((gym.spaces.Tuple((vector,)),)), gym.spaces.Discrete(3), 200) is None
+    assert space_preset(gym.spaces.Dict({}), gym.spaces.Discrete(3), 200) is None
     assert [horizon_gamma(t) for t in (None, 100, 1000, 2000, 100_000)] == [0.99, 0.99, 0.99, 0.995, 0.999]
 
 

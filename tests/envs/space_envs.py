@@ -36,6 +36,10 @@ def observation_space(kind: str, action_space: gym.Space) -> gym.Space:
         return VECTOR
     if kind == "image":
         return IMAGE
+    if kind == "image_hwc":  # gymnasium's frame layout (CarRacing, renders)
+        return gym.spaces.Box(0, 255, (36, 40, 3), np.uint8)
+    if kind == "tuple":  # as Blackjack's (the env layer makes it a Dict keyed "0", "1")
+        return gym.spaces.Tuple((gym.spaces.Discrete(5), VECTOR))
     if kind == "discrete":
         return gym.spaces.Discrete(6)
     if kind == "dict":
@@ -47,7 +51,7 @@ def observation_space(kind: str, action_space: gym.Space) -> gym.Space:
     raise ValueError(kind)
 
 
-OBS_KINDS = ("vector", "image", "discrete", "dict", "dict_mask")
+OBS_KINDS = ("vector", "image", "image_hwc", "discrete", "tuple", "dict", "dict_mask")
 
 
 def combinations() -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sample_factory.config import parse_cfg
-from sample_factory.envs.spaces import ACTION_MASK_KEY
+from sample_factory.envs.spaces import ACTION_MASK_KEY, with_dict_observations
 from sample_factory.experiment.checkpoints import list_checkpoints
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.runner import Runner
@@ -40,7 +40,7 @@ def test_space_combination_trains(tmp_path, obs_kind, act_kind):
     cfg = parse_cfg(_argv(tmp_path, f"SpaceCombo-{obs_kind}-{act_kind}-v0"))
     runner = Runner(cfg)
     assert runner.run() == 0
-    env = SpaceComboEnv(obs_kind, act_kind)
+    env = with_dict_observations(SpaceComboEnv(obs_kind, act_kind))
     # The initial weights: the runner seeds torch with --seed right before building the model.
     torch.manual_seed(cfg.seed)
     initial = ActorCritic(cfg, env.observation_space, env.action_space)
@@ -97,3 +97,19 @@ def test_action_mask_is_not_encoded_and_masks_all_parts():
     assert (a[:, 0] == 2).all() and (a[:, 1] == 1).all()
     assert torch.allclose(dist.entropy(), torch.zeros(64), atol=1e-5)  # one allowed action per part
     assert isinstance(env.observation_space, gym.spaces.Dict)
+
+
+def test_tuple_observations_become_a_dict_keyed_by_position():
+    env = with_dict_observations(SpaceComboEnv("tuple", "discrete"))
+    assert env.observation_space == gym.spaces.Dict(
+        {"0": gym.spaces.Discrete(5), "1": gym.spaces.Box(-1.0, 1.0, (4,), np.float32)}
+    )
+    obs, _ = env.reset(seed=0)
+    assert set(obs) == {"0", "1"} and env.observation_space.contains(obs)
+    obs, *_ = env.step(1)
+    assert env.observation_space.contains(obs)
+    many = gym.spaces.Tuple([gym.spaces.Discrete(2)] * 12)  # keys zero-padded: they sort in the Tuple's order
+    wrapped = with_dict_observations(gym.make("SpaceCombo-vector-discrete-v0"))
+    assert wrapped.observation_space == gym.make("SpaceCombo-vector-discrete-v0").observation_space  # untouched
+    wrapped.unwrapped.observation_space = many
+    assert list(with_dict_observations(wrapped).observation_space) == [f"{i:02d}" for i in range(12)]

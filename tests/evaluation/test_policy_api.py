@@ -163,3 +163,26 @@ def test_cuda(train_dir):
     gpu, obs = assert_cpu_and_cuda_agree("rnn", train_dir, batch=4)
     _, s_t = gpu.act_batch(obs, torch.zeros(4, 16, device="cuda"))
     assert s_t.device.type == "cuda"
+
+
+def test_a_tuple_observation_env_is_acted_on_with_its_raw_observations(tmp_path):
+    """Blackjack's Tuple observations are a Dict keyed by position inside (envs/spaces.py TupleAsDict); the policy
+    takes the raw tuples of a plain gym.make env, one or a batch (a tuple of one array per part)."""
+    train_tiny(tmp_path, "bj", env="Blackjack-v1")
+    policy = load_policy("bj", train_dir=tmp_path)
+    assert set(policy.obs_shape) == {"0", "1", "2"}
+    env = gym.make("Blackjack-v1")
+    obs, _ = env.reset(seed=0)
+    assert isinstance(obs, tuple)
+    for _ in range(10):
+        action, _ = policy.act(obs)
+        assert action in (0, 1)
+        obs, _, term, trunc, _ = env.step(action)
+        if term or trunc:
+            obs, _ = env.reset()
+    batch = (np.array([14, 20]), np.array([10, 3]), np.array([0, 1]))
+    actions, _ = policy.act_batch(batch)
+    assert actions.shape == (2,)
+    single = [policy.act((int(s), int(d), int(a)), deterministic=True)[0] for s, d, a in zip(*batch, strict=True)]
+    assert list(policy.act_batch(batch, deterministic=True)[0]) == single
+    env.close()
