@@ -19,6 +19,7 @@ import copy
 import math
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -161,6 +162,15 @@ class DQNAlgorithm(Algorithm):
         # gets there (applied before a later sample where they have landed): no SGD step makes the host wait.
         self.staging = PinnedStaging(device)
         self.priority_reads = DeferredReads(device)
+
+    @classmethod
+    def check_spaces(cls, cfg: Config, obs_space: object, action_space: object) -> None:
+        # before any process starts: a Box action space used to kill the policy workers until the run gave up
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ConfigError(
+                f"--algo=DQN needs a Discrete action space (one Q-value per action); the env's is {action_space}: "
+                "train it with --algo=APPO"
+            )
 
     # ---- acting (policy workers) -------------------------------------------------------------------------------
 

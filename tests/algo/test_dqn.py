@@ -263,3 +263,12 @@ def test_resume_checks_refuse_a_buffer_that_does_not_fit():
     assert "not loaded" in DQNAlgorithm.check_resume(dropped, state)[0]
     with pytest.raises(ConfigError, match="not written by --algo=DQN"):
         DQNAlgorithm.check_resume(same, {"optimizer": state["optimizer"]})
+
+
+def test_non_discrete_action_spaces_are_refused_before_the_run_starts():
+    cfg = parse_cfg(["--env=CarRacing-v3", "--algo=DQN"])
+    frames = gym.spaces.Box(0, 255, (96, 96, 3))
+    for space in (gym.spaces.Box(-1, 1, (3,)), gym.spaces.MultiDiscrete([2, 3])):
+        with pytest.raises(ConfigError, match=r"--algo=DQN needs a Discrete action space .* --algo=APPO"):
+            DQNAlgorithm.check_spaces(cfg, frames, space)
+    DQNAlgorithm.check_spaces(cfg, frames, gym.spaces.Discrete(5))
