@@ -78,8 +78,13 @@ def _impala_resnet(in_channels: int) -> nn.Sequential:
 
 
 def channels_last_frames(shape: tuple[int, ...]) -> bool:
-    """Whether an image space of this shape is [H, W, C] (gymnasium's renders, CarRacing, most custom envs) rather
-    than [C, H, W] (our Atari and VizDoom frames): its last size is smaller than both others."""
+    """Whether an image space of this shape is [H, W, C] (gymnasium's renders, CarRacing, board planes, most custom
+    envs) rather than [C, H, W] (our Atari and VizDoom frames): a square frame decides ([N, N, C] or [C, N, N], as
+    chess's [8, 8, 111] planes), otherwise the channels are a last size smaller than both others."""
+    if shape[0] == shape[1] != shape[2]:
+        return True
+    if shape[1] == shape[2] != shape[0]:
+        return False
     return shape[2] < shape[0] and shape[2] < shape[1]
 
 

@@ -9,6 +9,7 @@ import torch
 from sample_factory.algo.distributions import CategoricalDist, DiagGaussianDist
 from sample_factory.config import parse_cfg
 from sample_factory.model.actor_critic import ActorCritic
+from sample_factory.model.encoders import channels_last_frames
 from sample_factory.runtime.shared_buffers import SharedWeights
 
 CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
@@ -356,6 +357,12 @@ def test_hwc_frames_give_the_output_of_their_chw_transpose(arch, bf16):
     # the 4 stacked 84x84 frames of Atari stay [C, H, W]
     atari = ActorCritic(cfg, gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6))
     assert not atari.towers[0].encoder.hwc
+
+
+def test_which_image_shapes_are_read_channels_last():
+    hwc = [(96, 96, 3), (210, 160, 3), (84, 84, 4), (10, 10, 4), (8, 8, 111), (40, 48, 12)]
+    chw = [(4, 84, 84), (3, 210, 160), (3, 72, 128), (111, 8, 8), (4, 4, 4), (12, 40, 48)]
+    assert all(channels_last_frames(s) for s in hwc) and not any(channels_last_frames(s) for s in chw)
 
 
 def test_frames_smaller_than_the_conv_net_takes_are_refused_with_the_way_out():
