@@ -128,12 +128,16 @@ def test_an_actor_killed_as_the_run_stops_leaves_no_process_behind(tmp_path, sta
     run = start_run(args, tmp_path / "td", env_id=f"{FAULT_MODULE}:ServerHangsOnClose-v0")
     assert run.wait(timeout=120) == 0, run.describe()
     assert "actor 0 did not stop in time, terminating it" in run.output, run.describe()
+    killed = re.search(r"sf_actor_0 left 4 processes running: killed them \(([^)]*)\)", run.output)
+    assert killed, run.describe()
+    killed_pids = {int(pid) for pid in re.findall(r"sleep (\d+)", killed.group(1))}
     with run._lock:
         servers = [sp for sp in run.seen.values() if "sleep" in sp.names]
-    assert len(servers) == 4, run.describe()  # the actor's envs' (the probe's was stopped by its close)
+    # the actor's 4 envs' servers; the probe env's server lives only until the probe closes it, so the process-tree
+    # poller sees it on a loaded machine and misses it on a fast one (it was once counted as a fifth)
+    assert len(killed_pids) == 4 and killed_pids <= {sp.pid for sp in servers}, run.describe()
     left = [sp.pid for sp in servers if sp.handle() is not None]
     assert not left, f"env servers outlived the run: {left}\n{run.describe()}"
-    assert re.search(r"sf_actor_0 left 4 processes running: killed them \(sleep \d+", run.output), run.describe()
     run.assert_no_leftovers()
 
 
