@@ -31,7 +31,9 @@ class RunningMeanStd(nn.Module):
             if n == 0:
                 return
             batch_mean = x.mean(dim=0)
-            batch_var = x.var(dim=0, unbiased=False)
+            # not x.var(): on a CPU its full reduction (scalar statistics: the returns normalizer) reads the mean
+            # back with .item(), which the learner loop's host-sync count takes for a GPU stall
+            batch_var = ((x - batch_mean) ** 2).mean(dim=0)
         else:
             w = mask.reshape(-1, *([1] * self.mean.dim())).double()  # [N, 1...]
             n = w.sum()
