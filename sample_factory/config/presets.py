@@ -361,6 +361,17 @@ PRESETS.update(SPACE_PRESETS)
 SMALL_FRAME = 36
 
 
+def channels_last_frames(shape: tuple[int, ...]) -> bool:
+    """Whether an image space of this shape is [H, W, C] (gymnasium's renders, CarRacing, board planes, most custom
+    envs) rather than [C, H, W] (our Atari and VizDoom frames): a square frame decides ([N, N, C] or [C, N, N], as
+    chess's [8, 8, 111] planes), otherwise the channels are a last size smaller than both others."""
+    if shape[0] == shape[1] != shape[2]:
+        return True
+    if shape[1] == shape[2] != shape[0]:
+        return False
+    return shape[2] < shape[0] and shape[2] < shape[1]
+
+
 def horizon_gamma(max_episode_steps: int | None) -> float:
     """0.99, longer for episodes of over 1,000 steps (1 - 10 / steps, at most 0.999): a return that looks about a
     tenth of an episode ahead."""
@@ -419,10 +430,13 @@ def space_preset(obs_space: Any, action_space: Any, max_episode_steps: int | Non
     else:
         return None
     values = {**PRESETS[name], "gamma": horizon_gamma(max_episode_steps)}
-    if name == "image" and sorted(obs_space.shape)[1] < SMALL_FRAME:
-        # the shorter frame side ([C, H, W] or [H, W, C]: the channels are the smallest size): the atari conv net's
-        # 8x8 stride-4 first layer needs 36 pixels; IMPALA's ResNet pads and pools, so it takes any size
-        values["encoder_conv_architecture"] = "resnet_impala"
+    if name == "image":
+        shape = obs_space.shape
+        height_width = shape[:2] if channels_last_frames(shape) else shape[1:]
+        if min(height_width) < SMALL_FRAME:
+            # the atari conv net's 8x8 stride-4 first layer needs 36 pixels; IMPALA's ResNet pads and pools, so it
+            # takes any size
+            values["encoder_conv_architecture"] = "resnet_impala"
     return name, values
 
 

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from sample_factory.config import Config
+from sample_factory.config.presets import channels_last_frames
 from sample_factory.model.activations import Tanh
 
 NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": Tanh}
@@ -75,17 +76,6 @@ def _impala_resnet(in_channels: int) -> nn.Sequential:
         mods += [_ResidualBlock(out_c), _ResidualBlock(out_c)]
         in_channels = out_c
     return nn.Sequential(*mods, nn.ReLU())
-
-
-def channels_last_frames(shape: tuple[int, ...]) -> bool:
-    """Whether an image space of this shape is [H, W, C] (gymnasium's renders, CarRacing, board planes, most custom
-    envs) rather than [C, H, W] (our Atari and VizDoom frames): a square frame decides ([N, N, C] or [C, N, N], as
-    chess's [8, 8, 111] planes), otherwise the channels are a last size smaller than both others."""
-    if shape[0] == shape[1] != shape[2]:
-        return True
-    if shape[1] == shape[2] != shape[0]:
-        return False
-    return shape[2] < shape[0] and shape[2] < shape[1]
 
 
 def min_frame_size(architecture: str) -> int:

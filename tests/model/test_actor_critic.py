@@ -8,8 +8,8 @@ import torch
 
 from sample_factory.algo.distributions import CategoricalDist, DiagGaussianDist
 from sample_factory.config import parse_cfg
+from sample_factory.config.presets import channels_last_frames
 from sample_factory.model.actor_critic import ActorCritic
-from sample_factory.model.encoders import channels_last_frames
 from sample_factory.runtime.shared_buffers import SharedWeights
 
 CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
