@@ -95,11 +95,11 @@ class ConvEncoder(nn.Module):
         self.hwc = channels_last_frames(obs_space.shape)
         chw = tuple(obs_space.shape[i] for i in ((2, 0, 1) if self.hwc else (0, 1, 2)))
         c, h, w = chw
-        if min(h, w) < min_frame_size(architecture):
+        need = min_frame_size(architecture)
+        if min(h, w) < need:
             raise ValueError(
                 f"frames of {h}x{w} are smaller than --encoder_conv_architecture={architecture} takes (at least "
-                f"{min_frame_size(architecture)}x{min_frame_size(architecture)}); "
-                "--encoder_conv_architecture=resnet_impala takes any size"
+                f"{need}x{need}); --encoder_conv_architecture=resnet_impala takes any size"
             )
         convs: list[nn.Module] = []
         if architecture == "resnet_impala":
