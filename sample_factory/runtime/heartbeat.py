@@ -96,6 +96,18 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def dump_stacks(pid: int, wait: float = 0.5) -> None:
+    """Ask process `pid` to print its threads' stacks to its stderr (SIGUSR1: `enable_stack_dumps`) and give it
+    `wait` seconds to do so. faulthandler answers from a C signal handler, so a process stuck in C code (a held
+    lock, a CUDA call) prints too; a stopped one (SIGSTOP) does not. Only for a process about to be killed: where
+    stack dumps are not enabled, SIGUSR1 ends it."""
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except OSError:
+        return
+    time.sleep(wait)
+
+
 def enable_stack_dumps() -> None:
     """Crashes print every thread's stack; SIGUSR1 prints them on demand (docs/troubleshooting.md). Skipped when
     stderr is not a real file (e.g. captured by a test runner)."""

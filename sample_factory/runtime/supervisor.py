@@ -1,7 +1,7 @@
 """Supervisor: the runner's process keeper. Starts one process per component, notices processes that died or
-stopped sending heartbeats, restarts actor and policy workers (up to --max_worker_restarts each within
---worker_restart_window_sec: a crash loop stops the run, sporadic crashes over a long run do not), and stops
-everything in order at the end.
+stopped sending heartbeats (a silent one is first asked for its threads' stacks), restarts actor and policy workers
+(up to --max_worker_restarts each within --worker_restart_window_sec: a crash loop stops the run, sporadic crashes
+over a long run do not), and stops everything in order at the end.
 
 Restarting actor worker w safely (its slots may still be referenced by queued messages):
   1. bump buffers.generation[w]: every message of the old worker (requests, ready signals, rollouts, returned
@@ -41,7 +41,7 @@ import psutil
 from sample_factory.config import Config
 from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes, running
 from sample_factory.runtime.component import Component, ComponentKey, process_main
-from sample_factory.runtime.heartbeat import HeartbeatMonitor
+from sample_factory.runtime.heartbeat import HeartbeatMonitor, dump_stacks
 from sample_factory.runtime.messages import Channels, Resend, Stop
 from sample_factory.runtime.shared_buffers import TrajectoryBuffers
 
@@ -186,6 +186,10 @@ class Supervisor:
             multiprocessing.forkserver.ensure_running()
         for key, silent_for, activity in self.monitor.stale():
             why = f"silent for {silent_for:.0f} s"
+            if key in self.processes and self.processes[key].is_alive():
+                # where it hung: the activity is only what its last heartbeat said
+                self.log(f"{key.role} {key.index} {why}: the stacks of its threads follow on stderr")
+                dump_stacks(self.processes[key].proc.pid)
             if key.role not in RESTARTABLE or stopping:
                 return f"{key.role} {key.index} {why} (last activity: {activity})"
             self.log(f"{key.role} {key.index} {why} (last activity: {activity}): killing it")

@@ -222,6 +222,37 @@ def test_late_answer_of_a_policy_worker_changes_no_step(tmp_path, start_run):
     assert progress_samples_trained(run) > 0, run.describe()
 
 
+@pytest.mark.timeout(150)
+def test_policy_worker_that_holds_requests_is_replaced_and_they_are_answered(tmp_path, start_run):
+    """The only policy worker holds a batch of requests without dying (hook: a hang inside inference). After
+    --heartbeat_timeout_sec of silence it is killed, a new one starts, the actors re-send the requests the hung one
+    had taken, and sampling goes on with no actor restarted (an actor whose request was lost would wait for its
+    actions until it gives up, 2 x --heartbeat_timeout_sec, and be restarted). The hung worker's answer is never
+    written (`held`.late)."""
+    held = tmp_path / "held"
+    extra_env = hook_env(SF_TEST_HOLD_ANSWER_FILE=str(held), SF_TEST_CHECK_ECHOED_ACTIONS="1")
+    args = [*SMALL, "--train_for_seconds=300", "--heartbeat_timeout_sec=4"]
+    run = start_run(args, tmp_path / "td", env_id=f"{FAULT_MODULE}:EchoAction-v0", extra_env=extra_env)
+    assert run.wait_until(held.exists, timeout=60), run.describe()
+    hung = wait_component(run, "sf_policy_0_0", 5)
+    restarted = r"policy \(0, 0\) died \(silent for \d+ s.*restarting it"
+    assert run.wait_until(lambda: re.search(restarted, run.output), timeout=60), run.describe()
+    assert re.search(r"policy \(0, 0\) silent for \d+ s \(last activity: [^)]+\): killing it", run.output)
+    # before the kill, its stack dump shows where it hung (the heartbeat's activity predates the hang)
+    assert re.search(r"the stacks of its threads follow on stderr\n(.*\n)*.*sitecustomize\.py.* in act\n", run.output)
+    wait_component(run, "sf_policy_0_0", 30, exclude=(hung.pid,))
+    restart_t, steps_at_restart = progress(run)[-1]
+    # past the time an actor whose request was lost would have given up (8 s), and sampling went on
+    assert run.wait_until(lambda: progress_time(run) > restart_t + 10, timeout=60), run.describe()
+    assert progress(run)[-1][1] > steps_at_restart + 1000, run.describe()
+    run.signal(signal.SIGINT)
+    assert finish(run, 60) == interrupted_exit_code(signal.SIGINT), run.describe()
+    assert not Path(f"{held}.late").exists(), "the hung policy worker answered: it was not killed in time"
+    assert "stored actions are not the actions" not in run.output, run.describe()
+    # the hang cost one restart: no actor gave up waiting for its actions (2 x --heartbeat_timeout_sec) and died
+    assert not re.search(r"actor \d+ died", run.output), run.describe()
+
+
 # ---- the checkpoint named in the summary (in-process, serial mode) -------------------------------------------
 @pytest.mark.timeout(120)
 def test_summary_names_the_checkpoint_on_disk_when_its_report_is_lost(tmp_path, monkeypatch, capsys):

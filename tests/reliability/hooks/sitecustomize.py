@@ -8,6 +8,7 @@ component). Each hook is off unless its environment variable is set:
 - SF_TEST_HOLD_ANSWER_FILE=path: policy worker (0, 0) holds its 50th batch: it computes the answer, creates `path`,
   waits until an actor has moved on from one of the batch's requests (answered by another policy worker), and only
   then writes its now late answer (and creates `path`.late), like a worker that was descheduled at the worst moment.
+  Once per run (a replacement of the worker does not hold again); it gives up holding after 30 s.
 - SF_TEST_SLOW_SAVE_SEC=s: every checkpoint write takes s seconds longer (a large replay buffer on a slow disk).
 - SF_TEST_SLOW_DQN_STEP_SEC=s: every DQN SGD step takes s seconds longer (a conv net on a loaded CPU).
 """
@@ -87,8 +88,8 @@ if os.environ.get("SF_TEST_HOLD_ANSWER_FILE"):
 
     def _serve_holding_once(self, requests):
         self.hook_batches = getattr(self, "hook_batches", 0) + 1
-        if self.index != (0, 0) or self.hook_batches != 50:
-            return _serve(self, requests)
+        if self.index != (0, 0) or self.hook_batches != 50 or os.path.exists(os.environ["SF_TEST_HOLD_ANSWER_FILE"]):
+            return _serve(self, requests)  # once per run: not in the replacement of a worker that held
         algo, self.algo = self.algo, _HeldAnswer(self, requests)
         try:
             return _serve(self, requests)
