@@ -4,14 +4,11 @@ with one line each, the run finishing normally."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from tests.integration.conftest import progress_samples_trained
 
 COMPILE = ["--torch_compile_learner=True", "--torch_compile_worker=True"]
-_FINAL_REWARD = re.compile(r"policy 0: reward (-?[\d.]+)")
 
 
 @pytest.mark.timeout(420)
@@ -20,8 +17,9 @@ def test_cartpole_learns_with_compiled_encoders(tmp_path, train_run):
     assert run.wait(timeout=400) == 0, run.describe()
     out = run.output
     assert "running it eagerly" not in out, run.describe()
-    rewards = [float(m.group(1)) for m in _FINAL_REWARD.finditer(out)]
-    assert rewards and rewards[-1] >= 200, run.describe()
+    # the stop condition, not the final summary: episodes that end during the shutdown move the final mean (a run
+    # stopped at 200.0 once summed up at 193.1)
+    assert "stopping: mean reward reached 200" in out, run.describe()
     run.assert_no_leftovers()
 
 
