@@ -19,12 +19,18 @@ from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
 from sample_factory.envs.env_utils import env_backend, episode_limit_note, probe_env, set_step_units
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
+from sample_factory.experiment.best_checkpoints import BestCheckpoints
 from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
-from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, load_policy_checkpoint
+from sample_factory.experiment.checkpoints import (
+    checkpoint_dir,
+    list_checkpoints,
+    load_policy_checkpoint,
+    newest_checkpoint_since,
+)
 from sample_factory.experiment.exit_codes import interrupted_exit_code
 from sample_factory.experiment.folder import experiment_dir, folder_entries, prepare_experiment_dir, remove_created
 from sample_factory.experiment.run_log import log
-from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
+from sample_factory.experiment.summaries import ProgressPoints, ProgressTracker, SummaryWriters
 from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.precision import resolve_auto_precision
@@ -38,18 +44,8 @@ from sample_factory.runtime.placement import place_components
 from sample_factory.runtime.serial_snapshot import load_snapshot, save_snapshot
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
 from sample_factory.runtime.supervisor import RESTARTABLE, Supervisor
-from sample_factory.workers.actor_worker import ActorWorker
 from sample_factory.workers.learner import Learner
-from sample_factory.workers.learner_rank import LearnerRank
-from sample_factory.workers.policy_worker import PolicyWorker
-
-# --progress_every_env_steps rows and points: at most this many a second (progress.csv of a fast env stays small).
-MAX_POINTS_PER_SEC = 4.0
-
-
-# A run's reward climbs for a long time, so nearly every best-metric check writes a new best checkpoint: the console
-# gets the first of each policy and then at most one a minute (the latest); sf_log.txt gets every one.
-BEST_LINE_INTERVAL_S = 60.0
+from sample_factory.workers.roles import RunComponents
 
 
 class Runner:
@@ -59,8 +55,7 @@ class Runner:
         self.exit_code = 0
         self.signals_received = 0
         self.interrupted_by: int | None = None  # the signal that stopped the run before its stop condition
-        self.best_metric: list[float | None] = [None] * cfg.num_policies
-        self.best_line_at: dict[int, float] = {}  # policy -> when its last new-best line went to the console
+        self.best = BestCheckpoints(cfg, lambda p, value: self.channels.learner[p].put(SaveBest.wire(value)))
         # Set up by `setup` and `_start`; None until then (shutdown releases only what exists).
         self.exp_dir: Path | None = None
         self.lock: Any = None  # the experiment folder's lock (None for evaluation runs)
@@ -72,28 +67,27 @@ class Runner:
         self.weights: list[SharedWeights] = []  # one per policy
         self.channels: Channels | None = None
         self.pbt: PbtController | None = None
+        self.roles: RunComponents | None = None  # makes the component of each role (at the start, for restarts)
         self.components: list[Component] = []
         self.progress: ProgressTracker | None = None
+        self.points: ProgressPoints | None = None  # set when the main loop starts
         self.evaluator: PeriodicEvaluator | None = None
         self.summaries: SummaryWriters | None = None
         self.supervisor: Supervisor | None = None  # process mode
         self.driver: SerialDriver | None = None  # serial mode
         self.start_time: float | None = None  # time.monotonic() when the components were started
-        self.next_point_at = 0  # total env steps of the next --progress_every_env_steps point
-        self.last_row = 0.0  # time.monotonic() of the last progress.csv row
         self.callbacks: Callbacks | None = None  # the runner process's instance of --callbacks
         self.remote: Any = None  # --sampler_nodes: distributed.remote_samplers.RemoteSamplers
-        # report kind -> handler, for every kind a component sends (every report also counts as a sign of life)
+        # report kind -> handler. Every report is a sign of life for the supervisor's monitor, which is all that
+        # "started" and "heartbeat" are.
         self.report_handlers: dict[str, Callable[[Report], None]] = {
-            "started": self._on_started,
             "note": self._on_note,
-            "heartbeat": self._on_heartbeat,
             "samples": self._on_samples,
             "train": self._on_train,
             "inference": self._on_inference,
             "resumed": self._on_resumed,
-            "best_checkpoint": self._on_best_checkpoint,
-            "best_metric": self._on_best_metric,
+            "best_checkpoint": lambda r: self.best.on_saved(r.index, r.payload),
+            "best_metric": lambda r: self.best.on_resumed_best(r.index, r.payload),
             "checkpoint": self._on_checkpoint,
             "timing": self._on_timing,
             "discarded_rollouts": self._on_discarded_rollouts,
@@ -156,10 +150,19 @@ class Runner:
         self.weights = initial_weights(cfg, model, self.obs_space, self.action_space)
         kind = "local" if cfg.serial_mode else cfg.message_queue
         self.channels = Channels(spec.num_workers, cfg.num_policies, kind, cfg.learners_per_policy)
-        self.placement = place_components(cfg, log)
         if cfg.with_pbt:  # with the published weights: their versions say which policies have trained
             self.pbt = PbtController(cfg, self.exp_dir, self.channels, log, reward_shaping, self.weights)
-        self.components = self._make_components()
+        self.roles = RunComponents(
+            cfg,
+            place_components(cfg, log),
+            self.buffers,
+            self.channels,
+            self.weights,
+            self.obs_space,
+            self.action_space,
+            hyperparams=lambda p: self.pbt.hyperparams(p) if self.pbt is not None else None,
+        )
+        self.components = [self.roles.make(role, index) for role, index in self.roles.keys()]
         self.progress = ProgressTracker(cfg)
         self.evaluator = PeriodicEvaluator(
             cfg,
@@ -175,7 +178,7 @@ class Runner:
             else Supervisor(
                 cfg,
                 self.ctx,
-                self._make_component,
+                self.roles.make,
                 self.buffers,
                 self.channels,
                 log,
@@ -189,34 +192,6 @@ class Runner:
             f"({self.buffers.nbytes() / 2**20:.1f} MiB) | device {cfg.device} | "
             f"{'serial' if cfg.serial_mode else 'async' if cfg.async_rl else 'sync'} mode"
         )
-
-    def _make_components(self) -> list[Component]:
-        cfg = self.cfg
-        keys = []
-        for p in range(cfg.num_policies):
-            keys.append(("learner", p))
-            keys += [("learner", (p, r)) for r in range(1, cfg.learners_per_policy)]
-            keys += [("policy", (p, i)) for i in range(cfg.policy_workers_per_policy)]
-        local = cfg.local_samplers or cfg.evaluation_run  # evaluations of a run trained by sampler nodes play here
-        keys += [("actor", w) for w in range(cfg.num_workers if local else 0)]
-        return [self._make_component(role, index) for role, index in keys]
-
-    def _make_component(self, role: str, index: Any) -> Component:
-        cfg, b, ch = self.cfg, self.buffers, self.channels
-        spaces = (self.obs_space, self.action_space)
-        if role == "learner":
-            if isinstance(index, tuple):
-                (p, r), group = index, self.placement.groups.get(index[0])
-            else:
-                p, r, group = index, 0, self.placement.groups.get(index)
-            cfg = self.placement.cfg_for(cfg, self.placement.learners[p, r])
-            hyperparams = self.pbt.hyperparams(p) if self.pbt is not None else None
-            kind = Learner if r == 0 else LearnerRank
-            return kind(cfg, p, b, ch, self.weights[p], *spaces, self.weights, hyperparams, rank=r, group=group)
-        if role == "policy":
-            cfg = self.placement.cfg_for(cfg, self.placement.policy_workers[index])
-            return PolicyWorker(cfg, index[0], index[1], b, ch, self.weights[index[0]], *spaces)
-        return ActorWorker(cfg, index, b, ch, resumed=any(w.version > 0 for w in self.weights))
 
     # ---- running ------------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -297,18 +272,10 @@ class Runner:
         if self.evaluator.enabled:  # logs its results and writes them to each evaluated policy's summaries
             self.evaluator.update(self.progress.env_steps)
 
-    def _maybe_save_best(self) -> None:
-        if self.cfg.evaluation_run or self.progress.total_env_steps() < self.cfg.save_best_after:
-            return
-        for p in range(self.cfg.num_policies):
-            value = self.progress.metric(p, self.cfg.save_best_metric)
-            if value is not None and (self.best_metric[p] is None or value > self.best_metric[p]):
-                self.best_metric[p] = value
-                self.channels.learner[p].put(SaveBest.wire(value))
-
     def _main_loop(self) -> None:
         cfg = self.cfg
-        last_print = last_summary = last_best = self.last_row = time.monotonic()
+        last_print = last_summary = last_best = time.monotonic()
+        self.points = ProgressPoints(cfg.progress_every_env_steps, self.summaries, last_print)
         while self.stop_reason is None:
             if self.driver is not None:
                 for _ in range(20):
@@ -323,31 +290,18 @@ class Runner:
             if now - last_print >= cfg.report_interval_sec:
                 last_print = now
                 log(self.progress.line())
-                self.summaries.progress_row(self.progress)
-                self.last_row = now
-            self._progress_points(now)
+                self.points.report(self.progress, now)
+            self.points.update(self.progress, now)
             self._periodic_eval()
             if now - last_best >= cfg.save_best_every_sec:
                 last_best = now
-                self._maybe_save_best()
+                self.best.check(self.progress)
             if now - last_summary >= cfg.experiment_summaries_interval:
                 last_summary = now
                 self.summaries.write(self.progress)
                 if self.pbt is not None:
                     self.pbt.write_summaries(self.summaries, self.progress)
             self._check_stop(now)
-
-    def _progress_points(self, now: float) -> None:
-        """A progress.csv row and the curves' TensorBoard points each --progress_every_env_steps (at most
-        MAX_POINTS_PER_SEC): a run of seconds gets a curve, not the two points of its reports."""
-        every = self.cfg.progress_every_env_steps
-        total = self.progress.total_env_steps()
-        if every <= 0 or total < self.next_point_at or now - self.last_row < 1.0 / MAX_POINTS_PER_SEC:
-            return
-        self.next_point_at = (total // every + 1) * every
-        self.last_row = now
-        self.summaries.progress_row(self.progress)
-        self.summaries.points(self.progress)
 
     def _on_report(self, msg: tuple) -> None:
         report = Report._make(msg)
@@ -358,12 +312,6 @@ class Runner:
         handler = self.report_handlers.get(report.report_kind)
         if handler is not None:
             handler(report)
-
-    def _on_started(self, report: Report) -> None:
-        pass  # the supervisor's monitor has noted it
-
-    def _on_heartbeat(self, report: Report) -> None:
-        pass  # the supervisor's monitor has noted it
 
     def _on_note(self, report: Report) -> None:
         log(f"{report.role} {report.index}: {report.payload}")
@@ -385,17 +333,6 @@ class Runner:
     def _on_resumed(self, report: Report) -> None:
         self.progress.resume(report.index, report.payload["env_steps"])
         log(f"policy {report.index} resumed from {report.payload['path']} at {report.payload['env_steps']} env steps")
-
-    def _on_best_checkpoint(self, report: Report) -> None:
-        now = time.monotonic()
-        last = self.best_line_at.get(report.index)
-        console = last is None or now - last >= BEST_LINE_INTERVAL_S
-        if console:
-            self.best_line_at[report.index] = now
-        log(f"policy {report.index}: new best checkpoint {report.payload}", console=console)
-
-    def _on_best_metric(self, report: Report) -> None:
-        self.best_metric[report.index] = report.payload
 
     def _on_checkpoint(self, report: Report) -> None:
         self.progress.last_checkpoint[report.index] = report.payload
@@ -518,16 +455,10 @@ class Runner:
     def _final_report(self) -> None:
         elapsed = 0.0 if self.start_time is None else time.monotonic() - self.start_time
         if self.start_time is not None and not self.cfg.evaluation_run:
-            # The newest checkpoint this run wrote, as on disk: a learner killed right after saving, or a lost
-            # report, would leave the summary naming an older one or None.
-            started = time.time() - elapsed
+            started = time.time() - elapsed  # the summary names the newest checkpoint on disk, not the last report
             for p in range(self.cfg.num_policies):
-                try:
-                    ours = [c for c in list_checkpoints(checkpoint_dir(self.cfg, p)) if c.stat().st_mtime >= started]
-                except OSError:
-                    continue  # a file removed meanwhile (--keep_checkpoints): keep the reported one
-                if ours:
-                    self.progress.last_checkpoint[p] = str(ours[-1])
+                if (newest := newest_checkpoint_since(self.cfg, p, started)) is not None:
+                    self.progress.last_checkpoint[p] = str(newest)
         log(self.progress.line())
         log(self.progress.final_summary(elapsed))
         log(f"experiment folder: {self.exp_dir}")

@@ -131,6 +131,17 @@ def best_metric_of(path: Path) -> float:
     return float(_BEST.match(path.name).group(3))
 
 
+def newest_checkpoint_since(cfg: Config, policy_id: int, started: float) -> Path | None:
+    """The policy's newest checkpoint on disk written at or after `started` (time.time()): what a run wrote, even
+    where the learner was killed right after saving or its report was lost. None: none, or a file was removed while
+    listing (--keep_checkpoints)."""
+    try:
+        ours = [c for c in list_checkpoints(checkpoint_dir(cfg, policy_id)) if c.stat().st_mtime >= started]
+    except OSError:
+        return None
+    return ours[-1] if ours else None
+
+
 def load_policy_checkpoint(
     cfg: Config, policy_id: int, map_location: Any = "cpu", quiet: bool = False
 ) -> tuple[dict, Path] | None:

@@ -219,6 +219,34 @@ def _last_time(rows: list[str]) -> float:
     return 0.0
 
 
+# --progress_every_env_steps rows and points: at most this many a second (progress.csv of a fast env stays small).
+MAX_POINTS_PER_SEC = 4.0
+
+
+class ProgressPoints:
+    """progress.csv rows and the curves' TensorBoard points: one row at each report (`report`), and besides, a row
+    and points each --progress_every_env_steps, at most MAX_POINTS_PER_SEC (`update`), so that a run of seconds gets
+    a curve, not the two points of its reports."""
+
+    def __init__(self, every: int, summaries: SummaryWriters, now: float):
+        self.every, self.summaries = every, summaries
+        self.next_at = 0  # total env steps of the next point
+        self.last_row = now  # time.monotonic() of the last row of either kind
+
+    def report(self, progress: ProgressTracker, now: float) -> None:
+        self.summaries.progress_row(progress)
+        self.last_row = now
+
+    def update(self, progress: ProgressTracker, now: float) -> None:
+        total = progress.total_env_steps()
+        if self.every <= 0 or total < self.next_at or now - self.last_row < 1.0 / MAX_POINTS_PER_SEC:
+            return
+        self.next_at = (total // self.every + 1) * self.every
+        self.last_row = now
+        self.summaries.progress_row(progress)
+        self.summaries.points(progress)
+
+
 class SummaryWriters:
     """One TensorBoard writer per policy under <experiment>/.summary/<policy>/, x axis = env steps (or frames: the
     unit of the run's counters), and progress.csv: time_s, the counter (env_steps or env_frames), fps_10s,

@@ -17,8 +17,8 @@ import torch
 
 import sample_factory.workers.learner as learner_module
 from sample_factory.config import Config
+from sample_factory.experiment.best_checkpoints import BestCheckpoints
 from sample_factory.experiment.checkpoints import best_metric_of, list_best_checkpoints, list_checkpoints
-from sample_factory.runner import Runner
 from sample_factory.runtime.messages import SAVE_BEST, SaveBest, decode
 from sample_factory.train import main as train_main
 from tests.policy_helpers import Run, one_torch_thread
@@ -106,29 +106,29 @@ def test_best_checkpoint_is_the_best_metric_seen(saves):
     assert (state["policy_version"], state["env_steps"]) == (version, steps)
 
 
-def _best_check_runner(best: float | None = None) -> tuple[Runner, list]:
+def _best_checkpoints(best: float | None = None) -> tuple[BestCheckpoints, SimpleNamespace, list]:
     sent: list = []
-    r = Runner.__new__(Runner)  # only what _maybe_save_best uses
-    r.cfg = Config.from_dict(dict(num_policies=1, save_best_after=0, save_best_metric="reward"))
-    r.best_metric = [best]
-    r.channels = SimpleNamespace(learner=[SimpleNamespace(put=sent.append)])
-    r.progress = SimpleNamespace(total_env_steps=lambda: 10**6, value=None)
-    r.progress.metric = lambda policy, name: r.progress.value
-    return r, sent
+    cfg = Config.from_dict(dict(num_policies=1, save_best_after=0, save_best_metric="reward", evaluation_run=False))
+    tracker = BestCheckpoints(cfg, lambda p, value: sent.append(SaveBest.wire(value)))
+    if best is not None:
+        tracker.on_resumed_best(0, best)
+    progress = SimpleNamespace(total_env_steps=lambda: 10**6, value=None)
+    progress.metric = lambda policy, name: progress.value
+    return tracker, progress, sent
 
 
 def test_best_saved_only_on_improvement():
     """The runner's rule, driven with a fake metric sequence: SAVE_BEST only for a new maximum; None (too few
     episodes yet) never; a best found on resume (reported by the learner) is the bar to beat."""
-    r, sent = _best_check_runner()
+    tracker, progress, sent = _best_checkpoints()
     for value in (None, 5.0, 3.0, 5.0, 7.5, 7.0, 9.0):
-        r.progress.value = value
-        r._maybe_save_best()
+        progress.value = value
+        tracker.check(progress)
     assert [decode(m) for m in sent] == [SaveBest(SAVE_BEST, 5.0), SaveBest(SAVE_BEST, 7.5), SaveBest(SAVE_BEST, 9.0)]
-    r, sent = _best_check_runner(best=8.0)
+    tracker, progress, sent = _best_checkpoints(best=8.0)
     for value in (7.0, 8.0, 8.5):
-        r.progress.value = value
-        r._maybe_save_best()
+        progress.value = value
+        tracker.check(progress)
     assert [decode(m).metric_value for m in sent] == [8.5]
 
 
@@ -228,20 +228,19 @@ def test_corrupted_latest_checkpoint_falls_back(saves, capsys):
 def test_new_best_lines_are_rate_limited(tmp_path, monkeypatch, capsys):
     """A new best on nearly every report made the console noisy: the first of each policy, then at most one per
     BEST_LINE_INTERVAL_S; sf_log.txt keeps every one."""
-    import sample_factory.runner as runner_module
+    import sample_factory.experiment.best_checkpoints as best_module
 
     clock = SimpleNamespace(now=1000.0)
-    monkeypatch.setattr(runner_module.time, "monotonic", lambda: clock.now)
-    r = Runner.__new__(Runner)  # only what _on_best_checkpoint uses
-    r.best_line_at = {}
+    monkeypatch.setattr(best_module.time, "monotonic", lambda: clock.now)
+    tracker = BestCheckpoints(Config.from_dict(dict(num_policies=2)), lambda p, value: None)
     log_file = tmp_path / "sf_log.txt"
-    runner_module.log.open(log_file)
+    best_module.log.open(log_file)
     try:
         for t, policy in [(0, 0), (5, 0), (10, 1), (30, 0), (61, 0), (65, 0), (75, 1)]:
             clock.now = 1000.0 + t
-            r._on_best_checkpoint(SimpleNamespace(index=policy, payload=f"best_t{t}.pth"))
+            tracker.on_saved(policy, f"best_t{t}.pth")
     finally:
-        runner_module.log.close()
+        best_module.log.close()
     console = re.findall(r"new best checkpoint (\S+)", capsys.readouterr().out)
     assert console == ["best_t0.pth", "best_t10.pth", "best_t61.pth", "best_t75.pth"], console
     assert len(re.findall("new best checkpoint", log_file.read_text())) == 7

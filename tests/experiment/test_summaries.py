@@ -12,8 +12,7 @@ import pytest
 
 import sample_factory.experiment.summaries as summaries
 from sample_factory.config import parse_cfg
-from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
-from sample_factory.runner import Runner
+from sample_factory.experiment.summaries import ProgressPoints, ProgressTracker, SummaryWriters
 from sample_factory.tools.plot import read_scalars
 from tests.policy_helpers import Run
 
@@ -110,22 +109,25 @@ class _Recorder:
 
 
 def test_progress_points_every_n_env_steps_at_most_four_a_second():
-    runner = Runner(parse_cfg(["--env=CartPole-v1", "--num_workers=1", "--progress_every_env_steps=1000"]))
-    runner.progress = ProgressTracker(runner.cfg)
-    runner.summaries = _Recorder()
-    now = time.monotonic()
-    runner._progress_points(now)  # 0 env steps: the first point
-    runner.progress.add_samples(0, 900, [])
-    runner._progress_points(now + 1)  # not at 1000 yet
-    assert runner.summaries.rows == 1
-    runner.progress.add_samples(0, 200, [])
-    runner._progress_points(now + 1.1)
-    assert runner.summaries.rows == 2 and runner.next_point_at == 2000
-    runner.progress.add_samples(0, 5000, [])  # several multiples at once: one row
-    runner._progress_points(now + 1.2)  # 0.1 s after the last row: not yet
-    assert runner.summaries.rows == 2
-    runner._progress_points(now + 1.4)
-    assert runner.summaries.rows == 3 and runner.next_point_at == 7000
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=1", "--progress_every_env_steps=1000"])
+    progress, recorder, now = ProgressTracker(cfg), _Recorder(), time.monotonic()
+    points = ProgressPoints(cfg.progress_every_env_steps, recorder, now - 1)
+    points.update(progress, now)  # 0 env steps: the first point
+    progress.add_samples(0, 900, [])
+    points.update(progress, now + 1)  # not at 1000 yet
+    assert recorder.rows == 1
+    progress.add_samples(0, 200, [])
+    points.update(progress, now + 1.1)
+    assert recorder.rows == 2 and points.next_at == 2000
+    progress.add_samples(0, 5000, [])  # several multiples at once: one row
+    points.update(progress, now + 1.2)  # 0.1 s after the last row: not yet
+    assert recorder.rows == 2
+    points.update(progress, now + 1.4)
+    assert recorder.rows == 3 and points.next_at == 7000
+    points.report(progress, now + 1.5)  # a report's row counts as the last row too
+    progress.add_samples(0, 1000, [])
+    points.update(progress, now + 1.6)
+    assert recorder.rows == 4
 
 
 @pytest.mark.timeout(120)
