@@ -552,7 +552,8 @@ OPTIONS: dict[str, list[Option]] = {
             "heartbeat_timeout_sec",
             float,
             60.0,
-            "A process silent this long is killed; actor/policy workers are restarted, a silent learner stops the run. "
+            "A process silent this long is killed, its threads' stacks printed to stderr first; actor/policy workers "
+            "are restarted, a silent learner stops the run. "
             "A process still starting (its init sends no heartbeats) gets at least 30 s.",
         ),
         Option(
