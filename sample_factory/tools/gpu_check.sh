@@ -82,8 +82,8 @@ print(f'raw ceiling, {n} processes, random actions: {raw_ceiling(\"atari_pong\",
   ;;
 scores)
   # the atari_dqn preset's learning curve (issue 33) and the atari preset's time to +18 (issue 31), in one lease
-  # (measured 2026-11-27 on an H200: APPO +18 after 163 s from launch; DQN -20.3 after 280 s with the replay buffer in
-  # host memory, before it moved to the GPU: the DQN learning curve is what is missing)
+  # (measured on an H200: APPO +18 after 163 s from launch, 2026-11-27; DQN with the replay buffer on the GPU, 2026-11-28,
+  # DQN_SECONDS=500 in one call of 523 s: -21 -> -17.6 at 11.37M frames, 22.7k frames/s; docs/results.md)
   dqn_s=${DQN_SECONDS:-420}
   step pong_dqn $((dqn_s + 80)) $PY -m sample_factory.tools.time_to_score --tasks=pong_dqn --max_seconds="$dqn_s" \
     --output="$OUT/pong_dqn.md" --progress_dir="$OUT"
