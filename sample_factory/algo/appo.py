@@ -11,7 +11,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sample_factory.algo.base import Algorithm, forward_autocast, learning_rate_at, make_adam
+from sample_factory.algo.base import (
+    Algorithm,
+    exploration_coeff_at,
+    forward_autocast,
+    learning_rate_at,
+    make_adam,
+)
 from sample_factory.algo.distributions import has_uniform_distribution
 from sample_factory.algo.losses import (
     clipped_value_loss,
@@ -93,6 +99,7 @@ class APPOAlgorithm(Algorithm):
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         super().__init__(cfg, model, device)
         self.optimizer = make_adam(cfg, model.parameters())
+        self.exploration_coeff = exploration_coeff_at(cfg, 0)  # --exploration_loss_schedule, set every iteration
         # IMPALA-style replay (--replay_proportion with --exp_replayer=uniform): whole trajectories, V-trace corrected
         self.replay = None
         if cfg.exp_replayer == "uniform":
@@ -138,6 +145,7 @@ class APPOAlgorithm(Algorithm):
     def update_learning_rate(self, env_steps: int) -> None:
         for g in self.optimizer.param_groups:
             g["lr"] = learning_rate_at(self.cfg, env_steps)
+        self.exploration_coeff = exploration_coeff_at(self.cfg, env_steps)
 
     def on_weights_replaced(self) -> None:
         self.optimizer.state.clear()  # Adam's moment estimates belong to the old weights
@@ -340,9 +348,9 @@ class APPOAlgorithm(Algorithm):
             mask,
         )
         if sym_kl is None:
-            exploration = entropy_loss(entropy, cfg.exploration_loss_coeff, mask)
+            exploration = entropy_loss(entropy, self.exploration_coeff, mask)
         else:
-            exploration = symmetric_kl_loss(sym_kl, cfg.exploration_loss_coeff, mask)
+            exploration = symmetric_kl_loss(sym_kl, self.exploration_coeff, mask)
         loss = policy_loss + cfg.value_loss_coeff * value_loss + exploration
         extra: dict[str, Tensor] = {}
         if sym_kl is not None:
@@ -387,6 +395,7 @@ class APPOAlgorithm(Algorithm):
             "sgd_steps": sgd_steps,
             "skipped_updates": self.skipped_updates,
             "lr": self.optimizer.param_groups[0]["lr"],
+            "exploration_coeff": self.exploration_coeff,
             "policy_lag_min": float(lag.min()),
             "policy_lag_avg": float(lag.mean()),
             "policy_lag_max": float(lag.max()),

@@ -34,11 +34,22 @@ class ActResult(NamedTuple):
     new_rnn_states: Tensor | None  # [N, H] core state after this step; None without a recurrent core
 
 
+def scheduled(value: float, schedule: str, env_steps: int, budget: int) -> float:
+    """`value` as `schedule` gives it after env_steps: constant, or linear_decay to 0 at `budget` env steps."""
+    if schedule == "linear_decay":
+        return value * max(0.0, 1.0 - env_steps / budget)
+    return value
+
+
 def learning_rate_at(cfg: Config, env_steps: int) -> float:
     """--learning_rate, constant or decayed linearly to 0 over --train_for_env_steps (--lr_schedule)."""
-    if cfg.lr_schedule == "linear_decay":
-        return cfg.learning_rate * max(0.0, 1.0 - env_steps / cfg.train_for_env_steps)
-    return cfg.learning_rate
+    return scheduled(cfg.learning_rate, cfg.lr_schedule, env_steps, cfg.train_for_env_steps)
+
+
+def exploration_coeff_at(cfg: Config, env_steps: int) -> float:
+    """--exploration_loss_coeff, constant or decayed linearly to 0 over --train_for_env_steps
+    (--exploration_loss_schedule)."""
+    return scheduled(cfg.exploration_loss_coeff, cfg.exploration_loss_schedule, env_steps, cfg.train_for_env_steps)
 
 
 def make_adam(cfg: Config, params: Any, fused: bool = True) -> Optimizer:

@@ -67,6 +67,7 @@ class OptionFields:
     value_loss_coeff: float  # default 0.5
     normalize_advantage: bool  # default True
     exploration_loss_coeff: float  # default 0.003
+    exploration_loss_schedule: str  # default 'constant'; one of constant, linear_decay
     exploration_loss: str  # default 'entropy'; one of entropy, symmetric_kl
     kl_loss_coeff: float  # default 0.0
     max_grad_norm: float  # default 4.0

@@ -298,6 +298,14 @@ OPTIONS: dict[str, list[Option]] = {
         ),
         Option("exploration_loss_coeff", float, 0.003, "Weight of the exploration loss (--exploration_loss)."),
         Option(
+            "exploration_loss_schedule",
+            str,
+            "constant",
+            "constant, or linear_decay of --exploration_loss_coeff to 0 over --train_for_env_steps (a wide search "
+            "early, a sharper policy at the end; RLlib's entropy_coeff_schedule). Reported as exploration_coeff.",
+            choices=("constant", "linear_decay"),
+        ),
+        Option(
             "exploration_loss",
             str,
             "entropy",

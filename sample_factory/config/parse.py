@@ -505,8 +505,9 @@ def _check_ray_pbt(cfg: Config) -> None:
             "--pbt_backend=ray ranks members by --pbt_target_objective=true_objective only (learner statistics "
             "are not in the members' progress.csv)"
         )
-    if cfg.lr_schedule != "constant":
-        raise ConfigError("--pbt_backend=ray needs --lr_schedule=constant (each segment has its own budget)")
+    for schedule in ("lr_schedule", "exploration_loss_schedule"):
+        if getattr(cfg, schedule) != "constant":
+            raise ConfigError(f"--pbt_backend=ray needs --{schedule}=constant (each segment has its own budget)")
     if cfg.pbt_cpus_per_member < 0 or cfg.pbt_gpus_per_member < 0 or cfg.pbt_max_member_restarts < 0:
         raise ConfigError("--pbt_cpus_per_member, --pbt_gpus_per_member and --pbt_max_member_restarts must be >= 0")
 

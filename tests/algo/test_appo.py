@@ -51,6 +51,7 @@ RECORDED = {
             "sgd_steps": 4,
             "skipped_updates": 0,
             "lr": 0.0004,
+            "exploration_coeff": 0.0,
             "policy_lag_min": 0.0,
             "policy_lag_avg": 2.542372941970825,
             "policy_lag_max": 5.0,
@@ -78,6 +79,7 @@ RECORDED = {
             "sgd_steps": 12,
             "skipped_updates": 0,
             "lr": 0.003,
+            "exploration_coeff": 0.0,
             "policy_lag_min": 0.0,
             "policy_lag_avg": 2.8888888359069824,
             "policy_lag_max": 5.0,
@@ -105,6 +107,7 @@ RECORDED = {
             "sgd_steps": 4,
             "skipped_updates": 0,
             "lr": 0.001,
+            "exploration_coeff": 0.0,
             "policy_lag_min": 0.0,
             "policy_lag_avg": 2.36956524848938,
             "policy_lag_max": 5.0,
@@ -156,6 +159,23 @@ def test_learning_rate_schedule():
     assert algo.optimizer.param_groups[0]["lr"] == pytest.approx(0.0075)
     algo.update_learning_rate(5000)
     assert algo.optimizer.param_groups[0]["lr"] == 0.0
+
+
+def test_exploration_loss_schedule():
+    """linear_decay: the entropy bonus of iteration i weighs --exploration_loss_coeff * (1 - env_steps / budget); the
+    scenario's second iteration comes at the budget (300 env steps), so only its loss differs from a constant bonus."""
+    flags = ("--exploration_loss_coeff=0.05", "--train_for_env_steps=300")
+    const = run_scenario("gaussian_gae_unclipped", make_algorithm, flags)
+    decay = run_scenario("gaussian_gae_unclipped", make_algorithm, (*flags, "--exploration_loss_schedule=linear_decay"))
+    assert [s["exploration_coeff"] for s in const["stats"]] == [0.05, 0.05]
+    assert [s["exploration_coeff"] for s in decay["stats"]] == [0.05, 0.0]
+    assert decay["stats"][0]["loss"] == const["stats"][0]["loss"]
+    assert decay["stats"][1]["loss"] != pytest.approx(const["stats"][1]["loss"])
+    algo = _algo(
+        "--exploration_loss_coeff=0.02", "--exploration_loss_schedule=linear_decay", "--train_for_env_steps=1000"
+    )
+    algo.update_learning_rate(250)
+    assert algo.exploration_coeff == pytest.approx(0.015)
 
 
 def test_state_dict_round_trip_and_checkpoint_layout():

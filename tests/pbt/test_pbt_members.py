@@ -77,6 +77,8 @@ def test_ray_backend_config_checks():
         parse_cfg([*POP, "--pbt_target_objective=value"])  # learner stats are not in progress.csv
     with pytest.raises(SystemExit):
         parse_cfg([*POP, "--lr_schedule=linear_decay"])
+    with pytest.raises(SystemExit):
+        parse_cfg([*POP, "--exploration_loss_schedule=linear_decay"])
 
 
 def test_read_progress(tmp_path):
