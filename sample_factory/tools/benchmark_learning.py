@@ -455,7 +455,9 @@ def plot_env(env: str, runs: Sequence[dict], threshold: float | None, title: str
                 if r["curve"]:
                     x = [p[column] * scale for p in r["curve"]]
                     y = [p[2] for p in r["curve"]]
-                    ax.plot(x, y, lw=0.8, alpha=0.6, label=f"seed {r['seed']}")
+                    # a legend of more than 8 seeds would cover the curves: one entry for all of them then
+                    label = f"seed {r['seed']}" if len(runs) <= 8 else ("_nolegend_" if curves else "one line per seed")
+                    ax.plot(x, y, lw=0.8, alpha=0.6, label=label)
                     curves.append((x, y))
             if len(curves) > 1:
                 gx, gy = mean_curve(curves)
