@@ -132,7 +132,10 @@ def test_every_hook_runs_in_its_process_and_episode_stats_are_logged(tmp_path, h
     assert ran_in("on_episode_end", "sf_actor_") and ran_in("on_training_result", "sf_learner_0"), names
     assert ran_in("on_checkpoint", "sf_learner_0"), names
     episodes = by_hook["on_episode_end"]
-    assert len(episodes) >= 50 and {e["worker"] for e in episodes} == {0, 1}
+    # each call's worker is the actor process it ran in; both workers need not have finished an episode: on a loaded
+    # machine the first can take all 4000 env steps before the second has started (a fresh-clone CI run, 2026-11-28)
+    assert len(episodes) >= 50 and {e["worker"] for e in episodes} <= {0, 1}
+    assert all(f"sf_actor_{e['worker']}" in names.get(e["pid"], ()) for e in episodes), names
     assert all(e["policy_id"] == 0 and e["agent"] == 0 and 0 <= e["env_index"] < 4 for e in episodes)
     assert all(e["info_keys"] == ["episode_extra_stats", "note", "success"] for e in episodes)
     assert all(1 <= e["length"] <= 60 and e["ret"] == e["length"] for e in episodes)  # CartPole: +1 per step
