@@ -107,6 +107,7 @@ class APPOAlgorithm(Algorithm):
 
     @classmethod
     def check_spaces(cls, cfg: Config, obs_space: object, action_space: object) -> None:
+        super().check_spaces(cfg, obs_space, action_space)
         if cfg.exploration_loss == "symmetric_kl" and not has_uniform_distribution(action_space):
             raise ConfigError(
                 f"--exploration_loss=symmetric_kl needs discrete actions (Discrete, MultiDiscrete or a Tuple of them), "

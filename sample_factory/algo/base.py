@@ -19,7 +19,7 @@ from torch import Tensor
 
 from sample_factory.algo.optim import FusedAdam, Optimizer, fused_adam_available
 from sample_factory.algo.transfer import host_read
-from sample_factory.config import Config
+from sample_factory.config import Config, ConfigError
 
 if TYPE_CHECKING:  # torch.distributed is imported by data-parallel learners only
     from sample_factory.algo.data_parallel import DataParallel
@@ -50,6 +50,26 @@ def exploration_coeff_at(cfg: Config, env_steps: int) -> float:
     """--exploration_loss_coeff, constant or decayed linearly to 0 over --train_for_env_steps
     (--exploration_loss_schedule)."""
     return scheduled(cfg.exploration_loss_coeff, cfg.exploration_loss_schedule, env_steps, cfg.train_for_env_steps)
+
+
+def check_sde(cfg: Config, action_space: object) -> None:
+    """ConfigError where --use_sde cannot apply: it shapes the noise of Gaussian actions only."""
+    if not cfg.use_sde:
+        return
+    import gymnasium as gym
+
+    if not isinstance(action_space, gym.spaces.Box):
+        raise ConfigError(f"--use_sde needs Gaussian actions (a Box action space); the env's are {action_space}")
+    if cfg.adaptive_stddev:
+        raise ConfigError("--use_sde and --adaptive_stddev both set the std per state: choose one")
+    if cfg.sde_sample_freq == 0 or cfg.sde_sample_freq < -1:
+        freq = cfg.sde_sample_freq
+        raise ConfigError(f"--sde_sample_freq must be -1 (every --rollout steps) or at least 1, not {freq}")
+
+
+def sde_period(cfg: Config) -> int:
+    """How many steps an agent keeps its exploration matrix (--sde_sample_freq, -1: --rollout)."""
+    return cfg.rollout if cfg.sde_sample_freq < 0 else cfg.sde_sample_freq
 
 
 def make_adam(cfg: Config, params: Any, fused: bool = True) -> Optimizer:
@@ -129,8 +149,8 @@ class Algorithm(ABC):
     @classmethod
     def check_spaces(cls, cfg: Config, obs_space: object, action_space: object) -> None:
         """Called by the runner once the env's spaces are known, before anything starts: raise ConfigError for
-        options this algorithm cannot apply to them (default: none)."""
-        return None
+        options this algorithm cannot apply to them (default: the model's, --use_sde; overrides call this too)."""
+        check_sde(cfg, action_space)
 
     @classmethod
     def check_resume(cls, cfg: Config, state: dict) -> list[str]:
@@ -230,11 +250,20 @@ class Algorithm(ABC):
         action_mask: Tensor | None,
         deterministic: bool,
         agent_rank: Tensor | None = None,
+        sde_eps: Tensor | None = None,
     ) -> ActResult:
         """obs {key: [N, *shape]}, rnn_states [N, H] (already reset where an episode starts), action_mask [N, A]
         (nonzero = allowed) -> the actions to take, with what training needs about them. agent_rank [N]: each
         row's agent (env column) as a fraction i / (num agents - 1) in [0, 1], for per-agent exploration (Ape-X's
-        epsilons), passed only where the class sets `uses_agent_rank`; the actor-critic sampling here ignores it."""
+        epsilons), passed only where the class sets `uses_agent_rank`; the actor-critic sampling here ignores it.
+        sde_eps [N, L, D]: each row's exploration matrix with --use_sde (algo/sde.py); without it such a model
+        samples its per-state Gaussian step by step."""
+        if sde_eps is not None and not deterministic and getattr(model, "use_sde", False):
+            feats, new_rnn_states = model.features(obs, rnn_states)
+            params, values = model.heads(feats)
+            dist = model.distribution(params, action_mask)
+            actions = dist.mode() + model.sde_noise(feats[0], sde_eps).to(dist.mean.dtype)
+            return ActResult(actions, dist.log_prob(actions), model.denormalize_values(values), new_rnn_states)
         params, values, new_rnn_states = model.forward_step(obs, rnn_states)
         dist = model.distribution(params, action_mask)
         actions = dist.mode() if deterministic else dist.sample()

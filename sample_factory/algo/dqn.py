@@ -171,6 +171,7 @@ class DQNAlgorithm(Algorithm):
                 f"--algo=DQN needs a Discrete action space (one Q-value per action); the env's is {action_space}: "
                 "train it with --algo=APPO"
             )
+        super().check_spaces(cfg, obs_space, action_space)
 
     # ---- acting (policy workers) -------------------------------------------------------------------------------
 
@@ -184,6 +185,7 @@ class DQNAlgorithm(Algorithm):
         action_mask: Tensor | None,
         deterministic: bool,
         agent_rank: Tensor | None = None,
+        sde_eps: Tensor | None = None,
     ) -> ActResult:
         """Greedy (deterministic) or epsilon-greedy: in training with Ape-X's epsilon per agent (agent_rank [N] in
         [0, 1]; without it every agent explores with --apex_epsilon), in an evaluation run with --eval_epsilon."""

@@ -123,6 +123,8 @@ class OptionFields:
     actor_critic_share_weights: bool  # default True
     initial_stddev: float  # default 1.0
     adaptive_stddev: bool  # default False
+    use_sde: bool  # default False
+    sde_sample_freq: int  # default -1
     continuous_tanh_scale: float  # default 0.0
     action_bounds: str  # default 'clip'; one of clip, tanh, none
     normalize_returns: bool  # default False

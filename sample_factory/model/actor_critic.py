@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from sample_factory.algo.distributions import gaussian_dims, make_distribution, num_action_params, squash_means
+from sample_factory.algo.sde import initial_sde_log_std, sde_log_std, sde_noise
 from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY, OBS_KEY, obs_subspaces
 from sample_factory.model.encoders import ConvEncoder, make_encoder
@@ -122,7 +123,15 @@ class ActorCritic(nn.Module):
         self.policy_head = nn.Linear(self.towers[0].out_size, self.num_params + extra)
         self.value_head = nn.Linear(self.towers[-1].out_size, 1)
         self.log_std = None
-        if self.gaussian_dims and not self.adaptive_stddev:
+        # --use_sde (algo/sde.py): the std per state from the policy features and sigma [L, D], appended to the
+        # params as --adaptive_stddev's are; the acting noise is z @ (eps * sigma) with a matrix eps held per agent.
+        self.use_sde = bool(cfg.use_sde and self.gaussian_dims)
+        self.sde_log_sigma = None
+        if self.use_sde:
+            L = self.towers[0].out_size
+            init = initial_sde_log_std(cfg.initial_stddev, L)
+            self.sde_log_sigma = nn.Parameter(torch.full((L, self.gaussian_dims), init))
+        elif self.gaussian_dims and not self.adaptive_stddev:
             self.log_std = nn.Parameter(torch.full((self.gaussian_dims,), math.log(cfg.initial_stddev)))
         self.tanh_scale = float(cfg.continuous_tanh_scale) if self.gaussian_dims else 0.0
         self._initialize(cfg.policy_initialization)
@@ -159,9 +168,22 @@ class ActorCritic(nn.Module):
         nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
         nn.init.orthogonal_(self.value_head.weight, gain=1.0)
 
-    def _heads(self, feats: list[Tensor]) -> tuple[Tensor, Tensor]:
+    @property
+    def sde_shape(self) -> tuple[int, int] | None:
+        """[L, D] of an agent's exploration matrix with --use_sde, else None."""
+        return None if self.sde_log_sigma is None else tuple(self.sde_log_sigma.shape)
+
+    def heads(self, feats: list[Tensor]) -> tuple[Tensor, Tensor]:
+        """feats [B, F] per tower -> (action params [B, P], values [B])."""
         # forward, not __call__: ~4 us a call (encoders.run_layers)
-        return self.policy_head.forward(feats[0]), self.value_head.forward(feats[-1]).squeeze(-1)
+        params = self.policy_head.forward(feats[0])
+        if self.use_sde:
+            params = torch.cat([params, sde_log_std(feats[0], self.sde_log_sigma).to(params.dtype)], dim=1)
+        return params, self.value_head.forward(feats[-1]).squeeze(-1)
+
+    def sde_noise(self, policy_features: Tensor, eps: Tensor) -> Tensor:
+        """policy_features [B, L] (feats[0] of `features`), eps [B, L, D] each row's matrix -> [B, D] noise."""
+        return sde_noise(policy_features, eps, self.sde_log_sigma)
 
     def _encoder_input(self, obs: dict[str, Tensor]) -> Tensor | dict[str, Tensor]:
         """Normalized; a plain tensor for non-Dict spaces (so custom encoders keep their tensor API)."""
@@ -173,6 +195,12 @@ class ActorCritic(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """One step for a batch: obs {key: [B, *shape]}, rnn_state [B, H] (already reset where needed) ->
         (action params [B, P], values [B], new rnn_state [B, H] or None)."""
+        feats, new_state = self.features(obs, rnn_state)
+        params, values = self.heads(feats)
+        return params, values, new_state
+
+    def features(self, obs: Tensor | dict[str, Tensor], rnn_state: Tensor | None) -> tuple[list[Tensor], Tensor | None]:
+        """`forward_step` before the heads: (features [B, F] per tower, new rnn_state [B, H] or None)."""
         x_in = self._encoder_input(as_obs_tensors(obs))
         feats, new_states = [], []
         states = rnn_state.split(self.state_sizes, dim=1) if self.recurrent else [None] * len(self.towers)
@@ -182,8 +210,7 @@ class ActorCritic(nn.Module):
                 x, h = tower.core(x, h)
                 new_states.append(h)
             feats.append(x)
-        params, values = self._heads(feats)
-        return params, values, torch.cat(new_states, dim=1) if self.recurrent else None
+        return feats, torch.cat(new_states, dim=1) if self.recurrent else None
 
     def forward_sequence(
         self, obs: Tensor | dict[str, Tensor], rnn_states: Tensor | None, is_first: Tensor, recurrence: int
@@ -212,7 +239,7 @@ class ActorCritic(nn.Module):
                 new_states.append(hi)
             h = torch.cat(new_states, dim=1)
         feats = [torch.stack(f, dim=1).reshape(B * L, -1) for f in feats_seq]
-        params, values = self._heads(feats)
+        params, values = self.heads(feats)
         return params.view(B, L, -1), values.view(B, L)
 
     def normalize_obs(self, obs: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -241,7 +268,7 @@ class ActorCritic(nn.Module):
     def distribution(self, params: Tensor, action_mask: Tensor | None = None):
         """params [B, P]; action_mask [B, A] (nonzero = allowed) for masked discrete actions."""
         log_std = self.log_std
-        if self.adaptive_stddev:
+        if self.adaptive_stddev or self.use_sde:
             params, log_std = params[:, : self.num_params], params[:, self.num_params :]
         if self.tanh_scale > 0:
             params = squash_means(self.action_space, params, self.tanh_scale)

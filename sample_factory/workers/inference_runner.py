@@ -54,6 +54,7 @@ class Inputs(NamedTuple):
     rnn_states: Tensor | None  # [rows, H] as stored (not yet reset); None without a recurrent core
     is_first: Tensor | None  # [rows] bool: reset the state of this row; None without a recurrent core
     agent_rank: Tensor | None  # [rows] float, for algorithms that read it (uses_agent_rank)
+    sde_eps: Tensor | None  # [rows, L, D] each row's exploration matrix, with --use_sde (algo/sde.py)
 
     def head(self, n: int) -> Inputs:
         return Inputs({k: v[:n] for k, v in self.obs.items()}, *(None if t is None else t[:n] for t in self[1:]))
@@ -120,6 +121,7 @@ class InferenceRunner:
         self.obs_spec = obs_spec
         self.state_size = model.rnn_state_size if model.recurrent else 0
         self.with_rank = algo.uses_agent_rank
+        self.sde_shape = getattr(model, "sde_shape", None)  # [L, D] with --use_sde
         self.out_dtypes = out_dtypes or {}
         self.sizes = bucket_sizes(max_rows)
         self.cuda = device.type == "cuda"
@@ -142,7 +144,8 @@ class InferenceRunner:
         rnn = make((self.state_size,), torch.float32) if self.state_size else None
         first = make((), torch.bool) if self.state_size else None
         rank = make((), torch.float32) if self.with_rank else None
-        return Inputs(obs, rnn, first, rank)
+        sde = make(self.sde_shape, torch.float32) if self.sde_shape else None
+        return Inputs(obs, rnn, first, rank, sde)
 
     def staging(self, n: int) -> Inputs:
         """Host tensors of n rows to write a batch into (pinned on CUDA); the rows are read by the next `run(n)`."""
@@ -157,7 +160,8 @@ class InferenceRunner:
     def _act(self, x: Inputs, deterministic: bool) -> ActResult:
         h = x.rnn_states * (~x.is_first).unsqueeze(-1) if x.rnn_states is not None else None
         mask = x.obs.get(ACTION_MASK_KEY)
-        return self.algo.act(self.cfg, self.model, x.obs, h, mask, deterministic, agent_rank=x.agent_rank)
+        extra = {} if x.sde_eps is None else {"sde_eps": x.sde_eps}  # (an algorithm may not know the argument)
+        return self.algo.act(self.cfg, self.model, x.obs, h, mask, deterministic, agent_rank=x.agent_rank, **extra)
 
     def bucket_for(self, n: int) -> int | None:
         """The bucket size a batch of n rows pads to (None: runs unpadded, eagerly)."""

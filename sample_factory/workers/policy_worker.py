@@ -18,8 +18,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from sample_factory.algo.base import reduced_precision_dtype
+from sample_factory.algo.base import reduced_precision_dtype, sde_period
 from sample_factory.algo.registry import algorithm_class
+from sample_factory.algo.sde import ExplorationMatrices
 from sample_factory.config import Config
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role, warm_up
@@ -64,6 +65,9 @@ class PolicyWorker(Component):
         self.deterministic = False
         self.agent_ranks = False  # set from the algorithm class in init
         self.runner: InferenceRunner | None = None  # the inference step (staging buffers, CUDA graphs): init
+        # --use_sde: each agent's exploration matrix, kept by this worker (with several workers per policy an agent
+        # served by two holds one in each: its noise changes more often, its distribution is the same)
+        self.sde: ExplorationMatrices | None = None
         self._algo: type | None = None  # the algorithm class (`algo`): init
         # Shared views (bind_views): actor generations [num_workers], latest request numbers [num_workers, splits]
         self.generation: np.ndarray | None = None
@@ -84,6 +88,9 @@ class PolicyWorker(Component):
         self.algo = algorithm_class(self.cfg)  # the class: how to act (act, values), no training state
         self.agent_ranks = self.algo.uses_agent_rank  # whether act() reads them (DQN's per-agent exploration)
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
+        if self.model.sde_shape is not None:
+            seed = None if self.cfg.seed is None else self.cfg.seed * 7919 + self.answer_area  # a seed per worker
+            self.sde = ExplorationMatrices(self.num_agents, self.model.sde_shape, sde_period(self.cfg), seed)
         self.bind_views()
         self.activity = "waiting for requests"
 
@@ -192,6 +199,8 @@ class PolicyWorker(Component):
                 self._rows(b.is_first, requests, cols, out=x.is_first)
             if self.agent_ranks:
                 x.agent_rank.copy_(self._agent_rank(rows, cols))
+            if self.sde is not None:
+                x.sde_eps.copy_(self.sde.draw(self._agents(rows, cols)))
             # host tensors; values: real scale, as the buffers hold them
             actions, log_probs, values, h_new = self.runner.run(N, self.deterministic)
             answers = {
@@ -215,11 +224,14 @@ class PolicyWorker(Component):
         self.requests_served += len(requests)
         self.batches += 1
 
-    def _agent_rank(self, rows: list[int], cols: list[torch.Tensor]) -> torch.Tensor:
-        """[N] each row's agent, its global column (actor, split, column), as a fraction of all agents."""
+    def _agents(self, rows: list[int], cols: list[torch.Tensor]) -> torch.Tensor:
+        """[N] each row's agent: its global column (actor, split, column)."""
         n = self.buffers.spec.agents_per_split
-        agent = torch.cat([c + row * n for row, c in zip(rows, cols)])
-        return agent.float() / max(self.num_agents - 1, 1)
+        return torch.cat([c + row * n for row, c in zip(rows, cols)])
+
+    def _agent_rank(self, rows: list[int], cols: list[torch.Tensor]) -> torch.Tensor:
+        """[N] each row's agent as a fraction of all agents."""
+        return self._agents(rows, cols).float() / max(self.num_agents - 1, 1)
 
     def _write_answers(self, answers: dict[str, torch.Tensor], rows: list[int], cols: list[torch.Tensor]) -> None:
         """answers {name of an answer tensor [W, splits, n, ...]: values [N, ...]}: the values of request k go to its

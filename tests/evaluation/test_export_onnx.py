@@ -100,8 +100,9 @@ def test_recurrent_state_in_and_out(tmp_path):
         np.testing.assert_allclose(state_onnx, state_torch, rtol=0, atol=1e-5)
 
 
-def test_box_actions_are_the_mean(tmp_path):
-    flags = ["--env=Pendulum-v1", "--use_rnn=False", "--encoder_mlp_layers=32,32"]
+@pytest.mark.parametrize("sde", [False, True], ids=["log_std", "gsde"])  # gsde: the params hold the std per state too
+def test_box_actions_are_the_mean(tmp_path, sde):
+    flags = ["--env=Pendulum-v1", "--use_rnn=False", "--encoder_mlp_layers=32,32", f"--use_sde={sde}"]
     _, model = fake_experiment(tmp_path, "pend", flags, *PENDULUM)
     policy = load_policy("pend", train_dir=tmp_path)
     path = export_policy(policy, tmp_path / "pend.onnx")
@@ -112,7 +113,7 @@ def test_box_actions_are_the_mean(tmp_path):
     with torch.no_grad():  # the mean is the raw policy-head output, clipped to Pendulum's [-2, 2] (--action_bounds)
         mean, _, _ = model.forward_step(torch.from_numpy(obs), None)
     out = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(["actions"], {"obs": obs})[0]
-    np.testing.assert_allclose(out, mean.clamp(-2.0, 2.0).numpy(), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(out, mean[:, :1].clamp(-2.0, 2.0).numpy(), rtol=0, atol=1e-5)
 
 
 def test_missing_extra_names_the_install_command(monkeypatch, tmp_path, capsys):

@@ -145,8 +145,13 @@ ATARI = [
 
 @pytest.mark.parametrize(
     "flags,first,total",
-    [([], 3000, 8000), (ATARI, 2048, 4096)],  # Atari budgets in frames: 512 and 1,024 agent steps
-    ids=["cartpole", "atari"],
+    [
+        ([], 3000, 8000),
+        (ATARI, 2048, 4096),  # Atari budgets in frames: 512 and 1,024 agent steps
+        # the policy worker's exploration matrices (with their ages and generator) travel in the snapshot
+        (["--env=Pendulum-v1", "--use_sde=True", "--sde_sample_freq=50"], 3000, 8000),
+    ],
+    ids=["cartpole", "atari", "gsde"],
 )
 def test_exact_serial_resume(tmp_path, capsys, flags, first, total):
     """train N, stop, resume to N + M  ==  train N + M: identical final checkpoint, bit for bit (Atari: the emulator

@@ -96,8 +96,14 @@ def _final_weights(run: TrainRun) -> tuple[str, dict[str, torch.Tensor]]:
 
 
 @pytest.mark.timeout(240)
-def test_serial_mode_is_reproducible(tmp_path, train_run):
+@pytest.mark.parametrize(
+    ("env", "flags"),
+    [("CartPole-v1", []), ("Pendulum-v1", ["--use_sde=True", "--sde_sample_freq=8"])],
+    ids=["categorical", "gsde"],  # gsde: the policy worker's exploration matrices are drawn from the seed too
+)
+def test_serial_mode_is_reproducible(tmp_path, train_run, env, flags):
     common = [
+        *flags,
         "--serial_mode=True",
         "--train_for_env_steps=4096",  # 16 updates of 256 samples
         "--num_workers=1",
@@ -108,7 +114,7 @@ def test_serial_mode_is_reproducible(tmp_path, train_run):
     # The three runs go concurrently: serial mode's result must not depend on timing, so sharing the CPU with each
     # other is no excuse to differ (and start-up, most of each run, overlaps).
     runs = {
-        name: train_run([*common, f"--seed={seed}"], tmp_path / name)
+        name: train_run([*common, f"--seed={seed}"], tmp_path / name, env_id=env)
         for name, seed in (("a", 11), ("b", 11), ("c", 12))
     }
     weights = {}

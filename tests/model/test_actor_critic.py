@@ -380,3 +380,34 @@ def test_frames_smaller_than_the_conv_net_takes_are_refused_with_the_way_out():
     # 36x36 is the smallest the Atari nets take
     cfg = parse_cfg(["--env=SomeCustomEnv-v0", "--use_rnn=False"])
     assert ActorCritic(cfg, gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), gym.spaces.Discrete(3))
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_sde_params_carry_the_per_state_std_and_act_adds_the_held_matrix_noise(share):
+    from sample_factory.algo.base import Algorithm
+    from sample_factory.algo.sde import sde_log_std
+
+    cfg = _cfg("--use_sde=True", "--use_rnn=False", "--encoder_mlp_layers=8", f"--actor_critic_share_weights={share}")
+    m = ActorCritic(cfg, BOX_OBS, BOX_ACT)
+    assert m.log_std is None and m.sde_shape == (8, 3)
+    assert any(p is m.sde_log_sigma for p in m.parameters())
+    obs = _obs(B, 5)
+    params, values, _ = m.forward_step(obs, None)
+    assert params.shape == (B, 6) and values.shape == (B,)
+    feats, _ = m.features(obs, None)
+    dist = m.distribution(params)
+    torch.testing.assert_close(dist.log_std, sde_log_std(feats[0], m.sde_log_sigma))
+    eps = torch.randn(B, 8, 3)
+    with torch.no_grad():
+        out = Algorithm.act(cfg, m, {"obs": obs}, None, None, deterministic=False, sde_eps=eps)
+        torch.testing.assert_close(out.actions, dist.mean + m.sde_noise(feats[0], eps))
+        torch.testing.assert_close(out.log_probs, dist.log_prob(out.actions))
+        again = Algorithm.act(cfg, m, {"obs": obs}, None, None, deterministic=False, sde_eps=eps)
+        torch.testing.assert_close(again.actions, out.actions)  # the same matrix: the same action in a state
+        det = Algorithm.act(cfg, m, {"obs": obs}, None, None, deterministic=True, sde_eps=eps)
+        torch.testing.assert_close(det.actions, dist.mean)
+        plain = Algorithm.act(cfg, m, {"obs": obs}, None, None, deterministic=False)  # no matrices: per-step draws
+        assert plain.actions.shape == (B, 3) and not torch.equal(plain.actions, out.actions)
+    # training scores the stored actions with the per-state Gaussian, and its gradient reaches sigma
+    m.distribution(m.forward_step(obs, None)[0]).log_prob(out.actions).sum().backward()
+    assert m.sde_log_sigma.grad is not None and m.sde_log_sigma.grad.abs().sum() > 0

@@ -126,6 +126,35 @@ def test_padded_buckets_give_the_unpadded_answers(algo, rnn):
     assert {rows for rows, _ in runner._buckets} == {40, 16, 8}  # one bucket per size used
 
 
+def sde_runner(device: str, mode: str, rows: int = 24, notes=None) -> InferenceRunner:
+    """A runner for a --use_sde model with Box actions (2 dimensions) and observations {obs [6]}."""
+    cfg = parse_cfg(["--env=Pendulum-v1", "--use_sde=True", "--use_rnn=False"])
+    obs_space = gym.spaces.Dict({"obs": gym.spaces.Box(-1, 1, (OBS,), np.float32)})
+    torch.manual_seed(0)
+    model = ActorCritic(cfg, obs_space, gym.spaces.Box(-1, 1, (2,), np.float32)).to(device).eval()
+    spec = {"obs": ((OBS,), torch.float32)}
+    log = print if notes is None else notes.append
+    return InferenceRunner(cfg, model, APPOAlgorithm, spec, torch.device(device), rows, mode, log)
+
+
+def fill_sde(x, seed: int) -> None:
+    fill(x, seed)
+    x.sde_eps.copy_(torch.randn(x.sde_eps.shape, generator=torch.Generator().manual_seed(seed)))
+
+
+@pytest.mark.timeout(60)
+def test_padded_buckets_pass_each_rows_sde_matrix():
+    """--use_sde: the rows' exploration matrices are an input like the observations; with them the action is a
+    function of the inputs (mean + held-matrix noise), so the padded answer equals the direct one while sampling."""
+    runner = sde_runner("cpu", "padded")
+    cfg, model = runner.cfg, runner.model
+    for seed, n in enumerate([24, 5, 13]):
+        x = runner.staging(n)
+        fill_sde(x, seed)
+        want = APPOAlgorithm.act(cfg, model, {"obs": x.obs["obs"].clone()}, None, None, False, sde_eps=x.sde_eps)
+        assert_same(runner.run(n, deterministic=False), want)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("algo", ["APPO", "DQN"])
 def test_padded_sampling_varies_and_respects_the_mask(algo):
@@ -242,6 +271,20 @@ def test_cuda_graph_sampling_varies_between_replays(algo):
     assert not (draws == draws[0]).all(), "replays drew the same actions: the graph's random numbers are frozen"
     assert all(len(set(draws[:, i].tolist())) > 1 for i in range(48)), "a row drew the same action 20 times"
     assert (draws != 0).all() and (draws[:, 1::2] != 1).all(), "a masked action was sampled"
+
+
+@cuda
+@pytest.mark.timeout(120)
+def test_cuda_graph_replay_with_sde_matrices_equals_eager():
+    notes: list[str] = []
+    graphs, eager = sde_runner("cuda", "graphs", 64, notes), sde_runner("cuda", "eager", 64, notes)
+    for seed, n in enumerate([5, 64, 16, 9, 64, 3]):
+        out = []
+        for r in (graphs, eager):
+            fill_sde(r.staging(n), seed)
+            out.append([None if t is None else t.clone() for t in r.run(n, deterministic=False)])
+        assert_same(*out, atol=1e-4)
+    assert not notes and graphs.captures == 3, notes  # buckets 8, 16 and 64
 
 
 @cuda

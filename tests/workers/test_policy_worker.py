@@ -115,6 +115,30 @@ def test_agent_ranks_only_for_algorithms_that_read_them(served):
 
 
 @pytest.mark.timeout(60)
+def test_sde_matrices_are_each_agents_own(made, tmp_path):
+    """--use_sde: act gets each row's agent's exploration matrix, from the worker's table, in request order."""
+    worker, msgs = pending_batch(made, tmp_path, "APPO", "--env=Pendulum-v1", "--use_sde=True", "--use_rnn=False")
+    got = []
+    act = worker.algo.act
+
+    def recording_act(*args, **kwargs):
+        got.append(kwargs.get("sde_eps").clone())
+        return act(*args, **kwargs)
+
+    worker.algo = type("Recording", (), {"act": staticmethod(recording_act), "values": worker.algo.values})
+    requests = [decode(m) for m in msgs]
+    worker.on_messages(msgs)
+    agents = torch.tensor(
+        [(r.actor_idx * SPLITS + r.split_idx) * ENVS_PER_SPLIT + c for r in requests for c in range(ENVS_PER_SPLIT)]
+    )
+    assert len(got) == 1 and got[0].shape == (len(agents), *worker.model.sde_shape)
+    assert torch.equal(got[0], worker.sde.eps[agents])
+    assert worker.sde.period == worker.cfg.rollout  # --sde_sample_freq=-1
+    assert (worker.sde.age[agents] == 1).all()
+    assert len({tuple(e.flatten().tolist()) for e in got[0]}) == len(agents)  # a matrix of its own per agent
+
+
+@pytest.mark.timeout(60)
 def test_new_weights_are_copied_into_the_models_own_tensors(served):
     """The inference step's CUDA graphs read the model's tensors by address: a weight update must copy into them,
     never replace them (the graphs would go on computing with the old weights)."""
