@@ -18,7 +18,6 @@ from sample_factory.tools.learning_suites import SUITES
         ("Blackjack-v1", "vector_discrete", 0.99),  # a Tuple of 3 indices (a Dict of them when made)
         ("Taxi-v4", "vector_discrete", 0.99),
         ("LunarLanderContinuous-v3", "vector_continuous", 0.99),
-        ("MountainCarContinuous-v0", "vector_continuous", 0.99),
         ("mujoco_ant", "vector_continuous", 0.99),  # our short MuJoCo names resolve to the gymnasium id
         ("BipedalWalker-v3", "vector_continuous", 1 - 10 / 1600),  # 1,600-step episodes: a longer horizon
     ],
@@ -40,6 +39,10 @@ def test_typed_flags_win_over_the_space_preset():
 def test_family_presets_custom_envs_unsupported_spaces_and_dqn_are_not_space_presets():
     assert parse_cfg(["--env=Pendulum-v1"]).preset == "continuous_control"  # named: its own preset
     assert parse_cfg(["--env=HalfCheetah-v5"]).preset == "mujoco"
+    # MountainCarContinuous: its space's defaults with gSDE, each agent's matrix held for an episode
+    cfg = parse_cfg(["--env=MountainCarContinuous-v0"])
+    assert cfg.preset == "sparse_continuous" and cfg.use_sde and cfg.sde_sample_freq == 1000 and cfg.gamma == 0.99
+    assert {k: getattr(cfg, k) for k in SPACE_PRESETS["vector_continuous"]} == SPACE_PRESETS["vector_continuous"]
     assert parse_cfg(["--env=SomeCustomEnv-v0"]).preset is None  # not a gymnasium id
     assert parse_cfg(["--env=FrozenLake-v1", "--algo=DQN"]).preset == "dqn"  # the space presets are PPO's
 
