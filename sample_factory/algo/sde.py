@@ -38,6 +38,13 @@ def sde_noise(features: Tensor, eps: Tensor, log_sigma: Tensor) -> Tensor:
     return torch.einsum("bl,bld->bd", features.detach().float(), w)
 
 
+def matrices_seed(seed: int | None, env_seed_offset: int, worker: int) -> int | None:
+    """The seed of a policy worker's matrices: one per run seed, worker and sampler node (a node's config has its own
+    env_seed_offset), so that no two draw the same sequence; None (unseeded) without a run seed. Ints hash the same
+    in every process."""
+    return None if seed is None else hash((seed, env_seed_offset, worker)) & (2**63 - 1)
+
+
 class ExplorationMatrices:
     """Each agent's unit-normal matrix eps [L, D], drawn anew after `period` steps of that agent (the first step
     included). Scaled by the current sigma when used (`sde_noise`), so a learned sigma acts at once. Kept by the

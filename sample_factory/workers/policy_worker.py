@@ -20,7 +20,7 @@ import torch
 
 from sample_factory.algo.base import reduced_precision_dtype, sde_period
 from sample_factory.algo.registry import algorithm_class
-from sample_factory.algo.sde import ExplorationMatrices
+from sample_factory.algo.sde import ExplorationMatrices, matrices_seed
 from sample_factory.config import Config
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role, warm_up
@@ -89,7 +89,7 @@ class PolicyWorker(Component):
         self.agent_ranks = self.algo.uses_agent_rank  # whether act() reads them (DQN's per-agent exploration)
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
         if self.model.sde_shape is not None:
-            seed = None if self.cfg.seed is None else self.cfg.seed * 7919 + self.answer_area  # a seed per worker
+            seed = matrices_seed(self.cfg.seed, self.cfg.env_seed_offset, self.answer_area)
             self.sde = ExplorationMatrices(self.num_agents, self.model.sde_shape, sde_period(self.cfg), seed)
         self.bind_views()
         self.activity = "waiting for requests"

@@ -10,7 +10,7 @@ import torch
 
 from sample_factory.algo.appo import APPOAlgorithm as APPO
 from sample_factory.algo.dqn import DQNAlgorithm as DQN
-from sample_factory.algo.sde import ExplorationMatrices, initial_sde_log_std, sde_log_std, sde_noise
+from sample_factory.algo.sde import ExplorationMatrices, initial_sde_log_std, matrices_seed, sde_log_std, sde_noise
 from sample_factory.config import ConfigError, parse_cfg
 
 BOX = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -82,3 +82,17 @@ def test_use_sde_is_refused_where_it_cannot_apply(flags, space, algo, error):
 def test_use_sde_with_a_box_is_accepted():
     cfg = parse_cfg(["--env=Pendulum-v1", "--use_sde=True", "--sde_sample_freq=4"])
     APPO.check_spaces(cfg, OBS, BOX)
+
+
+def test_each_worker_and_sampler_node_seeds_its_own_matrices():
+    from sample_factory.distributed.sampler_node import node_cfg
+
+    cfg = parse_cfg(["--env=Pendulum-v1", "--use_sde=True", "--seed=5"])
+    seeds = {
+        matrices_seed(c.seed, c.env_seed_offset, worker)
+        for c in (cfg, node_cfg(cfg, 0), node_cfg(cfg, 1))
+        for worker in (0, 1)
+    }
+    assert len(seeds) == 6
+    assert matrices_seed(5, 0, 1) == matrices_seed(5, 0, 1)  # the same run seed: the same matrices
+    assert matrices_seed(None, 0, 1) is None
