@@ -25,10 +25,12 @@ def initial_sde_log_std(initial_stddev: float, num_features: int) -> float:
 
 
 def sde_log_std(features: Tensor, log_sigma: Tensor) -> Tensor:
-    """features [B, L], log_sigma [L, D] -> [B, D] log-std of the action given the state."""
-    z = features.detach().float()
-    var = z.pow(2) @ (2.0 * log_sigma).exp()  # [B, D]
-    return 0.5 * torch.log(var + _VAR_EPS)
+    """features [B, L], log_sigma [L, D] -> [B, D] log-std of the action given the state, in fp32 (also under the
+    learner's bf16 autocast: the distribution's parameters stay fp32)."""
+    with torch.autocast(features.device.type, enabled=False):
+        z = features.detach().float()
+        var = z.pow(2) @ (2.0 * log_sigma.float()).exp()  # [B, D]
+        return 0.5 * torch.log(var + _VAR_EPS)
 
 
 def sde_noise(features: Tensor, eps: Tensor, log_sigma: Tensor) -> Tensor:

@@ -370,11 +370,11 @@ PRESETS.update(SPACE_PRESETS)
 
 # MountainCarContinuous-v0 pays +100 at the flag and -0.1 a^2 per step: per-step Gaussian noise rarely swings the car
 # up there, and the policy learns to stand still. Its space's defaults reached 90 on 1 of 6 seeds (2026-11-28, 1M env
-# steps, 2 cores). With gSDE (algo/sde.py) the noise is a function of the state, held here for 1,000 steps (an
-# episode lasts at most 999): the first episodes already reach the flag, and 4 of 6 seeds ended at 90 or above (one
-# more at 88.8; 3 of 6 with the matrix held for --rollout steps). Not in vector_continuous: InvertedPendulum-v5 with
-# the same flags reached 950 on 0 of 2 seeds in 300k env steps (2 of 2 without). docs/results.md, "gSDE on
-# MountainCarContinuous".
+# steps, 2 cores). With gSDE (algo/sde.py) the noise is a function of the state, each agent's matrix held here for
+# 1,000 of its steps (an episode lasts at most 999; the count runs across episodes): the first episodes reach the
+# flag, and 4 of 6 seeds ended at 90 or above (one more at 88.8; 3 of 6 with the matrix held for --rollout steps).
+# Not in vector_continuous: InvertedPendulum-v5 with the same flags reached 950 on 0 of 2 seeds in 300k env steps
+# (2 of 2 without). docs/results.md, "gSDE on MountainCarContinuous".
 PRESETS["sparse_continuous"] = {
     **SPACE_PRESETS["vector_continuous"],
     "gamma": 0.99,  # what the space's defaults give a 999-step episode (horizon_gamma), as measured

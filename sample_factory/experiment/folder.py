@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from sample_factory.config import Config, experiment_name_problem
+from sample_factory.config import Config, all_options, experiment_name_problem
 
 # Changing these would make the saved checkpoints unusable or meaningless.
 UNSAFE_ON_RESUME = (
@@ -32,6 +32,8 @@ UNSAFE_ON_RESUME = (
     "rnn_size",
     "rnn_num_layers",
     "actor_critic_share_weights",
+    "adaptive_stddev",  # the model's parameters: a log-std, a head for it, or gSDE's sigma matrix
+    "use_sde",
     "normalize_input",
     "normalize_returns",
     "num_policies",
@@ -230,7 +232,10 @@ def load_saved_cfg(exp_dir: Path) -> dict | None:
 
 
 def merge_for_resume(cfg: Config, saved: dict) -> list[str]:
-    """Take saved values for flags not typed now; refuse unsafe changes. Returns the overridden flag names."""
+    """Take saved values for flags not typed now; refuse unsafe changes. Returns the overridden flag names. An option
+    the saved cfg.json lacks (added to the project after the run was made) and not typed now gets its default, which
+    is what the run had, not the value a preset gives it today (a preset that now sets a new model option would
+    build a model the checkpoint does not fit)."""
     typed = set(cfg.cli_flags)
     for key in UNSAFE_ON_RESUME:
         if key in typed and key in saved and getattr(cfg, key) != saved[key]:
@@ -247,6 +252,9 @@ def merge_for_resume(cfg: Config, saved: dict) -> list[str]:
                 overridden.append(key)
         else:
             setattr(cfg, key, value)
+    for opt in all_options():
+        if opt.name not in saved and opt.name not in typed and opt.name not in _NOT_FROM_SAVED:
+            setattr(cfg, opt.name, opt.default)
     return overridden
 
 

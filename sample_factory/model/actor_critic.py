@@ -178,7 +178,7 @@ class ActorCritic(nn.Module):
         # forward, not __call__: ~4 us a call (encoders.run_layers)
         params = self.policy_head.forward(feats[0])
         if self.use_sde:
-            params = torch.cat([params, sde_log_std(feats[0], self.sde_log_sigma).to(params.dtype)], dim=1)
+            params = torch.cat([params.float(), sde_log_std(feats[0], self.sde_log_sigma)], dim=1)
         return params, self.value_head.forward(feats[-1]).squeeze(-1)
 
     def sde_noise(self, policy_features: Tensor, eps: Tensor) -> Tensor:

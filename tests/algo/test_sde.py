@@ -96,3 +96,12 @@ def test_each_worker_and_sampler_node_seeds_its_own_matrices():
     assert len(seeds) == 6
     assert matrices_seed(5, 0, 1) == matrices_seed(5, 0, 1)  # the same run seed: the same matrices
     assert matrices_seed(None, 0, 1) is None
+
+
+def test_the_std_stays_fp32_under_bf16_autocast():
+    z = torch.randn(3, 8)
+    log_sigma = torch.randn(8, 2) * 0.3
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = sde_log_std(z, log_sigma)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, sde_log_std(z, log_sigma))

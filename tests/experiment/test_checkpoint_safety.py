@@ -260,6 +260,24 @@ def test_algo_cannot_change_on_resume(runs, saved, typed):
         merge_for_resume(cfg, saved_cfg)
 
 
+def test_options_newer_than_the_saved_cfg_take_their_defaults_not_todays_preset():
+    """MountainCarContinuous-v0 runs made before its sparse_continuous preset (gSDE) saved no use_sde: resumed, the
+    model must be the one the checkpoint holds (a learned log-std), not the preset's gSDE model."""
+    saved = vars(parse_cfg(["--env=MountainCarContinuous-v0"])).copy()
+    for key in ("use_sde", "sde_sample_freq"):
+        del saved[key]
+    saved["preset"] = "vector_continuous"
+    cfg = parse_cfg(["--env=MountainCarContinuous-v0", "--train_for_env_steps=5000"])
+    assert cfg.use_sde and cfg.sde_sample_freq == 1000  # today's preset
+    merge_for_resume(cfg, saved)
+    assert not cfg.use_sde and cfg.sde_sample_freq == -1 and cfg.preset == "vector_continuous"
+    assert cfg.train_for_env_steps == 5000  # typed now: kept
+    # typed on resume, gSDE would change the model's parameters: refused
+    typed = parse_cfg(["--env=MountainCarContinuous-v0", "--use_sde=True"])
+    with pytest.raises(ExperimentError, match="--use_sde=True differs from the experiment's saved value False"):
+        merge_for_resume(typed, {**saved, "use_sde": False})
+
+
 def test_algo_change_is_refused_in_one_line(runs, tmp_path, capsys):
     copy_run(runs, "dqn", tmp_path)
     before = sorted(os.listdir(tmp_path / "dqn" / "checkpoint_p0"))
