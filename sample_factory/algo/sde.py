@@ -64,11 +64,12 @@ class ExplorationMatrices:
         self.eps = torch.empty(num_agents, *shape)  # [A, L, D]
         self.age = torch.full((num_agents,), period, dtype=torch.int64)  # steps since the agent's draw: all due
 
-    def draw(self, agents: Tensor) -> Tensor:
-        """agents [N] (int64, distinct) -> [N, L, D] their matrices for this step (a copy)."""
+    def draw(self, agents: Tensor, out: Tensor | None = None) -> Tensor:
+        """agents [N] (int64, distinct) -> [N, L, D] their matrices for this step: a copy, written into `out` [N, L, D]
+        when given (the policy worker's staging rows: one copy, not two)."""
         due = agents[self.age[agents] >= self.period]  # [n]
         if due.numel():
             self.eps[due] = torch.randn((due.numel(), *self.eps.shape[1:]), generator=self.gen)
             self.age[due] = 0
         self.age[agents] += 1
-        return self.eps[agents]
+        return torch.index_select(self.eps, 0, agents, out=out)

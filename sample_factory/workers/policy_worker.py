@@ -200,7 +200,7 @@ class PolicyWorker(Component):
             if self.agent_ranks:
                 x.agent_rank.copy_(self._agent_rank(rows, cols))
             if self.sde is not None:
-                x.sde_eps.copy_(self.sde.draw(self._agents(rows, cols)))
+                self.sde.draw(self._agents(rows, cols), out=x.sde_eps)
             # host tensors; values: real scale, as the buffers hold them
             actions, log_probs, values, h_new = self.runner.run(N, self.deterministic)
             answers = {
