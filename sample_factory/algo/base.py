@@ -10,6 +10,7 @@ memory (only the tensors in `required_buffers`). Policy workers never build one:
 from __future__ import annotations
 
 import contextlib
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -52,10 +53,18 @@ def exploration_coeff_at(cfg: Config, env_steps: int) -> float:
     return scheduled(cfg.exploration_loss_coeff, cfg.exploration_loss_schedule, env_steps, cfg.train_for_env_steps)
 
 
-def check_sde(cfg: Config, action_space: object) -> None:
-    """ConfigError where --use_sde cannot apply: it shapes the noise of Gaussian actions only."""
+def check_sde(cfg: Config, action_space: object, algorithm: type | None = None) -> None:
+    """ConfigError where --use_sde cannot apply: it shapes the noise of Gaussian actions only, and the policy workers
+    hand the matrices to `algorithm.act` as `sde_eps` (a custom algorithm's act may not take them)."""
     if not cfg.use_sde:
         return
+    if algorithm is not None:
+        params = inspect.signature(algorithm.act).parameters.values()
+        if not any(p.name == "sde_eps" or p.kind is p.VAR_KEYWORD for p in params):
+            raise ConfigError(
+                f"--use_sde: {algorithm.__name__}.act() takes no sde_eps argument (each row's exploration matrix, "
+                "as Algorithm.act in sample_factory/algo/base.py)"
+            )
     import gymnasium as gym
 
     if not isinstance(action_space, gym.spaces.Box):
@@ -150,7 +159,7 @@ class Algorithm(ABC):
     def check_spaces(cls, cfg: Config, obs_space: object, action_space: object) -> None:
         """Called by the runner once the env's spaces are known, before anything starts: raise ConfigError for
         options this algorithm cannot apply to them (default: the model's, --use_sde; overrides call this too)."""
-        check_sde(cfg, action_space)
+        check_sde(cfg, action_space, cls)
 
     @classmethod
     def check_resume(cls, cfg: Config, state: dict) -> list[str]:

@@ -40,11 +40,12 @@ def sde_noise(features: Tensor, eps: Tensor, log_sigma: Tensor) -> Tensor:
     return torch.einsum("bl,bld->bd", features.detach().float(), w)
 
 
-def matrices_seed(seed: int | None, env_seed_offset: int, worker: int) -> int | None:
+def matrices_seed(seed: int | None, env_seed_offset: int, worker: int, version: int = 0) -> int | None:
     """The seed of a policy worker's matrices: one per run seed, worker and sampler node (a node's config has its own
-    env_seed_offset), so that no two draw the same sequence; None (unseeded) without a run seed. Ints hash the same
-    in every process."""
-    return None if seed is None else hash((seed, env_seed_offset, worker)) & (2**63 - 1)
+    env_seed_offset), so that no two draw the same sequence, and per weights version the worker starts with, so that
+    a worker restarted or resumed later does not repeat its first matrices; None (unseeded) without a run seed. Ints
+    hash the same in every process."""
+    return None if seed is None else hash((seed, env_seed_offset, worker, version)) & (2**63 - 1)
 
 
 class ExplorationMatrices:

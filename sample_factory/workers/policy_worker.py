@@ -89,7 +89,7 @@ class PolicyWorker(Component):
         self.agent_ranks = self.algo.uses_agent_rank  # whether act() reads them (DQN's per-agent exploration)
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
         if self.model.sde_shape is not None:
-            seed = matrices_seed(self.cfg.seed, self.cfg.env_seed_offset, self.answer_area)
+            seed = matrices_seed(self.cfg.seed, self.cfg.env_seed_offset, self.answer_area, self.version)
             self.sde = ExplorationMatrices(self.num_agents, self.model.sde_shape, sde_period(self.cfg), seed)
         self.bind_views()
         self.activity = "waiting for requests"

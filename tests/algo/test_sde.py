@@ -84,6 +84,27 @@ def test_use_sde_with_a_box_is_accepted():
     APPO.check_spaces(cfg, OBS, BOX)
 
 
+class _NoMatrices(APPO):
+    @classmethod
+    def act(cls, cfg, model, obs, rnn_states, action_mask, deterministic, agent_rank=None):
+        return super().act(cfg, model, obs, rnn_states, action_mask, deterministic, agent_rank)
+
+
+class _PassesEverything(APPO):
+    @classmethod
+    def act(cls, *args, **kwargs):
+        return super().act(*args, **kwargs)
+
+
+def test_a_custom_algorithm_whose_act_takes_no_matrices_is_refused_at_start():
+    """Not a TypeError in every policy worker once the run has started."""
+    cfg = parse_cfg(["--env=Pendulum-v1", "--use_sde=True"])
+    with pytest.raises(ConfigError, match=r"_NoMatrices.act\(\) takes no sde_eps"):
+        _NoMatrices.check_spaces(cfg, OBS, BOX)
+    _PassesEverything.check_spaces(cfg, OBS, BOX)
+    _NoMatrices.check_spaces(parse_cfg(["--env=Pendulum-v1"]), OBS, BOX)  # without --use_sde it acts as before
+
+
 def test_each_worker_and_sampler_node_seeds_its_own_matrices():
     from sample_factory.distributed.sampler_node import node_cfg
 
@@ -95,6 +116,8 @@ def test_each_worker_and_sampler_node_seeds_its_own_matrices():
     }
     assert len(seeds) == 6
     assert matrices_seed(5, 0, 1) == matrices_seed(5, 0, 1)  # the same run seed: the same matrices
+    # a worker restarted (or a run resumed) at a later weights version does not repeat its first matrices
+    assert matrices_seed(5, 0, 1, version=0) != matrices_seed(5, 0, 1, version=37)
     assert matrices_seed(None, 0, 1) is None
 
 

@@ -138,6 +138,19 @@ def test_sde_matrices_are_each_agents_own(made, tmp_path):
     assert len({tuple(e.flatten().tolist()) for e in got[0]}) == len(agents)  # a matrix of its own per agent
 
 
+def test_a_restarted_worker_draws_new_sde_matrices(made, tmp_path):
+    """A policy worker restarted (init in a new process) once the learner has published newer weights does not
+    repeat the matrices it started with; at the same version (a fresh run of the same seed) it draws the same."""
+    worker, _ = pending_batch(made, tmp_path, "APPO", "--env=Pendulum-v1", "--use_sde=True", "--use_rnn=False")
+    agents = torch.arange(worker.num_agents)
+    first = worker.sde.draw(agents)
+    worker.init()
+    assert torch.equal(worker.sde.draw(agents), first)
+    worker.weights.publish(worker.model, worker.version + 7)
+    worker.init()
+    assert not torch.equal(worker.sde.draw(agents), first)
+
+
 @pytest.mark.timeout(60)
 def test_new_weights_are_copied_into_the_models_own_tensors(served):
     """The inference step's CUDA graphs read the model's tensors by address: a weight update must copy into them,
