@@ -37,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     prefix = _prefix()
     if prefix is None or not os.access(CPUACCT, os.W_OK):
         return
-    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller (or the only process): an earlier run's rows go
+    if _worker() == "main":  # the controller (or the only process): an earlier run's rows go
         for old in Path(prefix).parent.glob(Path(prefix).name + "_*.tsv"):
             old.unlink()
     group = CPUACCT / f"sf_test_{os.getpid()}"
@@ -77,7 +77,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     prefix = _prefix()
-    if prefix is None or os.environ.get("PYTEST_XDIST_WORKER"):
+    if prefix is None or _worker() != "main":
         return
     rows = []
     for path in Path(prefix).parent.glob(Path(prefix).name + "_*.tsv"):
