@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sample_factory.config import Config, parse_cfg
 from sample_factory.config.parse import normalize_flags
-from sample_factory.runtime.fork_server import start_early
+from sample_factory.runtime import fork_server
 
 
 def auto_tuned_flags(argv: Sequence[str]) -> list[str]:
@@ -54,10 +54,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sample_factory.pbt.ray_backend import run_population
 
         return run_population(cfg, argv)
-    if not cfg.serial_mode:
-        start_early()  # its imports overlap with the runner's (imported only now)
+    forked = not cfg.serial_mode and fork_server.can_fork_here()
+    if not cfg.serial_mode and not forked:
+        fork_server.start_early()  # its imports overlap with the runner's (imported only now)
     from sample_factory.runner import run
 
+    if forked:
+        fork_server.fork_here()  # a copy of this process as it is now: torch and the runner imported, nothing run
     return run(cfg)
 
 

@@ -36,6 +36,7 @@ import pytest
 
 from sample_factory.config import parse_cfg
 from sample_factory.envs.env_utils import frames_per_env_step
+from tests.integration.conftest import is_mp_helper
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
@@ -126,10 +127,6 @@ def _ids() -> list[str]:
     return [f"{i:02d}-{re.sub(r'[^A-Za-z0-9_.=-]+', '_', c.text)[:70]}" for i, c in enumerate(COMMANDS)]
 
 
-# Started by the run, they exit when the last of its processes holding their pipes does: a moment after the run.
-MP_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
-
-
 @dataclass
 class Outcome:
     returncode: int | None  # None: killed at COMMAND_TIMEOUT_S
@@ -162,15 +159,15 @@ def _describe(proc: psutil.Process) -> tuple[str, list[str]] | None:
 
 def _kill_group(pgid: int) -> list[str]:
     """What the command left in its process group, right after it exited: anything but multiprocessing's helpers
-    (MP_HELPERS), and whatever still runs LINGER_S later. Kills it all, and removes the shared memory of VizDoom
-    games killed so."""
+    (is_mp_helper: they exit a moment after the run), and whatever still runs LINGER_S later. Kills it all, and
+    removes the shared memory of VizDoom games killed so."""
     at_exit = _leftovers(pgid)
     described: dict[int, str] = {}
     for proc in at_exit:
         seen = _describe(proc)
         # An empty command line: the process is exiting (the kernel has released its memory), seen before it became
         # a zombie (CI: a fork server on its way out, no longer recognizable as one); reported only if it lingers.
-        if seen and seen[1] and not any(helper in arg for arg in seen[1] for helper in MP_HELPERS):
+        if seen and seen[1] and not is_mp_helper(proc):
             described[proc.pid] = f"{seen[0]} (running when the command exited)"
     _, procs = psutil.wait_procs(at_exit, timeout=LINGER_S)
     doom_ids = []

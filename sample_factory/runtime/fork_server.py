@@ -1,7 +1,13 @@
 """How component processes start: from a fork server that has imported torch and our modules once, so children
 start in well under a second, and none inherits a parent that used torch's thread pool (a forked child running a
-multi-threaded op after that deadlocks). Kept free of torch imports: `start_early` runs before the launcher imports
-anything heavy, so the fork server's imports overlap with the runner's own.
+multi-threaded op after that deadlocks).
+
+Two ways to start it. On Linux the launcher forks it from the runner's process once the runner's imports are done
+and before it has run any torch op, opened a file or started a thread (`fork_here`): the fork server then costs no
+imports of its own (2.1 CPU-s of a 4.8 CPU-s CartPole run on a 2-core machine, docs/testing.md "Where the CPU
+goes"). Elsewhere, and for a fork server started again later (the first one died: the runner has used torch by
+then), multiprocessing starts a fresh interpreter that imports PRELOAD; `start_early` launches that one before the
+launcher imports anything heavy, so its imports overlap with the runner's. Kept free of torch imports for that.
 
 torch._dynamo is not preloaded: nothing on a run's path imports it (1.0-1.1 s on a 2-core machine, as long as
 torch's own import). torch.optim's optimizers would, so the learners' Adam is algo/optim.py's `FusedAdam`; only
@@ -12,9 +18,17 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
+import multiprocessing.util
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
 from typing import Any
 
 PRELOAD = ["torch", "sample_factory.runner"]  # imported once, in the fork server
+NAME = "sf_forkserver"  # a forked fork server's process name (its command line is the launcher's)
 
 
 def mp_context() -> Any:
@@ -33,3 +47,64 @@ def start_early() -> None:
     only for what is left of its imports)."""
     if mp_context().get_start_method() == "forkserver":
         multiprocessing.forkserver.ensure_running()
+
+
+def can_fork_here() -> bool:
+    """Whether `fork_here` will fork the fork server from this process (else the launcher calls `start_early`)."""
+    return sys.platform == "linux" and mp_context().get_start_method() == "forkserver"
+
+
+def fork_here() -> None:
+    """Start the fork server as a fork of this process, which has imported PRELOAD already. Call it before this
+    process runs a torch op, opens a file or starts a thread: the fork server and every component inherit its
+    memory as it is then. With another thread running it starts a fresh interpreter instead (a forked copy would
+    inherit the locks that thread holds)."""
+    if not can_fork_here() or threading.active_count() > 1:
+        multiprocessing.forkserver.ensure_running()
+        return
+    missing = [m for m in PRELOAD if m not in sys.modules]
+    assert not missing, f"fork_here: import {missing} first"
+    multiprocessing.resource_tracker.ensure_running()  # its own small interpreter, as always
+    sys.stdout.flush()  # or every component would print what was still buffered here
+    sys.stderr.flush()
+    spawn = multiprocessing.util.spawnv_passfds
+
+    def fork_instead(path: str, args: Sequence[str], passfds: Sequence[int]) -> int:
+        if "multiprocessing.forkserver" not in args[-1]:
+            return spawn(path, args, passfds)
+        pid = os.fork()
+        if pid == 0:
+            _serve_forked(args[-1], passfds)
+        return pid
+
+    # multiprocessing builds the fork server's `python -c PROGRAM` (its socket, its pipes, the preload list) and
+    # spawns it through util.spawnv_passfds; the forked copy runs PROGRAM itself.
+    multiprocessing.util.spawnv_passfds = fork_instead
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        multiprocessing.util.spawnv_passfds = spawn
+
+
+def _serve_forked(program: str, passfds: Sequence[int]) -> None:
+    """The forked fork server: holds only what a spawned one would (stdio and the fds multiprocessing passes it),
+    runs the program it would have run, and exits without this process's exit handlers (they are the runner's)."""
+    code = 1
+    try:
+        keep = sorted({0, 1, 2, *passfds})
+        for low, high in zip([-1, *keep], [*keep, os.sysconf("SC_OPEN_MAX")]):
+            if high > low + 1:  # os.closerange(0, 0) closes every fd (CPython 3.11 reads high - 1 = -1 as no bound)
+                os.closerange(low + 1, high)
+        with open("/proc/self/comm", "w") as f:
+            f.write(NAME)
+        # the lock ensure_running held while forking this copy: a component that starts a fork server of its own
+        # (a sampler node) needs it free
+        multiprocessing.forkserver._forkserver._lock = threading.Lock()
+        exec(program, {"__name__": "__sf_forkserver__"})
+        code = 0
+    except SystemExit as e:  # the server's way out: every client closed the "alive" pipe
+        code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)

@@ -31,6 +31,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sample_factory.runtime.fork_server import NAME as FORK_SERVER_NAME
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHM = Path("/dev/shm")
 COMPONENT_NAMES = ("sf_actor_0", "sf_actor_1", "sf_policy_0_0", "sf_learner_0")
@@ -73,11 +75,40 @@ def _shm_inodes_mapped_by(pid: int) -> set[int]:
     return inodes
 
 
+def _like_fork_server(p: psutil.Process) -> bool:
+    name = p.name()
+    if name == FORK_SERVER_NAME:
+        return True
+    return not name.startswith("sf_") and any("multiprocessing.forkserver" in arg for arg in p.cmdline())
+
+
+def is_fork_server(p: psutil.Process) -> bool:
+    """multiprocessing's fork server: forked from the runner (named FORK_SERVER_NAME, the runner's command line) or
+    spawned by it (`python -c "from multiprocessing.forkserver import main; ..."`). The fork server's children share
+    its name or command line until they name themselves sf_*; their parent is the fork server."""
+    try:
+        if not _like_fork_server(p):
+            return False
+        parent = p.parent()
+        return parent is None or not _like_fork_server(parent)
+    except psutil.Error:
+        return False
+
+
+def is_mp_helper(p: psutil.Process) -> bool:
+    """multiprocessing's fork server or resource tracker: they exit a moment after the last process holding their
+    pipes does."""
+    try:
+        return is_fork_server(p) or any("multiprocessing.resource_tracker" in arg for arg in p.cmdline())
+    except psutil.Error:
+        return False
+
+
 def _fork_server_tmpdirs(p: psutil.Process) -> set[Path]:
     """The pymp-* dir of a multiprocessing fork server's socket (bound by the runner before the fork server
     starts, so it exists when the process is first seen); empty for any other process."""
     try:
-        if not any("multiprocessing.forkserver" in arg for arg in p.cmdline()):
+        if not is_fork_server(p):
             return set()
         paths = [Path(c.laddr) for c in p.net_connections(kind="unix") if isinstance(c.laddr, str) and c.laddr]
     except psutil.Error:

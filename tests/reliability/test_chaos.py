@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from tests.integration.conftest import TrainRun
+from tests.integration.conftest import TrainRun, is_fork_server
 from tests.reliability.test_faults import CARTPOLE, progress_time
 from tests.reliability.test_process_faults import summary_checkpoint
 
@@ -38,10 +38,10 @@ def _targets(run: TrainRun) -> dict[str, psutil.Process]:
             name, cmd = c.name(), " ".join(c.cmdline())
         except psutil.Error:
             continue
-        if not name.startswith("sf_"):  # components forked by the fork server share its command line
-            for helper in ("forkserver", "resource_tracker"):
-                if f"multiprocessing.{helper}" in cmd:
-                    name = helper
+        if is_fork_server(c):
+            name = "forkserver"
+        elif not name.startswith("sf_") and "multiprocessing.resource_tracker" in cmd:
+            name = "resource_tracker"
         if name in TARGETS:
             out[name] = c
     return out

@@ -16,7 +16,13 @@ import psutil
 import pytest
 
 from sample_factory.experiment.exit_codes import interrupted_exit_code
-from tests.integration.conftest import COMPONENT_NAMES, REPO_ROOT, TrainRun, progress_samples_trained
+from tests.integration.conftest import (
+    COMPONENT_NAMES,
+    REPO_ROOT,
+    TrainRun,
+    is_fork_server,
+    progress_samples_trained,
+)
 from tests.reliability.test_faults import (
     CARTPOLE,
     FAULT_MODULE,
@@ -30,21 +36,22 @@ from tests.reliability.test_faults import (
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------
-def helper_process(run: TrainRun, module: str) -> psutil.Process:
-    """multiprocessing's fork server or resource tracker of the run (found by `module` in its command line)."""
+def helper_process(run: TrainRun, helper: str) -> psutil.Process:
+    """multiprocessing's "forkserver" or "resource_tracker" of the run (a child of the runner)."""
     found: list[psutil.Process] = []
 
     def find() -> bool:
         for c in psutil.Process(run.proc.pid).children():
             try:
-                if any(module in arg for arg in c.cmdline()):
+                tracker = any("multiprocessing.resource_tracker" in arg for arg in c.cmdline())
+                if is_fork_server(c) if helper == "forkserver" else tracker:
                     found.append(c)
                     return True
             except psutil.Error:
                 continue
         return False
 
-    assert run.wait_until(find, timeout=10), f"no {module} process\n{run.describe()}"
+    assert run.wait_until(find, timeout=10), f"no {helper} process\n{run.describe()}"
     return found[-1]
 
 
@@ -76,7 +83,7 @@ def test_killed_fork_server_does_not_stop_the_run(tmp_path, start_run):
     for name in COMPONENT_NAMES:
         wait_component(run, name, 10)
     run.snapshot_tree()
-    helper_process(run, "multiprocessing.forkserver").kill()
+    helper_process(run, "forkserver").kill()
     assert_clean_finish_with_checkpoint(run, progress_time(run))
 
 
@@ -87,13 +94,13 @@ def test_actor_restarted_after_the_fork_server_died(tmp_path, start_run):
     assert run.wait_until(lambda: progress_time(run) >= 3, timeout=60), run.describe()
     actor = wait_component(run, "sf_actor_1", 10)
     run.snapshot_tree()
-    fork_server = helper_process(run, "multiprocessing.forkserver")
+    fork_server = helper_process(run, "forkserver")
     fork_server.kill()
     assert run.wait_until(lambda: not fork_server.is_running() or fork_server.status() == psutil.STATUS_ZOMBIE, 5)
     killed_at = progress_time(run)
     assert run.wait_until(lambda: progress_time(run) >= killed_at + 2, timeout=30), run.describe()
     # a new fork server started at once, not by the next restart (which would wait for its imports in the runner)
-    new_server = helper_process(run, "multiprocessing.forkserver")
+    new_server = helper_process(run, "forkserver")
     assert new_server.pid != fork_server.pid
     actor.kill()  # an orphan now (its parent was the fork server): found before, by pid
     new_actor = wait_component(run, "sf_actor_1", 30, exclude=(actor.pid,))
@@ -110,7 +117,7 @@ def test_killed_resource_tracker_leaves_nothing_behind(tmp_path, start_run):
     assert run.wait_until(lambda: progress_time(run) >= 3, timeout=60), run.describe()
     actor = wait_component(run, "sf_actor_1", 10)
     run.snapshot_tree()
-    helper_process(run, "multiprocessing.resource_tracker").kill()
+    helper_process(run, "resource_tracker").kill()
     killed_at = progress_time(run)
     assert run.wait_until(lambda: progress_time(run) >= killed_at + 2, timeout=30), run.describe()
     actor.kill()
