@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     # remote samplers on Ray: the same workers and runtime on other nodes; the runner imports it only with Ray (and
     # starts a local Ray as the launcher does, launcher/ray_init.py)
     "distributed": {"config", "runtime", "algo", "model", "envs", "experiment", "workers", "launcher"},
-    # the launcher starts the fork server (runtime/fork_server.py) before it imports the runner
+    # the launcher starts the fork server (runtime/fork_server.py): forked once the runner is imported
     "train": {"config", "runtime", "runner", "pbt", "envs", "experiment"},  # envs, experiment: checks before start
     # runs train.py as a subprocess command: it needs none of the training code, only the folder conventions
     "launcher": {"config", "experiment"},
