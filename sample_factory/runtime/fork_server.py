@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 PRELOAD = ["torch", "sample_factory.runner"]  # imported once, in the fork server
-NAME = "sf_forkserver"  # a forked fork server's process name (its command line is the launcher's)
+NAME = "sf-forkserver"  # a forked fork server's process name: its command line is the launcher's; not sf_*, which
+# users signal with SIGUSR1 for stack dumps (docs/troubleshooting.md), a signal that would kill it
 
 
 def mp_context() -> Any:

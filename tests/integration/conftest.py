@@ -95,6 +95,15 @@ def is_fork_server(p: psutil.Process) -> bool:
         return False
 
 
+def is_runner(p: psutil.Process) -> bool:
+    """A launcher-started `train.py` itself: the fork server and the components forked from it have its command
+    line, but are named sf-forkserver and sf_* (until it names itself, a new component has the fork server's name)."""
+    try:
+        return not p.name().startswith(("sf_", FORK_SERVER_NAME))
+    except psutil.Error:
+        return False
+
+
 def is_mp_helper(p: psutil.Process) -> bool:
     """multiprocessing's fork server or resource tracker: they exit a moment after the last process holding their
     pipes does."""

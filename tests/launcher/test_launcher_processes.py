@@ -16,7 +16,12 @@ import pytest
 from sample_factory.launcher.__main__ import main
 from sample_factory.launcher.jobs import MARKER_NAME, GpuSlots, Job, StopRequest
 from sample_factory.launcher.processes import run_processes
+from tests.integration.conftest import is_runner
 from tests.launcher.conftest import TINY, load_summary, max_overlap, write_sweep
+
+
+def _is_train_py(p: psutil.Process) -> bool:
+    return p.cmdline()[1:2] == ["train.py"] and is_runner(p)
 
 
 @pytest.mark.timeout(300)
@@ -80,7 +85,7 @@ def test_sigint_stops_every_run_cleanly(tmp_path, launcher):
 
     assert run.wait_for(both_training, timeout=120), run.output
     run.snapshot()
-    trains = [p for p in run.alive_descendants() if psutil.Process(p).cmdline()[1:2] == ["train.py"]]
+    trains = [p for p in run.alive_descendants() if _is_train_py(psutil.Process(p))]
     assert len(trains) == 2, run.output  # (each under its guard, python -m sample_factory.launcher.guard)
     assert len(run.alive_descendants()) > 4  # the runs' components are recorded too
 
@@ -140,7 +145,7 @@ def test_a_run_interrupted_from_outside_is_unfinished_and_the_rerun_resumes_it(t
     progress = td / "cp" / "progress.csv"
     assert run.wait_for(lambda: progress.exists() and len(progress.read_text().splitlines()) > 2, 90), run.output
     run.snapshot()
-    (train,) = [p for p in run.alive_descendants() if psutil.Process(p).cmdline()[1:2] == ["train.py"]]
+    (train,) = [p for p in run.alive_descendants() if _is_train_py(psutil.Process(p))]
     psutil.Process(train).send_signal(signal.SIGTERM)
     assert run.wait(timeout=90) == 1, run.output  # not every experiment finished
     row = load_summary(td, "intr")["cp"]

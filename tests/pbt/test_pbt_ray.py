@@ -21,6 +21,7 @@ import torch
 from sample_factory.config import parse_cfg
 from sample_factory.pbt.members import latest_checkpoint_info
 from sample_factory.pbt.population import PopulationBasedTraining, load_pbt_state
+from tests.integration.conftest import is_runner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE = [
@@ -89,7 +90,7 @@ def member_processes(marker: str, guards: bool = False, member: int | None = Non
         cmd = p.info["cmdline"] or []
         if member is not None and f"--experiment=member_{member}" not in cmd:
             continue
-        if any(marker in a for a in cmd) and (guards or "sample_factory.launcher.guard" not in cmd):
+        if any(marker in a for a in cmd) and (guards or "sample_factory.launcher.guard" not in cmd) and is_runner(p):
             found.append(p)
     return found
 

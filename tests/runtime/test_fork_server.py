@@ -114,6 +114,6 @@ def test_fork_server_forked_from_the_launcher(tmp_path):
         got[caller] = eval(out.stdout.strip().splitlines()[-1].split("; ")[-1])
         assert got[caller]["modules"] == ["sample_factory.runner", "torch"] and got[caller]["lock"], got
         assert not got[caller]["holds_file"], got
-    assert got["alone"]["forked"] and got["alone"]["name"] == "sf_forkserver", got
-    assert not got["thread"]["forked"] and got["thread"]["name"] != "sf_forkserver", got
+    assert got["alone"]["forked"] and got["alone"]["name"] == "sf-forkserver", got
+    assert not got["thread"]["forked"] and got["thread"]["name"] != "sf-forkserver", got
     assert got["alone"]["fds"] == got["thread"]["fds"], got  # no fd of the caller's but the ones it passes
