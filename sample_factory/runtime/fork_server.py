@@ -51,7 +51,11 @@ def start_early() -> None:
 
 
 def can_fork_here() -> bool:
-    """Whether `fork_here` will fork the fork server from this process (else the launcher calls `start_early`)."""
+    """Whether `fork_here` will fork the fork server from this process (else the launcher calls `start_early`).
+    SF_FORK_SERVER=fresh in the environment asks for multiprocessing's own fresh interpreter instead (a way out if a
+    library's state does not survive the copy; tools/benchmark_startup.py compares the two)."""
+    if os.environ.get("SF_FORK_SERVER") == "fresh":
+        return False
     return sys.platform == "linux" and mp_context().get_start_method() == "forkserver"
 
 
