@@ -16,6 +16,7 @@ the first trained samples 1.8 s after launch instead of 2.9 s (when the fork ser
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
@@ -70,8 +71,9 @@ def fork_here() -> None:
     missing = [m for m in PRELOAD if m not in sys.modules]
     assert not missing, f"fork_here: import {missing} first"
     multiprocessing.resource_tracker.ensure_running()  # its own small interpreter, as always
-    sys.stdout.flush()  # or every component would print what was still buffered here
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # or the copies could print again what is still buffered here
+        with contextlib.suppress(AttributeError, ValueError, OSError):  # None, closed
+            stream.flush()
     spawn = multiprocessing.util.spawnv_passfds
 
     def fork_instead(path: str, args: Sequence[str], passfds: Sequence[int]) -> int:
@@ -100,10 +102,10 @@ def _serve_forked(program: str, passfds: Sequence[int]) -> None:
         for low, high in zip([-1, *keep], [*keep, os.sysconf("SC_OPEN_MAX")]):
             if high > low + 1:  # os.closerange(0, 0) closes every fd (CPython 3.11 reads high - 1 = -1 as no bound)
                 os.closerange(low + 1, high)
-        with open("/proc/self/comm", "w") as f:
+        with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:  # a name is a convenience
             f.write(NAME)
-        # the lock ensure_running held while forking this copy: a component that starts a fork server of its own
-        # (a sampler node) needs it free
+        # held by ensure_running while it forked this copy: a process started from here that starts a fork server
+        # of its own needs it free
         multiprocessing.forkserver._forkserver._lock = threading.Lock()
         exec(program, {"__name__": "__sf_forkserver__"})
         code = 0
