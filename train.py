@@ -5,4 +5,4 @@ import sys
 from sample_factory.train import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(command=True))

@@ -43,7 +43,9 @@ def check_before_start(cfg: Config) -> None:
         raise SystemExit(f"train.py: error: {why}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, command: bool = False) -> int:
+    """Train. `command`: this process is the train.py command itself (nothing ran before this call), so the fork
+    server can be a copy of it (runtime/fork_server.py); a script calling main gets a fresh one."""
     argv = normalize_flags(sys.argv[1:] if argv is None else argv)
     cfg = parse_cfg(argv)
     check_before_start(cfg)
@@ -54,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sample_factory.pbt.ray_backend import run_population
 
         return run_population(cfg, argv)
-    forked = not cfg.serial_mode and fork_server.can_fork_here()
+    forked = command and not cfg.serial_mode and fork_server.can_fork_here()
     if not cfg.serial_mode and not forked:
         fork_server.start_early()  # its imports overlap with the runner's (imported only now)
     from sample_factory.runner import run
@@ -65,4 +67,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(command=True))

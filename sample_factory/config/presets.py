@@ -502,7 +502,9 @@ def gpu_expected(device: str) -> bool:
         return False
     import torch
 
-    return torch.cuda.is_available()
+    # NVML's count, not is_available()'s CUDA runtime query: this runs in the launcher before it forks the fork
+    # server, and a fork of a process that queried the CUDA runtime cannot use CUDA (runtime/fork_server.py)
+    return torch.cuda.device_count() > 0
 
 
 # The learner threads a preset asks for are capped at half the machine's cores, so that the sampler processes keep

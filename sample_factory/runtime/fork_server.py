@@ -17,6 +17,7 @@ the first trained samples 1.8 s after launch instead of 2.9 s (when the fork ser
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
@@ -52,25 +53,27 @@ def start_early() -> None:
 
 
 def can_fork_here() -> bool:
-    """Whether `fork_here` will fork the fork server from this process (else the launcher calls `start_early`).
-    SF_FORK_SERVER=fresh in the environment asks for multiprocessing's own fresh interpreter instead (a way out if a
-    library's state does not survive the copy; tools/benchmark_startup.py compares the two)."""
-    if os.environ.get("SF_FORK_SERVER") == "fresh":
+    """Whether `fork_here` may fork the fork server from this process (else the launcher calls `start_early`): Linux,
+    and no other Python thread (a copy would hold the locks that thread holds). SF_FORK_SERVER=fresh in the
+    environment asks for multiprocessing's own fresh interpreter instead (a way out if a library's state does not
+    survive the copy; tools/benchmark_startup.py compares the two)."""
+    if os.environ.get("SF_FORK_SERVER") == "fresh" or threading.active_count() > 1:
         return False
     return sys.platform == "linux" and mp_context().get_start_method() == "forkserver"
 
 
 def fork_here() -> None:
-    """Start the fork server as a fork of this process, which has imported PRELOAD already. Call it before this
-    process runs a torch op, opens a file or starts a thread: the fork server and every component inherit its
-    memory as it is then. With another thread running it starts a fresh interpreter instead (a forked copy would
-    inherit the locks that thread holds)."""
-    if not can_fork_here() or threading.active_count() > 1:
+    """Start the fork server as a fork of this process, which has imported PRELOAD already. Only for the train.py
+    command itself, before it runs a torch op, opens a file or starts a thread: the fork server and every component
+    inherit its memory as it is then. A script that calls train's main may have done any of these first, so it gets
+    a fresh fork server. Should CUDA have been queried all the same, the copy replaces itself with a fresh one."""
+    if not can_fork_here():
         multiprocessing.forkserver.ensure_running()
         return
     missing = [m for m in PRELOAD if m not in sys.modules]
     assert not missing, f"fork_here: import {missing} first"
     multiprocessing.resource_tracker.ensure_running()  # its own small interpreter, as always
+    gc.collect()  # garbage holding an fd (a file object) would close that fd number in a copy, reused there
     for stream in (sys.stdout, sys.stderr):  # or the copies could print again what is still buffered here
         with contextlib.suppress(AttributeError, ValueError, OSError):  # None, closed
             stream.flush()
@@ -81,7 +84,7 @@ def fork_here() -> None:
             return spawn(path, args, passfds)
         pid = os.fork()
         if pid == 0:
-            _serve_forked(args[-1], passfds)
+            _serve_forked(path, args, passfds)
         return pid
 
     # multiprocessing builds the fork server's `python -c PROGRAM` (its socket, its pipes, the preload list) and
@@ -93,7 +96,7 @@ def fork_here() -> None:
         multiprocessing.util.spawnv_passfds = spawn
 
 
-def _serve_forked(program: str, passfds: Sequence[int]) -> None:
+def _serve_forked(path: str, args: Sequence[str], passfds: Sequence[int]) -> None:
     """The forked fork server: holds only what a spawned one would (stdio and the fds multiprocessing passes it),
     runs the program it would have run, and exits without this process's exit handlers (they are the runner's)."""
     code = 1
@@ -102,12 +105,18 @@ def _serve_forked(program: str, passfds: Sequence[int]) -> None:
         for low, high in zip([-1, *keep], [*keep, os.sysconf("SC_OPEN_MAX")]):
             if high > low + 1:  # os.closerange(0, 0) closes every fd (CPython 3.11 reads high - 1 = -1 as no bound)
                 os.closerange(low + 1, high)
+        # CUDA's runtime cannot start in a fork of a process that queried it (torch.cuda.is_available() without
+        # NVML): become the fresh interpreter multiprocessing would have spawned, same pid and fds
+        if getattr(sys.modules["torch"].cuda, "_is_in_bad_fork", lambda: False)():
+            for fd in passfds:
+                os.set_inheritable(fd, True)
+            os.execv(path, list(args))
         with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:  # a name is a convenience
             f.write(NAME)
         # held by ensure_running while it forked this copy: a process started from here that starts a fork server
         # of its own needs it free
         multiprocessing.forkserver._forkserver._lock = threading.Lock()
-        exec(program, {"__name__": "__sf_forkserver__"})
+        exec(args[-1], {"__name__": "__sf_forkserver__"})  # the program of `python -c PROGRAM`
         code = 0
     except SystemExit as e:  # the server's way out: every client closed the "alive" pipe
         code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1

@@ -35,19 +35,23 @@ def one_run(mode: str, train_dir: str, name: str, env_id: str, steps: int, cpus:
     if group is not None:  # the shell joins the group before it becomes the run: every descendant is counted
         group.mkdir()
         cmd = ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh", *cmd]
-    env = {**os.environ, **MODES[mode]}
+    env = {k: v for k, v in os.environ.items() if k != "SF_FORK_SERVER"} | MODES[mode]
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{mode} run failed (exit code {proc.returncode}):\n{proc.stdout[-2000:]}")
-    if group is None:
-        return time.monotonic() - start, float("nan")
-    while (group / "cgroup.procs").read_text().strip():  # the fork server and resource tracker exit just after
-        time.sleep(0.01)
-    wall = time.monotonic() - start
-    cpu = int((group / "cpuacct.usage").read_text()) / 1e9
-    group.rmdir()
-    return wall, cpu
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{mode} run failed (exit code {proc.returncode}):\n{proc.stdout[-2000:]}")
+        if group is None:
+            return time.monotonic() - start, float("nan")
+        deadline = time.monotonic() + 30
+        while (group / "cgroup.procs").read_text().strip():  # the fork server and resource tracker exit just after
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{mode} run: processes still running 30 s after it exited: {group}/cgroup.procs")
+            time.sleep(0.01)
+        return time.monotonic() - start, int((group / "cpuacct.usage").read_text()) / 1e9
+    finally:
+        if group is not None and not (group / "cgroup.procs").read_text().strip():
+            group.rmdir()
 
 
 def main(argv: list[str] | None = None) -> int:

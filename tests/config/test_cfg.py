@@ -438,6 +438,26 @@ def test_atari_preset_takes_its_gpu_setup_where_training_is_on_a_gpu(monkeypatch
     assert not presets.gpu_expected("auto")
 
 
+def test_auto_device_asks_nvml_not_the_cuda_runtime(monkeypatch):
+    """The launcher forks its fork server after parsing (runtime/fork_server.py); a fork of a process that asked
+    the CUDA runtime (torch.cuda.is_available()) cannot use CUDA, NVML's device count can be asked."""
+    import torch
+
+    from sample_factory.config import presets
+
+    monkeypatch.setattr(presets.os.path, "exists", lambda p: p == "/dev/nvidia0")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    def runtime_query():
+        raise AssertionError("torch.cuda.is_available() poisons the fork")
+
+    monkeypatch.setattr(torch.cuda, "is_available", runtime_query)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert presets.gpu_expected("auto")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert not presets.gpu_expected("auto")
+
+
 @pytest.mark.parametrize(
     "name, message",
     [

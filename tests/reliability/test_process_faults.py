@@ -18,6 +18,7 @@ import pytest
 from sample_factory.experiment.exit_codes import interrupted_exit_code
 from tests.integration.conftest import (
     COMPONENT_NAMES,
+    FORK_SERVER_NAME,
     REPO_ROOT,
     TrainRun,
     is_fork_server,
@@ -83,7 +84,9 @@ def test_killed_fork_server_does_not_stop_the_run(tmp_path, start_run):
     for name in COMPONENT_NAMES:
         wait_component(run, name, 10)
     run.snapshot_tree()
-    helper_process(run, "forkserver").kill()
+    server = helper_process(run, "forkserver")
+    assert server.name() == FORK_SERVER_NAME, server  # train.py forks it from itself (runtime/fork_server.py)
+    server.kill()
     assert_clean_finish_with_checkpoint(run, progress_time(run))
 
 
@@ -102,6 +105,7 @@ def test_actor_restarted_after_the_fork_server_died(tmp_path, start_run):
     # a new fork server started at once, not by the next restart (which would wait for its imports in the runner)
     new_server = helper_process(run, "forkserver")
     assert new_server.pid != fork_server.pid
+    assert new_server.name() != FORK_SERVER_NAME  # a fresh interpreter: the runner has used torch by now
     actor.kill()  # an orphan now (its parent was the fork server): found before, by pid
     new_actor = wait_component(run, "sf_actor_1", 30, exclude=(actor.pid,))
     assert new_actor.parent().pid == new_server.pid, "restarted through the dead fork server?"

@@ -76,6 +76,10 @@ FORK_HERE = textwrap.dedent(
     if __name__ == "__main__":
         if sys.argv[1] == "thread":
             threading.Thread(target=threading.Event().wait, daemon=True).start()
+        if sys.argv[1] == "cuda":  # as after torch.cuda.is_available() on a GPU machine: the copy cannot use CUDA
+            import torch
+
+            torch.cuda._is_in_bad_fork = lambda: True
         held = open(sys.argv[2], "w")  # an fd of the caller's (the experiment lock's, a log's)
         print("buffered before the fork", end="; ")  # stdout is a pipe: still in this process's buffer
         fork_here()
@@ -102,11 +106,12 @@ FORK_HERE = textwrap.dedent(
 def test_fork_server_forked_from_the_launcher(tmp_path):
     # The launcher forks the fork server once its imports are done (2.1 CPU-s less per run than a fresh one's
     # imports). The copy holds only what a spawned one would: not the caller's files, not its unflushed output, not
-    # its locks. With another thread running (its locks would be copied held) a fresh fork server starts instead.
+    # its locks. With another thread running (its locks would be copied held) a fresh fork server starts instead, and
+    # a copy that finds CUDA poisoned (the launcher asked the CUDA runtime) turns itself into one.
     script = tmp_path / "probe.py"
     script.write_text(FORK_HERE)
     got = {}
-    for caller in ("alone", "thread"):
+    for caller in ("alone", "thread", "cuda"):
         argv = [sys.executable, str(script), caller, str(tmp_path / "held.txt")]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=100)
         assert out.returncode == 0, out.stderr
@@ -117,3 +122,6 @@ def test_fork_server_forked_from_the_launcher(tmp_path):
     assert got["alone"]["forked"] and got["alone"]["name"] == "sf-forkserver", got
     assert not got["thread"]["forked"] and got["thread"]["name"] != "sf-forkserver", got
     assert got["alone"]["fds"] == got["thread"]["fds"], got  # no fd of the caller's but the ones it passes
+    # a copy that finds CUDA unusable becomes the fresh fork server multiprocessing would have spawned
+    assert not got["cuda"]["forked"] and got["cuda"]["name"] != "sf-forkserver", got
+    assert got["cuda"]["fds"] == got["thread"]["fds"], got
