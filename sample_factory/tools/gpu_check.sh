@@ -43,6 +43,10 @@ nproc
 
 case "${1:-quick}" in
 quick)
+  # the train.py command forks its fork server after parsing, which picks the atari preset's GPU values with
+  # --device=auto: a CUDA runtime query there would leave every component unable to use CUDA (runtime/fork_server.py)
+  step forked_fork_server_cuda 90 $PY -m sample_factory.train --env=atari_pong --num_workers=2 \
+    --train_for_env_steps=40000 --train_dir=/tmp/gpu_check_td --experiment=forked_fork_server_cuda
   step cuda_tests 120 $PY -m pytest -q -p no:cacheprovider tests/algo/test_transfer.py tests/integration/test_cuda.py \
     tests/workers/test_inference_runner.py tests/workers/test_policy_worker.py -k "transfer or learner_loop or graph"
   for algo in APPO DQN; do
