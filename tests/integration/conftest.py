@@ -104,13 +104,19 @@ def is_runner(p: psutil.Process) -> bool:
         return False
 
 
+def is_resource_tracker(p: psutil.Process) -> bool:
+    """multiprocessing's resource tracker (always a fresh interpreter, `python -c "from multiprocessing.resource_tracker
+    import main; ..."`)."""
+    try:
+        return any("multiprocessing.resource_tracker" in arg for arg in p.cmdline())
+    except psutil.Error:
+        return False
+
+
 def is_mp_helper(p: psutil.Process) -> bool:
     """multiprocessing's fork server or resource tracker: they exit a moment after the last process holding their
     pipes does."""
-    try:
-        return is_fork_server(p) or any("multiprocessing.resource_tracker" in arg for arg in p.cmdline())
-    except psutil.Error:
-        return False
+    return is_fork_server(p) or is_resource_tracker(p)
 
 
 def _fork_server_tmpdirs(p: psutil.Process) -> set[Path]:

@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from tests.integration.conftest import TrainRun, is_fork_server
+from tests.integration.conftest import TrainRun, is_fork_server, is_resource_tracker
 from tests.reliability.test_faults import CARTPOLE, progress_time
 from tests.reliability.test_process_faults import summary_checkpoint
 
@@ -35,12 +35,12 @@ def _targets(run: TrainRun) -> dict[str, psutil.Process]:
     out: dict[str, psutil.Process] = {}
     for c in filter(None, (sp.handle() for sp in seen)):
         try:
-            name, cmd = c.name(), " ".join(c.cmdline())
+            name = c.name()
         except psutil.Error:
             continue
         if is_fork_server(c):
             name = "forkserver"
-        elif not name.startswith("sf_") and "multiprocessing.resource_tracker" in cmd:
+        elif is_resource_tracker(c):
             name = "resource_tracker"
         if name in TARGETS:
             out[name] = c

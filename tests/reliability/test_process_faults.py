@@ -22,6 +22,7 @@ from tests.integration.conftest import (
     REPO_ROOT,
     TrainRun,
     is_fork_server,
+    is_resource_tracker,
     progress_samples_trained,
 )
 from tests.reliability.test_faults import (
@@ -44,8 +45,7 @@ def helper_process(run: TrainRun, helper: str) -> psutil.Process:
     def find() -> bool:
         for c in psutil.Process(run.proc.pid).children():
             try:
-                tracker = any("multiprocessing.resource_tracker" in arg for arg in c.cmdline())
-                if is_fork_server(c) if helper == "forkserver" else tracker:
+                if is_fork_server(c) if helper == "forkserver" else is_resource_tracker(c):
                     found.append(c)
                     return True
             except psutil.Error:
