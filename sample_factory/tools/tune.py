@@ -187,7 +187,8 @@ def search(
     # flags the user typed are theirs: never tuned
     fixed = {k for k in TUNED_ALL if k in typed_flags(base)}
 
-    ceiling = raw_ceiling(env, 1, 5.0)
+    # 5 s of random steps time a slow env well; with short trials it stays a small share of the search
+    ceiling = raw_ceiling(env, 1, 5.0 if seconds is None else min(5.0, seconds / 2))
     log(f"env step cost: {1e6 / ceiling:.0f} us ({ceiling:,.0f} steps/s in one process, random actions)")
     if seconds is None:
         seconds = 20.0 if ceiling > 20_000 else 60.0

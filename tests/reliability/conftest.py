@@ -1,20 +1,41 @@
-"""Fixtures of the fault-injection tests."""
+"""Fixtures of the fault-injection tests, and the environment that switches on the run-side hooks of
+tests/reliability/hooks/sitecustomize.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import TrainRun
+from tests.integration.conftest import REPO_ROOT, TrainRun
+
+HOOKS = Path(__file__).resolve().parent / "hooks"  # sitecustomize.py: fault hooks switched on by variables
+# Every step of an actor's env group waits this long in a paced run (start_run's default): a CartPole run's split of
+# 64 envs then steps ~6,400 env steps/s instead of ~40,000, and a 12 s run costs ~7 CPU-s instead of ~23 (2 cores,
+# 2026-11-28): the components wait instead of spinning through samples the test never looks at.
+PACE_SEC = 0.01
+
+
+def hook_env(**variables: str) -> dict[str, str]:
+    """Environment of a run with the given hooks of tests/reliability/hooks/sitecustomize.py switched on."""
+    pythonpath = os.pathsep.join([str(HOOKS), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+    return {"PYTHONPATH": pythonpath, **variables}
 
 
 @pytest.fixture
 def start_run():
-    """start_run(args, train_dir, **kwargs) -> TrainRun; whatever is left of every run is killed at teardown."""
+    """start_run(args, train_dir, paced=True, **kwargs) -> TrainRun (kwargs: TrainRun's); whatever is left of every
+    run is killed at teardown. paced: the run's envs step at most once per PACE_SEC per split (hook
+    SF_TEST_ENV_GROUP_STEP_SEC); paced=False for a test that needs the run's full speed."""
     runs: list[TrainRun] = []
 
-    def start(args: list[str], train_dir: Path, **kwargs) -> TrainRun:
+    def start(args: list[str], train_dir: Path, paced: bool = True, **kwargs) -> TrainRun:
+        if paced:
+            env = {**hook_env(), **(kwargs.get("extra_env") or {}), "SF_TEST_ENV_GROUP_STEP_SEC": str(PACE_SEC)}
+            if not env["PYTHONPATH"].startswith(str(HOOKS)):
+                env["PYTHONPATH"] = os.pathsep.join([str(HOOKS), env["PYTHONPATH"]])
+            kwargs["extra_env"] = env
         runs.append(TrainRun(args, train_dir, **kwargs))
         return runs[-1]
 

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from tests.integration.conftest import SIGNALS, TrainRun
+from tests.reliability.conftest import hook_env
 from tests.reliability.dqn_log import LOG_DIR_VAR, read_log, train_rows
 from tests.reliability.test_faults import CARTPOLE, finish, wait_component
-from tests.reliability.test_process_faults import hook_env, summary_checkpoint
+from tests.reliability.test_process_faults import summary_checkpoint
 
 LEARNING_STARTS = 3000
 # A buffer far larger than these runs fill (a full buffer would stop growing for a reason other than a fault).
@@ -31,7 +32,9 @@ DQN = [
 
 def start_dqn(start_run, train_dir: Path, log_dir: Path, *extra: str, env: dict | None = None) -> TrainRun:
     log_dir.mkdir(parents=True, exist_ok=True)
-    return start_run([*DQN, *extra], train_dir, extra_env={**(env or {}), LOG_DIR_VAR: str(log_dir)})
+    # unpaced: the tests wait for learning iterations, which a paced run reaches later (DQN trains in proportion to
+    # the samples it gets: --training_intensity), for more CPU in all, not less
+    return start_run([*DQN, *extra], train_dir, extra_env={**(env or {}), LOG_DIR_VAR: str(log_dir)}, paced=False)
 
 
 def learning_rows(log_dir: Path) -> list[dict]:

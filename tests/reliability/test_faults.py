@@ -303,7 +303,8 @@ def test_env_aborting_once_is_restarted(tmp_path, start_run, monkeypatch):
 )
 def test_env_returning_garbage_stops_the_run(tmp_path, start_run, env_id, field):
     args = [*SMALL, "--train_for_seconds=60", "--max_worker_restarts=1"]
-    run = start_run(args, tmp_path / "td", env_id=f"{FAULT_MODULE}:{env_id}")
+    # unpaced: the run ends at the env's fault step, which a paced run reaches later for no CPU saved
+    run = start_run(args, tmp_path / "td", env_id=f"{FAULT_MODULE}:{env_id}", paced=False)
     rc = finish(run, 60)
     assert rc != 0, run.describe()
     assert re.search(rf"EnvError: env \d+: step returned .*{field}", run.output), run.describe()

@@ -6,7 +6,6 @@ switched on by environment variables.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import time
@@ -19,12 +18,12 @@ from sample_factory.experiment.exit_codes import interrupted_exit_code
 from tests.integration.conftest import (
     COMPONENT_NAMES,
     FORK_SERVER_NAME,
-    REPO_ROOT,
     TrainRun,
     is_fork_server,
     is_resource_tracker,
     progress_samples_trained,
 )
+from tests.reliability.conftest import hook_env
 from tests.reliability.test_faults import (
     CARTPOLE,
     FAULT_MODULE,
@@ -178,15 +177,6 @@ def test_ctrl_c_while_an_actor_starts_its_envs_stops_it_at_once(tmp_path, start_
     assert "processes running: killed them" not in run.output, run.describe()  # the actor closed its envs
     assert shutdown_s < 10, f"{shutdown_s:.1f} s from Ctrl+C to exit\n{run.describe()}"
     run.assert_no_leftovers()
-
-
-HOOKS = Path(__file__).resolve().parent / "hooks"  # sitecustomize.py: fault hooks switched on by variables
-
-
-def hook_env(**variables: str) -> dict[str, str]:
-    """Environment of a run with the given hooks of tests/reliability/hooks/sitecustomize.py switched on."""
-    pythonpath = os.pathsep.join([str(HOOKS), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
-    return {"PYTHONPATH": pythonpath, **variables}
 
 
 @pytest.mark.timeout(180)

@@ -42,7 +42,7 @@ def test_refused_where_there_is_no_multi_process_run_to_tune(flag):
 
 def _train(tmp_path: Path, experiment: str, cache: Path) -> tuple[subprocess.CompletedProcess, dict]:
     cmd = [sys.executable, "train.py", "--env=CartPole-v1", "--num_workers=2", "--auto_tune=True"]
-    cmd += [f"--auto_tune_cache_dir={cache}", "--auto_tune_seconds=5", "--auto_tune_max_trials=1"]
+    cmd += [f"--auto_tune_cache_dir={cache}", "--auto_tune_seconds=4", "--auto_tune_max_trials=1"]
     cmd += [f"--train_dir={tmp_path / 'td'}", f"--experiment={experiment}", "--train_for_env_steps=20000"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -56,7 +56,7 @@ def test_moves_keep_a_presets_learner_threads_on_a_small_machine():
 @pytest.mark.timeout(300)
 def test_tune_cartpole_short(tmp_path, capsys):
     out = tmp_path / "tune.json"
-    argv = ["--env=CartPole-v1", "--seconds=6", "--max_trials=1", "--confirm_rounds=1", f"--output={out}"]
+    argv = ["--env=CartPole-v1", "--seconds=4", "--max_trials=1", "--confirm_rounds=1", f"--output={out}"]
     assert tune.main([*argv, "--num_workers=2"]) == 0
     text = capsys.readouterr().out
     assert "defaults:" in text and "pick:" in text and "python train.py --env=CartPole-v1" in text

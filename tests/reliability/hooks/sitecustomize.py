@@ -11,6 +11,10 @@ component). Each hook is off unless its environment variable is set:
   Once per run (a replacement of the worker does not hold again); it gives up holding after 30 s.
 - SF_TEST_SLOW_SAVE_SEC=s: every checkpoint write takes s seconds longer (a large replay buffer on a slow disk).
 - SF_TEST_SLOW_DQN_STEP_SEC=s: every DQN SGD step takes s seconds longer (a conv net on a loaded CPU).
+- SF_TEST_ENV_GROUP_STEP_SEC=s: every step of an actor's env group (a split's envs, one by one or batched) takes s
+  seconds longer, as if the envs were simulators that wait. The fault tests' runs are paced this way by default
+  (tests/reliability/conftest.py): what they check is how the run handles a fault, not how fast it samples, and a
+  run sampling at full speed for its whole --train_for_seconds spends CPU that a slower VM needs for the other tests.
 """
 
 import os
@@ -30,6 +34,13 @@ def _slow_down(owner, name: str, variable: str) -> None:
 
     setattr(owner, name, slow)
 
+
+if os.environ.get("SF_TEST_ENV_GROUP_STEP_SEC"):
+    from sample_factory.envs.env_group import EnvGroup
+    from sample_factory.envs.vector_group import VectorEnvGroup
+
+    _slow_down(EnvGroup, "step", "SF_TEST_ENV_GROUP_STEP_SEC")
+    _slow_down(VectorEnvGroup, "step", "SF_TEST_ENV_GROUP_STEP_SEC")
 
 if os.environ.get("SF_TEST_SLOW_DQN_STEP_SEC"):
     from sample_factory.algo.dqn import DQNAlgorithm
