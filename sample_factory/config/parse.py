@@ -16,6 +16,7 @@ from sample_factory.config.extras import install_hint
 from sample_factory.config.options import ENJOY_ONLY_GROUP, OPTIONS, ConfigError, Option, all_options, int_list
 from sample_factory.config.presets import (
     GPU_PRESETS,
+    fit_to_cores,
     gpu_expected,
     gymnasium_spaces,
     preset_name_for_env,
@@ -106,7 +107,7 @@ def preset_for(
     if spaces and max_episode_steps:
         spaces = (spaces[0], spaces[1], max_episode_steps)
     chosen = space_preset(*spaces) if spaces else None
-    return chosen if chosen else (None, {})
+    return (chosen[0], fit_to_cores(chosen[1], multiprocessing.cpu_count())) if chosen else (None, {})
 
 
 def build_parser(

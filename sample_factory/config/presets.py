@@ -514,9 +514,17 @@ def gpu_expected(device: str) -> bool:
 # found the same for Pong (docs/benchmarks.md, "Throughput auto-tuner").
 def preset_values(name: str, cpu_count: int, gpu: bool = False) -> dict[str, Any]:
     """The preset's values on a machine with `cpu_count` cores, with its GPU_PRESETS changes where `gpu`."""
-    values = {**PRESETS[name], **(GPU_PRESETS.get(name, {}) if gpu else {})}
+    return fit_to_cores({**PRESETS[name], **(GPU_PRESETS.get(name, {}) if gpu else {})}, cpu_count)
+
+
+def fit_to_cores(values: dict[str, Any], cpu_count: int) -> dict[str, Any]:
+    """A preset's values with its learner threads capped at half the cores: the samplers need the others, and a
+    learner thread left without a core stalls the rest at every barrier. On one core of the 2-core VM (2026-11-28)
+    the `image` preset's 2 threads, then uncapped, made the CarRacing smoke run's bf16 learner spend 26 CPU-s where
+    1 thread spent 0.65 (oneDNN's bf16 backward-weights kernel)."""
     if "learner_main_loop_num_cores" in values:
-        values["learner_main_loop_num_cores"] = min(values["learner_main_loop_num_cores"], max(1, cpu_count // 2))
+        cap = max(1, cpu_count // 2)
+        values = {**values, "learner_main_loop_num_cores": min(values["learner_main_loop_num_cores"], cap)}
     return values
 
 

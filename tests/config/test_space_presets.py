@@ -104,3 +104,21 @@ def test_max_episode_steps_sets_the_space_presets_gamma_and_is_refused_where_the
     for argv in (["--env=CliffWalking-v1", "--max_episode_steps=0"], ["--env=atari_pong", "--max_episode_steps=9"]):
         with pytest.raises(SystemExit):
             parse_cfg(argv)
+
+
+class _Frames(gym.Env):
+    """[H, W, C] frames and a discrete action: the `image` preset."""
+
+    observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
+    action_space = gym.spaces.Discrete(3)
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (16, 2)])
+def test_space_preset_learner_threads_are_capped_at_half_the_cores(cores, threads, monkeypatch):
+    """As a family preset's (tests/config/test_cfg.py): `image` copies the atari preset's 2 learner threads, which
+    it got uncapped on 2 cores before."""
+    if "SfTestFrames-v0" not in gym.registry:
+        gym.register("SfTestFrames-v0", entry_point=_Frames, max_episode_steps=100)
+    monkeypatch.setattr("multiprocessing.cpu_count", lambda: cores)
+    cfg = parse_cfg(["--env=SfTestFrames-v0"])
+    assert cfg.preset == "image" and cfg.learner_main_loop_num_cores == threads
