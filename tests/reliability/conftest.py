@@ -31,9 +31,11 @@ def start_run():
     runs: list[TrainRun] = []
 
     def start(args: list[str], train_dir: Path, paced: bool = True, **kwargs) -> TrainRun:
-        if paced:  # (a PYTHONPATH in extra_env is hook_env's too)
-            pace = hook_env(SF_TEST_ENV_GROUP_STEP_SEC=str(PACE_SEC))
-            kwargs["extra_env"] = {**(kwargs.get("extra_env") or {}), **pace}
+        if paced:  # the hooks' folder goes first on a PYTHONPATH the test gives (one that hides a package, say)
+            env = {**hook_env(), **(kwargs.get("extra_env") or {}), "SF_TEST_ENV_GROUP_STEP_SEC": str(PACE_SEC)}
+            if str(HOOKS) not in env["PYTHONPATH"].split(os.pathsep):
+                env["PYTHONPATH"] = os.pathsep.join([str(HOOKS), env["PYTHONPATH"]])
+            kwargs["extra_env"] = env
         runs.append(TrainRun(args, train_dir, **kwargs))
         return runs[-1]
 
