@@ -67,7 +67,12 @@ OPTIONS: dict[str, list[Option]] = {
         ),
     ],
     "Sampling": [
-        Option("num_workers", int, None, "Number of actor worker processes (default: number of CPU cores)."),
+        Option(
+            "num_workers",
+            int,
+            None,
+            "Number of actor worker processes (default: the CPU cores this process may use: its affinity, e.g. taskset, capped by a cgroup CPU quota).",
+        ),
         Option("num_envs_per_worker", int, 2, "Envs stepped by one actor worker."),
         Option(
             "worker_num_splits",

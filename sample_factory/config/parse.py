@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib.util
-import multiprocessing
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from sample_factory.config.cfg import Config
 from sample_factory.config.extras import install_hint
+from sample_factory.config.machine import usable_cores
 from sample_factory.config.options import ENJOY_ONLY_GROUP, OPTIONS, ConfigError, Option, all_options, int_list
 from sample_factory.config.presets import (
     GPU_PRESETS,
@@ -100,14 +100,14 @@ def preset_for(
     preset = preset_name_for_env(env, algo)
     if preset:
         gpu = preset in GPU_PRESETS and gpu_expected(device)
-        return preset, preset_values(preset, multiprocessing.cpu_count(), gpu)
+        return preset, preset_values(preset, usable_cores(), gpu)
     if env is None:
         return None, {}
     spaces = gymnasium_spaces(env)
     if spaces and max_episode_steps:
         spaces = (spaces[0], spaces[1], max_episode_steps)
     chosen = space_preset(*spaces) if spaces else None
-    return (chosen[0], fit_to_cores(chosen[1], multiprocessing.cpu_count())) if chosen else (None, {})
+    return (chosen[0], fit_to_cores(chosen[1], usable_cores())) if chosen else (None, {})
 
 
 def build_parser(
@@ -344,7 +344,7 @@ def finalize_cfg(cfg: Config) -> Config:
         shown = cfg.experiment if len(cfg.experiment) <= 60 else cfg.experiment[:57] + "..."
         raise ConfigError(f"--experiment={shown!r} {why}")
     if cfg.num_workers is None:
-        cfg.num_workers = max(1, multiprocessing.cpu_count())
+        cfg.num_workers = max(1, usable_cores())
     positive = [
         "num_workers",
         "num_envs_per_worker",

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sample_factory.config.machine import usable_cores
 from sample_factory.experiment.exit_codes import is_interrupted
 
 MARKER_NAME = "launcher_done.json"  # in the experiment folder, written when its command exited 0
@@ -128,7 +129,7 @@ def cpus_for(argv: Sequence[str], override: int = 0) -> int:
     workers = flag_value(argv, "num_workers")
     if workers is not None and workers.isdigit():
         return int(workers) + 1
-    return os.cpu_count() or 1
+    return usable_cores()
 
 
 def gpu_fraction(num_gpus: int, experiments_per_gpu: int) -> float:

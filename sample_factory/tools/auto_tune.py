@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sample_factory.config import Config, all_options, parse_cfg, strip_flags, typed_flags
+from sample_factory.config.machine import usable_cores
 from sample_factory.tools.tune import TUNED_ALL, flags_of, parses, search, valid
 
 # Flags that say where, how long and under which name a run trains, not how fast: neither passed to the trial runs
@@ -58,7 +59,7 @@ def cache_key(env: str, speed_flags: Sequence[str]) -> dict[str, Any]:
         "env": env,
         "flags": {k: typed[k] for k in sorted(typed)},
         "host": platform.node(),
-        "cores": len(os.sched_getaffinity(0)),
+        "cores": usable_cores(),
     }
 
 
@@ -105,7 +106,7 @@ def accepted(
     """The settings of a pick (from `source`) that this run takes: see the module docstring."""
     typed = typed_flags(list(argv))
     options = {o.name: o for o in all_options()}
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     current = {k: int(getattr(cfg, k)) for k in TUNED_ALL}
     # one search moves num_workers by at most max(1, cores // 2) and doubles num_envs_per_worker at most per trial
     trials = cfg.auto_tune_max_trials

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sample_factory.config.machine import usable_cores
 from sample_factory.tools.learning_suites import LEVELS, REPORT_INTERVAL_SEC, SUITES, SuiteEnv, suite_envs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -264,7 +265,7 @@ def machine_info() -> dict[str, Any]:
     gpu = None
     if torch.cuda.is_available():
         gpu = f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    usable = usable_cores()
     return {
         "cpu": cpu or "unknown",
         "cpu_count": os.cpu_count(),

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import re
 import statistics
 import sys
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sample_factory.config import parse_cfg, typed_flags
+from sample_factory.config.machine import usable_cores
 from sample_factory.tools.benchmark_atari import raw_ceiling, run_train
 
 TUNED = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy")
@@ -180,7 +180,7 @@ def search(
     """The whole search of the module docstring for `python train.py --env=<env> <extra>` (`extra`: train.py
     flags; those of TUNED_ALL among them are kept as typed). `seconds`: length of each run (None: by the env's
     speed)."""
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     base = [f"--env={env}", *extra, *(["--sampler_only=True"] if mode == "sampler" else [])]
     cfg = parse_cfg(base)  # the defaults: the env's preset, the user's flags, num_workers = cores
     start = {k: int(getattr(cfg, k)) for k in TUNED_ALL}

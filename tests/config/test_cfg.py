@@ -1,7 +1,6 @@
 import argparse
 import copy
 import json
-import multiprocessing
 import pickle
 import types
 import typing
@@ -10,6 +9,7 @@ import pytest
 
 from sample_factory.config import PRESETS, Config, Option, all_options, parse_cfg
 from sample_factory.config.fields import OptionFields
+from sample_factory.config.machine import usable_cores
 from sample_factory.config.presets import preset_values
 from sample_factory.config.reference import markdown_reference
 
@@ -57,10 +57,10 @@ def test_defaults_parse():
     assert cfg.command_line == " ".join(BASE)
 
 
-def test_num_workers_defaults_to_cpu_count(monkeypatch):
+def test_num_workers_defaults_to_usable_cores(monkeypatch):
     import sample_factory.config.parse as cfg_module
 
-    monkeypatch.setattr(cfg_module.multiprocessing, "cpu_count", lambda: 7)
+    monkeypatch.setattr(cfg_module, "usable_cores", lambda: 7)
     assert parse_cfg(["--env=SomeCustomEnv-v0"]).num_workers == 7
 
 
@@ -140,7 +140,7 @@ def test_classic_control_preset_applies_only_to_untyped_flags():
 def test_mujoco_preset_is_synchronous_and_valid_on_a_big_machine(env, monkeypatch):
     """The synchronous mujoco preset must parse on a machine with many cores (the default num_workers is one per
     core, and 16 workers' rounds would not divide its 2,048-sample iteration); a typed worker count still wins."""
-    monkeypatch.setattr("multiprocessing.cpu_count", lambda: 16)
+    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: 16)
     cfg = parse_cfg([f"--env={env}"])
     assert cfg.preset == "mujoco" and not cfg.async_rl and not cfg.use_rnn
     assert cfg.num_workers == 2
@@ -183,7 +183,7 @@ def test_dqn_on_mountain_car_gets_the_classic_dqn_preset_not_the_ppo_values():
 def test_preset_learner_threads_are_capped_at_half_the_cores(cores, threads, monkeypatch):
     """The atari preset's 2 learner threads would compete with the samplers on a 2-core machine (presets.py,
     preset_values); a typed value is taken as given."""
-    monkeypatch.setattr("multiprocessing.cpu_count", lambda: cores)
+    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: cores)
     assert parse_cfg(["--env=atari_pong", "--num_workers=2"]).learner_main_loop_num_cores == threads
     typed = parse_cfg(["--env=atari_pong", "--num_workers=2", "--learner_main_loop_num_cores=2"])
     assert typed.learner_main_loop_num_cores == 2
@@ -402,7 +402,7 @@ def test_cfg_json_round_trip():
 def test_atari_dqn_preset_applies_and_typed_flags_win(env):
     """--algo=DQN on Atari gets the Ape-X/Rainbow-style preset (presets.py: atari_dqn), APPO keeps the atari one, and
     every flag typed on the command line wins over the preset."""
-    preset = preset_values("atari_dqn", multiprocessing.cpu_count())  # learner threads capped by the cores
+    preset = preset_values("atari_dqn", usable_cores())  # learner threads capped by the cores
     cfg = parse_cfg([f"--env={env}", "--algo=DQN"])
     assert cfg.preset == "atari_dqn"
     for k, v in preset.items():

@@ -119,6 +119,6 @@ def test_space_preset_learner_threads_are_capped_at_half_the_cores(cores, thread
     it got uncapped on 2 cores before."""
     if "SfTestFrames-v0" not in gym.registry:
         gym.register("SfTestFrames-v0", entry_point=_Frames, max_episode_steps=100)
-    monkeypatch.setattr("multiprocessing.cpu_count", lambda: cores)
+    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: cores)
     cfg = parse_cfg(["--env=SfTestFrames-v0"])
     assert cfg.preset == "image" and cfg.learner_main_loop_num_cores == threads

@@ -202,9 +202,9 @@ def test_cpus_per_experiment():
     assert cpus_for(["py", "train.py", "--num_workers=3"]) == 4
     assert cpus_for(["py", "train.py", "--num_workers", "2"]) == 3
     assert cpus_for(["py", "train.py", "--num_workers=3"], override=1) == 1
-    import os
+    from sample_factory.config.machine import usable_cores
 
-    assert cpus_for(["py", "train.py"]) == os.cpu_count()  # a run without --num_workers uses every core
+    assert cpus_for(["py", "train.py"]) == usable_cores()  # a run without --num_workers uses every usable core
 
 
 def _job(tmp_path: Path, argv: list[str]) -> Job:
