@@ -71,7 +71,8 @@ OPTIONS: dict[str, list[Option]] = {
             "num_workers",
             int,
             None,
-            "Number of actor worker processes (default: the CPU cores this process may use: its affinity, e.g. taskset, capped by a cgroup CPU quota).",
+            "Number of actor worker processes (default: the CPU cores this process may use: its affinity, e.g. "
+            "taskset, capped by a cgroup CPU quota).",
         ),
         Option("num_envs_per_worker", int, 2, "Envs stepped by one actor worker."),
         Option(
