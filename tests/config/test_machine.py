@@ -11,39 +11,53 @@ import pytest
 
 from sample_factory.config.machine import cgroup_cpu_limit, usable_cores
 
+V2_ROOT = "0::/\n"
+V1_ROOT = "4:cpu,cpuacct:/\n1:name=systemd:/\n"
 
-def _cgroup(root: Path, files: dict[str, str]) -> Path:
+
+def _cgroup(root: Path, files: dict[str, str], proc: str = V2_ROOT) -> tuple[Path, Path]:
+    """A fake /sys/fs/cgroup under `root` with `files`, and a fake /proc/self/cgroup saying `proc`."""
+    (root / "mnt").mkdir(parents=True)
     for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
+        (root / "mnt" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "mnt" / name).write_text(text)
+    (root / "proc_cgroup").write_text(proc)
+    return root / "mnt", root / "proc_cgroup"
 
 
 @pytest.mark.parametrize(
-    ("files", "limit"),
+    ("files", "proc", "limit"),
     [
-        ({"cpu.max": "max 100000\n"}, None),
-        ({"cpu.max": "150000 100000\n"}, 1.5),
-        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
-        ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3.0),
-        ({}, None),
-        ({"cpu.max": "garbage"}, None),
+        ({"cpu.max": "max 100000\n"}, V2_ROOT, None),
+        ({"cpu.max": "150000 100000\n"}, V2_ROOT, 1.5),
+        ({"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, V1_ROOT, None),
+        ({"cpu,cpuacct/cpu.cfs_quota_us": "300000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, V1_ROOT, 3.0),
+        ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, V1_ROOT, 2.0),
+        ({}, V2_ROOT, None),
+        ({"cpu.max": "garbage"}, V2_ROOT, None),
+        # systemd's slices without a cgroup namespace: the process's own folder, and the smallest quota on the way up
+        (
+            {"cpu.max": "max 100000", "a.slice/cpu.max": "400000 100000", "a.slice/b.scope/cpu.max": "max 100000"},
+            "0::/a.slice/b.scope\n",
+            4.0,
+        ),
+        ({"a.slice/cpu.max": "400000 100000", "a.slice/b.scope/cpu.max": "50000 100000"}, "0::/a.slice/b.scope\n", 0.5),
+        # an older docker on v1: /proc names the host's path, the container sees its own cgroup at the mount
+        ({"cpu/cpu.cfs_quota_us": "100000", "cpu/cpu.cfs_period_us": "100000"}, "3:cpu,cpuacct:/docker/abc\n", 1.0),
     ],
 )
-def test_cgroup_cpu_limit(tmp_path, files, limit):
-    assert cgroup_cpu_limit(_cgroup(tmp_path, files)) == limit
+def test_cgroup_cpu_limit(tmp_path, files, proc, limit):
+    assert cgroup_cpu_limit(*_cgroup(tmp_path, files, proc)) == limit
 
 
 def test_usable_cores_takes_the_smaller_of_affinity_and_quota(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
-    assert usable_cores(_cgroup(tmp_path / "none", {"cpu.max": "max 100000"})) == 8
-    assert usable_cores(_cgroup(tmp_path / "v2", {"cpu.max": "250000 100000"})) == 3  # 2.5 cores: round up
-    assert usable_cores(_cgroup(tmp_path / "tiny", {"cpu.max": "10000 100000"})) == 1
+    assert usable_cores(*_cgroup(tmp_path / "none", {"cpu.max": "max 100000"})) == 8
+    assert usable_cores(*_cgroup(tmp_path / "v2", {"cpu.max": "250000 100000"})) == 3  # 2.5 cores: round up
+    assert usable_cores(*_cgroup(tmp_path / "tiny", {"cpu.max": "10000 100000"})) == 1
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
-    assert (
-        usable_cores(_cgroup(tmp_path / "v1", {"cpu/cpu.cfs_quota_us": "400000", "cpu/cpu.cfs_period_us": "100000"}))
-        == 1
-    )
+    v1 = {"cpu/cpu.cfs_quota_us": "400000", "cpu/cpu.cfs_period_us": "100000"}
+    assert usable_cores(*_cgroup(tmp_path / "v1", v1, V1_ROOT)) == 1
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
