@@ -37,10 +37,11 @@ def _slow_down(owner, name: str, variable: str) -> None:
 
 if os.environ.get("SF_TEST_ENV_GROUP_STEP_SEC"):
     from sample_factory.envs.env_group import EnvGroup
+    from sample_factory.envs.envpool_group import EnvPoolGroup  # imports envpool only when one is made
     from sample_factory.envs.vector_group import VectorEnvGroup
 
-    _slow_down(EnvGroup, "step", "SF_TEST_ENV_GROUP_STEP_SEC")
-    _slow_down(VectorEnvGroup, "step", "SF_TEST_ENV_GROUP_STEP_SEC")
+    for group in (EnvGroup, VectorEnvGroup, EnvPoolGroup):  # every env_backend's group
+        _slow_down(group, "step", "SF_TEST_ENV_GROUP_STEP_SEC")
 
 if os.environ.get("SF_TEST_SLOW_DQN_STEP_SEC"):
     from sample_factory.algo.dqn import DQNAlgorithm
