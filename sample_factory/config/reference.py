@@ -35,8 +35,8 @@ def markdown_reference() -> str:
         "Applied by env family to flags not given on the command line; see `cfg.json`. A gymnasium id that no "
         "family names gets the preset of its spaces (vector_discrete, vector_continuous or image) with `--gamma` from "
         "its episode length (0.99, or 1 - 10 / steps up to 0.999 for episodes over 1,000 steps). A preset's "
-        "`--learner_main_loop_num_cores` is capped at half the machine's cores (at least 1), so that the samplers "
-        "keep the rest.",
+        "`--learner_main_loop_num_cores` is capped at half the cores the run may use (at least 1; its CPU affinity, "
+        "e.g. taskset, and cgroup quota count, not the machine's core count), so that the samplers keep the rest.",
         "",
     ]
     for preset, values in PRESETS.items():
