@@ -508,7 +508,7 @@ def gpu_expected(device: str) -> bool:
 
 
 # A preset's learner threads are capped at half the usable cores (config/machine.py): the samplers keep the rest.
-# on 2 cores, `train.py --env=atari_pong --num_workers=2` collected and trained 1.11x as many frames in
+# On 2 cores, `train.py --env=atari_pong --num_workers=2` collected and trained 1.11x as many frames in
 # 75 s with one learner thread as with the preset's two (208,896 and 204,800 vs 188,416 and 183,040 frames, two
 # alternating runs each, 2026-11-24), and doom_basic 1.12x (234,688 and 217,088 vs 204,800 and 196,608); the tuner
 # found the same for Pong (docs/benchmarks.md, "Throughput auto-tuner").
