@@ -164,7 +164,6 @@ class Runner:
         )
         self.components = [self.roles.make(role, index) for role, index in self.roles.keys()]
         self.progress = ProgressTracker(cfg)
-        self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run, cfg=cfg)
         self.evaluator = PeriodicEvaluator(
             cfg,
             self.exp_dir,
@@ -172,6 +171,7 @@ class Runner:
             log=log,
             add_scalar=lambda p, tag, value, steps: self.summaries.add_scalar(p, tag, value, steps),
         )
+        self.summaries = SummaryWriters(self.exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run, cfg=cfg)
         self.supervisor = (
             None
             if cfg.serial_mode
@@ -402,39 +402,39 @@ class Runner:
                 order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=lambda: self.signals_received > 1
             )
             self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
-        if self.summaries is not None:  # else set-up failed before its bookkeeping: nothing ran, nothing to report
-            self._final_bookkeeping()
-        if self.pbt is not None:
-            self.pbt.close()
-        self.channels.close()
-        if self.lock is not None:
-            self.lock.release()
+        try:
+            interrupted = self.interrupted_by is not None and self.exit_code == 0
+            if interrupted:  # saved, but not finished: told apart from a run that reached its stop condition
+                self.exit_code = interrupted_exit_code(self.interrupted_by)
+            # Only a run whose components started has a final state: one that failed before (set-up, the sampler
+            # nodes) adds no row to a resumed run's progress.csv and calls no on_experiment_end without a start.
+            if self.start_time is not None:
+                self._final_bookkeeping(interrupted)
+        finally:
+            if self.evaluator is not None:
+                self.evaluator.stop()
+            if self.summaries is not None:
+                self.summaries.close()
+            if self.pbt is not None:
+                self.pbt.close()
+            self.channels.close()
+            if self.lock is not None:
+                self.lock.release()
 
-    def _final_bookkeeping(self) -> None:
+    def _final_bookkeeping(self, interrupted: bool) -> None:
         """The final report, on_experiment_end, progress.csv's last row, the summaries and the due evaluations."""
-        interrupted = self.interrupted_by is not None and self.exit_code == 0
-        if interrupted:  # saved, but not finished: told apart from a run that reached its stop condition
-            self.exit_code = interrupted_exit_code(self.interrupted_by)
         self._final_report()
         if interrupted:
             log(f"exit code {self.exit_code}: interrupted before its stop condition (the same command resumes it)")
         self._experiment_ended()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
-        self._final_evaluations()  # after the summary, whose times and FPS are training's
-        if self.pbt is not None:
-            self.pbt.write_summaries(self.summaries, self.progress)
-        self.summaries.close()
-
-    def _final_evaluations(self) -> None:
-        """The periodic evaluations due when training ended (evaluation/periodic_eval.py), then none running."""
-        if self.evaluator is None:
-            return
-        if self.start_time is not None and not self.cfg.evaluation_run:
+        if not self.cfg.evaluation_run:  # after the summary, whose times and FPS are training's
             signals = self.signals_received  # a Ctrl+C during the final evaluations stops them
             interrupted = signals > 0 or self.exit_code != 0
             self.evaluator.finish(self.progress.env_steps, interrupted, lambda: self.signals_received > signals)
-        self.evaluator.stop()
+        if self.pbt is not None:
+            self.pbt.write_summaries(self.summaries, self.progress)
 
     def _experiment_ended(self) -> None:
         if self.cfg.evaluation_run or self.callbacks is None:

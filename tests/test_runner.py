@@ -1,4 +1,5 @@
-"""The runner's shutdown after a set-up that failed part way: the original error is what the user reads."""
+"""The runner's shutdown after a start that failed part way: the original error is what the user reads, and a
+resumed experiment's records are left as they were."""
 
 from __future__ import annotations
 
@@ -8,23 +9,45 @@ import sample_factory.runner as runner_module
 from sample_factory.config import parse_cfg
 from sample_factory.runner import Runner
 
+ARGV = ["--env=CartPole-v1", "--serial_mode=True", "--num_workers=1", "--num_envs_per_worker=2", "--rollout=16"]
+
 
 def _boom(*args, **kwargs):
     raise RuntimeError("boom in set-up")
 
 
+def _run(tmp_path, capfd) -> tuple[Runner, int, str]:
+    runner = Runner(parse_cfg([*ARGV, f"--train_dir={tmp_path}", "--experiment=exp", "--train_for_env_steps=1000"]))
+    code = runner.run()
+    out = capfd.readouterr()
+    return runner, code, out.out + out.err
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("failing", ["place_components", "PeriodicEvaluator"])
+@pytest.mark.parametrize("failing", ["place_components", "PeriodicEvaluator", "SummaryWriters"])
 def test_a_setup_that_fails_part_way_reports_its_own_error_and_releases_the_run(failing, tmp_path, monkeypatch, capfd):
-    """place_components fails after the channels exist but before progress and summaries (shutdown read
-    `self.progress.line()` and raised AttributeError over the real error); PeriodicEvaluator fails after the
-    summaries. Either way the run exits 1 naming the set-up's error, and frees the experiment's lock."""
+    """place_components fails after the channels exist but before the progress tracker (shutdown read
+    `self.progress.line()` and raised AttributeError over the real error); the other two after it. Either way the
+    run exits 1 naming the set-up's error, and frees the experiment's lock."""
     monkeypatch.setattr(runner_module, failing, _boom)
-    argv = ["--env=CartPole-v1", "--serial_mode=True", "--num_workers=1", "--num_envs_per_worker=2"]
-    argv += [f"--train_dir={tmp_path}", "--experiment=broken", "--train_for_env_steps=1000"]
-    runner = Runner(parse_cfg(argv))
-    assert runner.run() == 1
-    err = capfd.readouterr()
-    assert "ERROR: RuntimeError: boom in set-up" in err.out + err.err
-    assert "AttributeError" not in err.out + err.err
+    runner, code, out = _run(tmp_path, capfd)
+    assert code == 1
+    assert "ERROR: RuntimeError: boom in set-up" in out and "AttributeError" not in out
     assert runner.lock is not None and runner.lock.fd is None  # released: the same command can run again
+
+
+@pytest.mark.timeout(120)
+def test_a_resume_that_fails_before_its_components_start_leaves_the_records_as_they_were(tmp_path, monkeypatch, capfd):
+    """A resumed run that fails before its components start (the sampler nodes unreachable, as here) trained
+    nothing: it adds no progress.csv row (one at 0 env steps after the first run's 1,000 read as a drop), and
+    reports no 0-step summary."""
+    _, code, _ = _run(tmp_path, capfd)
+    assert code == 0
+    progress = tmp_path / "exp" / "progress.csv"
+    before = progress.read_text()
+    monkeypatch.setattr(runner_module.Runner, "_start", _boom)
+    runner, code, out = _run(tmp_path, capfd)
+    assert code == 1 and "ERROR: RuntimeError: boom in set-up" in out
+    assert progress.read_text() == before
+    assert "done:" not in out, out
+    assert runner.lock.fd is None

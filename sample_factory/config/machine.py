@@ -44,7 +44,10 @@ def cgroup_cpu_limit(root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/s
     for mount, controller in ((root, ""), (root / "cpu", "cpu"), (root / "cpu,cpuacct", "cpu")):
         if not mount.is_dir():
             continue
-        folder = mount / _own_cgroup(proc_cgroup, controller).relative_to("/")
+        try:
+            folder = mount / _own_cgroup(proc_cgroup, controller).relative_to("/")
+        except ValueError:  # not an absolute path: no kernel writes one, but parsing a config must not fail here
+            folder = mount
         while True:
             if (limit := _quota(folder)) is not None:
                 limits.append(limit)

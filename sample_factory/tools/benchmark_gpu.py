@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from sample_factory.config.machine import usable_cores
 from sample_factory.tools.benchmark_atari import raw_ceiling, run_train
 
 # SF2's Atari hyperparameters (same work per sample as CleanRL's ppo_atari: 4 epochs x 4 minibatches of 256 per
@@ -86,7 +87,7 @@ def measure(c: dict, args: argparse.Namespace, extra: list[str], ceilings: dict[
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--num_workers", type=int, default=os.cpu_count(), help="Actor workers (default: all cores).")
+    p.add_argument("--num_workers", type=int, default=usable_cores(), help="Actor workers (default: the usable cores).")
     p.add_argument("--seconds", type=float, default=45.0, help="Length of each training / sampling run.")
     p.add_argument("--device", default="gpu", help="--device of the runs (the CPU CartPole row always uses cpu).")
     p.add_argument(

@@ -44,6 +44,8 @@ def _cgroup(root: Path, files: dict[str, str], proc: str = V2_ROOT) -> tuple[Pat
         ({"a.slice/cpu.max": "400000 100000", "a.slice/b.scope/cpu.max": "50000 100000"}, "0::/a.slice/b.scope\n", 0.5),
         # an older docker on v1: /proc names the host's path, the container sees its own cgroup at the mount
         ({"cpu/cpu.cfs_quota_us": "100000", "cpu/cpu.cfs_period_us": "100000"}, "3:cpu,cpuacct:/docker/abc\n", 1.0),
+        # a path that is not absolute: the mount's own quota, no exception
+        ({"cpu.max": "200000 100000"}, "0::relative/path\n", 2.0),
     ],
 )
 def test_cgroup_cpu_limit(tmp_path, files, proc, limit):

@@ -198,13 +198,12 @@ def test_gpu_slots_round_robin_and_capacity():
         GpuSlots(1, 0)
 
 
-def test_cpus_per_experiment():
+def test_cpus_per_experiment(monkeypatch):
     assert cpus_for(["py", "train.py", "--num_workers=3"]) == 4
     assert cpus_for(["py", "train.py", "--num_workers", "2"]) == 3
     assert cpus_for(["py", "train.py", "--num_workers=3"], override=1) == 1
-    from sample_factory.config.machine import usable_cores
-
-    assert cpus_for(["py", "train.py"]) == usable_cores()  # a run without --num_workers uses every usable core
+    monkeypatch.setattr("sample_factory.launcher.jobs.usable_cores", lambda: 5)
+    assert cpus_for(["py", "train.py"]) == 5  # a run without --num_workers uses every usable core
 
 
 def _job(tmp_path: Path, argv: list[str]) -> Job:
