@@ -167,7 +167,8 @@ def _kill_group(pgid: int) -> list[str]:
         seen = _describe(proc)
         # An empty command line: the process is exiting (the kernel has released its memory), seen before it became
         # a zombie (CI: a fork server on its way out, no longer recognizable as one); reported only if it lingers.
-        if seen and seen[1] and not is_mp_helper(proc):
+        # (the command line read here decides: a tracker on its way out no longer has one to read a moment later)
+        if seen and seen[1] and not is_mp_helper(proc, seen[1]):
             described[proc.pid] = f"{seen[0]} (running when the command exited)"
     _, procs = psutil.wait_procs(at_exit, timeout=LINGER_S)
     doom_ids = []

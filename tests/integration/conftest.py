@@ -104,19 +104,19 @@ def is_runner(p: psutil.Process) -> bool:
         return False
 
 
-def is_resource_tracker(p: psutil.Process) -> bool:
+def is_resource_tracker(p: psutil.Process, cmdline: list[str] | None = None) -> bool:
     """multiprocessing's resource tracker (always a fresh interpreter, `python -c "from multiprocessing.resource_tracker
-    import main; ..."`)."""
+    import main; ..."`). `cmdline`: the one already read, for a process that may exit before it is read again."""
     try:
-        return any("multiprocessing.resource_tracker" in arg for arg in p.cmdline())
+        return any("multiprocessing.resource_tracker" in arg for arg in (cmdline or p.cmdline()))
     except psutil.Error:
         return False
 
 
-def is_mp_helper(p: psutil.Process) -> bool:
+def is_mp_helper(p: psutil.Process, cmdline: list[str] | None = None) -> bool:
     """multiprocessing's fork server or resource tracker: they exit a moment after the last process holding their
     pipes does."""
-    return is_fork_server(p) or is_resource_tracker(p)
+    return is_resource_tracker(p, cmdline) or is_fork_server(p)
 
 
 def _fork_server_tmpdirs(p: psutil.Process) -> set[Path]:
@@ -210,11 +210,13 @@ class TrainRun:
             except psutil.Error:
                 continue
             with self._lock:
-                new = c.pid not in self.seen
                 sp = self.seen.setdefault(c.pid, SeenProcess(c.pid, ct))
-                if abs(sp.create_time - ct) < 0.01:
+                # new, or renamed since: a forked fork server is first seen with the runner's name and command line
+                # (a loaded CI machine showed it so), and is recognizable only once it has named itself
+                renamed = abs(sp.create_time - ct) < 0.01 and name not in sp.names
+                if renamed:
                     sp.names.add(name)
-            if new:
+            if renamed:
                 tmpdirs = _fork_server_tmpdirs(c)
                 with self._lock:
                     self.mp_tmpdirs |= tmpdirs
