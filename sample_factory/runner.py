@@ -431,8 +431,8 @@ class Runner:
         self.summaries.write(self.progress)
         if not self.cfg.evaluation_run:  # after the summary, whose times and FPS are training's
             signals = self.signals_received  # a Ctrl+C during the final evaluations stops them
-            interrupted = signals > 0 or self.exit_code != 0
-            self.evaluator.finish(self.progress.env_steps, interrupted, lambda: self.signals_received > signals)
+            skip = signals > 0 or self.exit_code != 0  # interrupted or failed: no evaluation is due
+            self.evaluator.finish(self.progress.env_steps, skip, lambda: self.signals_received > signals)
         if self.pbt is not None:
             self.pbt.write_summaries(self.summaries, self.progress)
 
