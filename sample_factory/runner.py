@@ -460,8 +460,9 @@ class Runner:
             self._on_report(r)
 
     def _final_report(self) -> None:
-        elapsed = 0.0 if self.start_time is None else time.monotonic() - self.start_time
-        if self.start_time is not None and not self.cfg.evaluation_run:
+        """Called only for a run whose components started (start_time set)."""
+        elapsed = time.monotonic() - self.start_time
+        if not self.cfg.evaluation_run:
             started = time.time() - elapsed  # the summary names the newest checkpoint on disk, not the last report
             for p in range(self.cfg.num_policies):
                 if (newest := newest_checkpoint_since(self.cfg, p, started)) is not None:
