@@ -15,6 +15,7 @@ from sample_factory.algo.base import (
     Algorithm,
     exploration_coeff_at,
     forward_autocast,
+    kl_adaptive_lr,
     learning_rate_at,
     make_adam,
 )
@@ -99,6 +100,11 @@ class APPOAlgorithm(Algorithm):
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         super().__init__(cfg, model, device)
         self.optimizer = make_adam(cfg, model.parameters())
+        # --lr_schedule=kl_adaptive: the rate lives on the device, steered after every SGD step without a read-back
+        self.lr_t: Tensor | None = None
+        if cfg.lr_schedule == "kl_adaptive":
+            self.lr_t = torch.tensor(cfg.learning_rate, dtype=torch.float32, device=device)
+            self.optimizer.param_groups[0]["lr"] = self.lr_t
         self.exploration_coeff = exploration_coeff_at(cfg, 0)  # --exploration_loss_schedule, set every iteration
         # IMPALA-style replay (--replay_proportion with --exp_replayer=uniform): whole trajectories, V-trace corrected
         self.replay = None
@@ -140,13 +146,26 @@ class APPOAlgorithm(Algorithm):
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.lr_t is not None:  # the steered rate goes on; a checkpoint of another schedule starts it anew
+            saved = self.optimizer.param_groups[0]["lr"]
+            if isinstance(saved, Tensor):
+                self.lr_t.copy_(saved)
+            else:
+                self.lr_t.fill_(self.cfg.learning_rate)
+            self.optimizer.param_groups[0]["lr"] = self.lr_t
         if self.replay is not None and self.cfg.save_replay_buffer and state.get("replay") is not None:
             self.replay.load_state_dict(state["replay"])
 
     def update_learning_rate(self, env_steps: int) -> None:
-        for g in self.optimizer.param_groups:
-            g["lr"] = learning_rate_at(self.cfg, env_steps)
+        if self.lr_t is None:
+            for g in self.optimizer.param_groups:
+                g["lr"] = learning_rate_at(self.cfg, env_steps)
         self.exploration_coeff = exploration_coeff_at(self.cfg, env_steps)
+
+    def update_cfg(self, cfg: Config) -> None:
+        if self.lr_t is not None and cfg.learning_rate != self.cfg.learning_rate:  # PBT set a new rate: start there
+            self.lr_t.fill_(cfg.learning_rate)
+        super().update_cfg(cfg)
 
     def on_weights_replaced(self) -> None:
         self.optimizer.state.clear()  # Adam's moment estimates belong to the old weights
@@ -190,6 +209,8 @@ class APPOAlgorithm(Algorithm):
                     has_data = None if p.all_valid else p.valid[mb].any()
                     loss, mb_stats = self.minibatch_loss(p, mb)
                 grad_norm, ok = self.device_step(loss, self.optimizer, has_data)
+                if self.lr_t is not None:
+                    self.steer_lr(mb_stats["approx_kl"], ok)
                 names = [*mb_stats, "grad_norm"]
                 step_stats = torch.stack([*mb_stats.values(), grad_norm]).double()  # [K]
                 step_stats = torch.where(ok, step_stats, 0.0)  # a skipped step's NaN never reaches the sums
@@ -197,17 +218,27 @@ class APPOAlgorithm(Algorithm):
                 applied = applied + ok
         if self.dp is not None and sums is not None:  # the ranks' means of the step statistics
             sums = self.dp.all_reduce_(sums) / self.dp.world
-        # the iteration's one read-back: [K sums, applied steps, skipped total, skipped in a row]
-        tail = torch.cat([applied.view(1), self._skip_counts]).double()
+        # the iteration's one read-back: [K sums, learning rate, applied steps, skipped total, skipped in a row]
+        lr = self.lr_t if self.lr_t is not None else torch.tensor(self.optimizer.param_groups[0]["lr"])
+        tail = torch.cat([lr.to(self.device).view(1), applied.view(1), self._skip_counts]).double()
         host = host_read(tail if sums is None else torch.cat([sums, tail]))
         num_steps = int(host[-3])
         self.read_skip_counts([int(host[-2]), int(host[-1])])
-        stats = {k: v / max(num_steps, 1) for k, v in zip(names, host[:-3], strict=True)}
-        stats.update(self.batch_stats(p, num_steps, fresh))
+        stats = {k: v / max(num_steps, 1) for k, v in zip(names, host[: len(names)], strict=True)}
+        stats.update(self.batch_stats(p, num_steps, fresh, lr=float(host[-4])))
         if self.dp is not None:  # sample counts of the whole batch (the other statistics are this rank's)
             counts = torch.tensor([float(stats[k]) for k in DP_SUMMED], dtype=torch.float64, device=self.device)
             stats.update(zip(DP_SUMMED, (int(c) for c in host_read(self.dp.all_reduce_(counts))), strict=True))
         return stats, policy_version + num_steps
+
+    def steer_lr(self, kl: Tensor, applied: Tensor) -> None:
+        """--lr_schedule=kl_adaptive after an SGD step: the rate follows the minibatch's approx_kl (in a data-parallel
+        group the ranks' mean, so that every rank keeps the same rate); a skipped step leaves it as it was."""
+        if self.dp is not None:
+            kl = self.dp.all_reduce_(kl.detach().clone().view(1)).view(()) / self.dp.world
+        cfg = self.cfg
+        new = kl_adaptive_lr(self.lr_t, kl.detach(), cfg.kl_threshold, cfg.lr_min, cfg.lr_max)
+        self.lr_t.copy_(torch.where(applied, new, self.lr_t))
 
     def dp_minibatch_loss(self, p: PreparedBatch, mb: Tensor) -> tuple[Tensor, dict[str, Tensor], Tensor]:
         """A data-parallel rank's part of minibatch `mb` (global row indices, CPU): the loss of its own rows as
@@ -375,7 +406,9 @@ class APPOAlgorithm(Algorithm):
             return loss, stats, returns_moments[0]
         return loss, stats
 
-    def batch_stats(self, p: PreparedBatch, sgd_steps: int, fresh: int | None = None) -> dict[str, float]:
+    def batch_stats(
+        self, p: PreparedBatch, sgd_steps: int, fresh: int | None = None, lr: float | None = None
+    ) -> dict[str, float]:
         """Per-iteration counts: SGD steps, skipped updates, learning rate, policy lag of this policy's steps (fresh
         ones; replayed rows from `fresh` on get their own lag and count). From the CPU tensors: no read-back."""
         if fresh is not None:
@@ -395,7 +428,7 @@ class APPOAlgorithm(Algorithm):
             **extra,
             "sgd_steps": sgd_steps,
             "skipped_updates": self.skipped_updates,
-            "lr": self.optimizer.param_groups[0]["lr"],
+            "lr": self.optimizer.param_groups[0]["lr"] if lr is None else lr,
             "exploration_coeff": self.exploration_coeff,
             "policy_lag_min": float(lag.min()),
             "policy_lag_avg": float(lag.mean()),

@@ -42,6 +42,13 @@ def scheduled(value: float, schedule: str, env_steps: int, budget: int) -> float
     return value
 
 
+def kl_adaptive_lr(lr: Tensor, kl: Tensor, target: float, lr_min: float, lr_max: float, factor: float = 1.5) -> Tensor:
+    """rl_games' adaptive schedule (--lr_schedule=kl_adaptive) on the device: lr / factor where the KL of the last step
+    is above 2 x target, lr * factor where below target / 2, else lr; clamped to [lr_min, lr_max]. lr, kl: scalars."""
+    scale = torch.where(kl > 2.0 * target, 1.0 / factor, torch.where(kl < 0.5 * target, factor, 1.0))
+    return (lr * scale).clamp(lr_min, lr_max)
+
+
 def learning_rate_at(cfg: Config, env_steps: int) -> float:
     """--learning_rate, constant or decayed linearly to 0 over --train_for_env_steps (--lr_schedule)."""
     return scheduled(cfg.learning_rate, cfg.lr_schedule, env_steps, cfg.train_for_env_steps)

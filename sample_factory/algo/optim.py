@@ -109,7 +109,7 @@ class FusedAdam:
                     [],  # max_exp_avg_sqs: amsgrad only
                     steps,
                     amsgrad=False,
-                    lr=float(group["lr"]),
+                    lr=lr if isinstance(lr := group["lr"], Tensor) else float(lr),  # a tensor: kl_adaptive
                     beta1=float(beta1),
                     beta2=float(beta2),
                     weight_decay=float(group["weight_decay"]),
@@ -165,6 +165,8 @@ class FusedAdam:
         for saved, group in zip(saved_groups, self.param_groups, strict=True):
             for k in ("lr", "eps", "weight_decay"):
                 group[k] = saved[k]
+            if isinstance(group["lr"], Tensor):  # a device-side rate (kl_adaptive) goes where the parameters are
+                group["lr"] = group["lr"].to(device=group["params"][0].device, dtype=torch.float32, copy=True)
             group["betas"] = tuple(saved["betas"])
 
 

@@ -13,6 +13,7 @@ class OptionFields:
     experiment: str  # default 'default_experiment'
     train_dir: str  # default './train_dir'
     device: str  # default 'auto'; one of auto, gpu, cpu
+    tuned_for: str  # default 'auto'; one of auto, gpu, cpu
     seed: int | None  # default None
     serial_mode: bool  # default False
     async_rl: bool  # default True
@@ -72,7 +73,10 @@ class OptionFields:
     kl_loss_coeff: float  # default 0.0
     max_grad_norm: float  # default 4.0
     learning_rate: float  # default 0.0001
-    lr_schedule: str  # default 'constant'; one of constant, linear_decay
+    lr_schedule: str  # default 'constant'; one of constant, linear_decay, kl_adaptive
+    kl_threshold: float  # default 0.008
+    lr_min: float  # default 1e-06
+    lr_max: float  # default 0.01
     adam_eps: float  # default 1e-06
     adam_beta1: float  # default 0.9
     adam_beta2: float  # default 0.999

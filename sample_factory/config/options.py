@@ -49,6 +49,15 @@ OPTIONS: dict[str, list[Option]] = {
             "Where policy workers and learners run: auto (GPU when available), gpu, or cpu.",
             choices=("auto", "gpu", "cpu"),
         ),
+        Option(
+            "tuned_for",
+            str,
+            "auto",
+            "Which of the preset's setups applies: gpu (the GPU setup: larger batches, more epochs), cpu (the CPU "
+            "one), or auto (gpu where training runs on a GPU). --device=cpu --tuned_for=gpu trains what a GPU user "
+            "gets, on the CPU: same samples per update, same frames to a score (up to policy lag), slower.",
+            choices=("auto", "gpu", "cpu"),
+        ),
         Option("seed", int, None, "Random seed. With --serial_mode=True a fixed seed makes the run reproducible."),
         Option("serial_mode", str2bool, False, "Run actor, policy and learner components in one process (debugging)."),
         Option(
@@ -337,9 +346,21 @@ OPTIONS: dict[str, list[Option]] = {
             "lr_schedule",
             str,
             "constant",
-            "constant, or linear_decay to 0 over --train_for_env_steps.",
-            choices=("constant", "linear_decay"),
+            "constant; linear_decay to 0 over --train_for_env_steps; or kl_adaptive (rl_games' adaptive schedule, "
+            "APPO only): after every SGD step the rate is divided by 1.5 when the minibatch's approx_kl is above "
+            "2 x --kl_threshold and multiplied by 1.5 when below half of it, within [--lr_min, --lr_max], starting "
+            "at --learning_rate. Saved in the checkpoint; reported as lr.",
+            choices=("constant", "linear_decay", "kl_adaptive"),
         ),
+        Option(
+            "kl_threshold",
+            float,
+            0.008,
+            "--lr_schedule=kl_adaptive: the KL (behaviour policy -> current policy, per sample) the learning rate "
+            "is steered to (rl_games' kl_threshold).",
+        ),
+        Option("lr_min", float, 1e-6, "--lr_schedule=kl_adaptive: the lowest learning rate."),
+        Option("lr_max", float, 1e-2, "--lr_schedule=kl_adaptive: the highest learning rate."),
         Option("adam_eps", float, 1e-6, "Adam epsilon."),
         Option("adam_beta1", float, 0.9, "Adam beta1."),
         Option("adam_beta2", float, 0.999, "Adam beta2."),

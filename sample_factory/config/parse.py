@@ -91,15 +91,15 @@ def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
 
 
 def preset_for(
-    env: str | None, algo: str, device: str, max_episode_steps: int | None = None
+    env: str | None, algo: str, device: str, max_episode_steps: int | None = None, tuned_for: str = "auto"
 ) -> tuple[str | None, dict[str, Any]]:
     """The preset a run of `env` gets here and its values: the env family's (with its GPU changes where training
-    will run on a GPU), else, for a gymnasium id trained with PPO (DQN always gets a preset here), the one its spaces
-    choose (the env is made once to read them; gamma follows --max_episode_steps where typed, else the env's own
-    limit); (None, {}) where neither applies."""
+    will run on a GPU, or as --tuned_for says), else, for a gymnasium id trained with PPO (DQN always gets a preset
+    here), the one its spaces choose (the env is made once to read them; gamma follows --max_episode_steps where
+    typed, else the env's own limit); (None, {}) where neither applies."""
     preset = preset_name_for_env(env, algo)
     if preset:
-        gpu = preset in GPU_PRESETS and gpu_expected(device)
+        gpu = preset in GPU_PRESETS and (tuned_for == "gpu" or (tuned_for == "auto" and gpu_expected(device)))
         return preset, preset_values(preset, usable_cores(), gpu)
     if env is None:
         return None, {}
@@ -123,7 +123,10 @@ def build_parser(
     `listed` (None: all) are accepted but left out of the help."""
     env, algo = _env_and_algo(help_argv) if help_argv else (None, "APPO")
     device = next((a.split("=", 1)[1] for a in help_argv if a.startswith("--device=")), "auto")
-    preset, preset_vals = preset_for(env, algo, device) if env else (None, {})  # what a run with these flags gets
+    tuned_for = next((a.split("=", 1)[1] for a in help_argv if a.startswith("--tuned_for=")), "auto")
+    preset, preset_vals = (
+        preset_for(env, algo, device, tuned_for=tuned_for) if env else (None, {})
+    )  # what a run with these flags gets
     if env and not preset:
         description += f" --env={env} has no preset: the defaults apply."
     p = _OneLineErrorParser(
@@ -198,7 +201,7 @@ def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     enjoy_only = [opt for opt in OPTIONS[ENJOY_ONLY_GROUP] if opt.name in typed]
     if enjoy_only:
         parser.error(_enjoy_only_message(enjoy_only[0]))
-    cfg.preset, values = preset_for(cfg.env, cfg.algo, cfg.device, cfg.max_episode_steps)
+    cfg.preset, values = preset_for(cfg.env, cfg.algo, cfg.device, cfg.max_episode_steps, cfg.tuned_for)
     for k, v in values.items():
         if k not in typed:
             setattr(cfg, k, v)
@@ -379,6 +382,8 @@ def finalize_cfg(cfg: Config) -> Config:
         raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
     if cfg.learning_rate <= 0:
         raise ConfigError(f"--learning_rate must be > 0, got {cfg.learning_rate}")
+    if cfg.lr_schedule == "kl_adaptive":
+        _check_kl_adaptive(cfg)
     if cfg.train_for_env_steps <= 0 or cfg.train_for_seconds <= 0:
         raise ConfigError("--train_for_env_steps and --train_for_seconds must be > 0")
     cfg.train_for_env_steps = int(cfg.train_for_env_steps)
@@ -434,6 +439,18 @@ def finalize_cfg(cfg: Config) -> Config:
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg
+
+
+def _check_kl_adaptive(cfg: Config) -> None:
+    if cfg.algo != "APPO":
+        raise ConfigError(f"--lr_schedule=kl_adaptive steers APPO's policy KL; --algo={cfg.algo} has none")
+    if cfg.kl_threshold <= 0:
+        raise ConfigError(f"--kl_threshold must be > 0, got {cfg.kl_threshold}")
+    if not 0 < cfg.lr_min <= cfg.learning_rate <= cfg.lr_max:
+        raise ConfigError(
+            f"--lr_schedule=kl_adaptive needs 0 < --lr_min <= --learning_rate <= --lr_max, got "
+            f"{cfg.lr_min} / {cfg.learning_rate} / {cfg.lr_max}"
+        )
 
 
 # Env families whose episodes our own wrappers or the engine limit (ALE's 108,000 frames, a scenario's timeout).
@@ -507,7 +524,7 @@ def _check_ray_pbt(cfg: Config) -> None:
             "are not in the members' progress.csv)"
         )
     for schedule in ("lr_schedule", "exploration_loss_schedule"):
-        if getattr(cfg, schedule) != "constant":
+        if getattr(cfg, schedule) == "linear_decay":
             raise ConfigError(f"--pbt_backend=ray needs --{schedule}=constant (each segment has its own budget)")
     if cfg.pbt_cpus_per_member < 0 or cfg.pbt_gpus_per_member < 0 or cfg.pbt_max_member_restarts < 0:
         raise ConfigError("--pbt_cpus_per_member, --pbt_gpus_per_member and --pbt_max_member_restarts must be >= 0")

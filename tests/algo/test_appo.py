@@ -357,3 +357,49 @@ def test_device_step_skips_nonfinite_and_empty_minibatches_without_a_read_back()
     assert not all(torch.equal(a, b) for a, b in zip(before, algo.model.parameters(), strict=True))
     algo.read_skip_counts()
     assert (algo.skipped_updates, algo.consecutive_skipped) == (1, 0)
+
+
+def test_kl_adaptive_lr_rule():
+    """rl_games' adaptive rule: / 1.5 above twice the target, * 1.5 below half of it, unchanged between, clamped."""
+    from sample_factory.algo.base import kl_adaptive_lr
+
+    lr = torch.tensor(1e-3)
+    step = [kl_adaptive_lr(lr, torch.tensor(kl), 0.01, 1e-6, 1e-2).item() for kl in (0.03, 0.021, 0.015, 0.004, 0.0)]
+    assert step == pytest.approx([1e-3 / 1.5, 1e-3 / 1.5, 1e-3, 1.5e-3, 1.5e-3])
+    assert kl_adaptive_lr(torch.tensor(9e-3), torch.tensor(0.0), 0.01, 1e-6, 1e-2).item() == pytest.approx(1e-2)
+    assert kl_adaptive_lr(torch.tensor(1e-6), torch.tensor(1.0), 0.01, 1e-6, 1e-2).item() == pytest.approx(1e-6)
+
+
+def test_kl_adaptive_schedule_steers_every_step_and_resumes():
+    """--lr_schedule=kl_adaptive: the rate moves after every applied SGD step by the minibatch's approx_kl (the
+    scenario's random behaviour policy is far from the model's: KL ~1 against a target of 0.01, so every step divides
+    by 1.5), the iteration reports the rate it ended at, update_learning_rate leaves it alone, and a checkpoint's
+    rate is where a resumed run goes on."""
+    flags = ("--lr_schedule=kl_adaptive", "--kl_threshold=0.01")
+    out = run_scenario("gaussian_gae_unclipped", make_algorithm, flags)
+    assert [s["sgd_steps"] for s in out["stats"]] == [12, 12]  # 4 epochs x 3 minibatches, 2 iterations
+    # 12 divisions, then 24 (below --lr_min=1e-6: held there)
+    assert [s["lr"] for s in out["stats"]] == pytest.approx([3e-3 / 1.5**12, 1e-6])
+    saved = out["algo"]["optimizer"]["param_groups"][0]["lr"]
+    assert isinstance(saved, torch.Tensor) and saved.item() == pytest.approx(1e-6)
+    # a KL far below the target: * 1.5 per step, up to --lr_max
+    up = run_scenario("gaussian_gae_unclipped", make_algorithm, (*flags[:1], "--kl_threshold=100", "--lr_max=1"))
+    assert up["stats"][0]["lr"] == pytest.approx(3e-3 * 1.5**12)
+    const = run_scenario("gaussian_gae_unclipped", make_algorithm)
+    algo = _algo(*flags, "--learning_rate=3e-3", action_space=gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+    algo.load_state_dict(out["algo"])
+    algo.update_learning_rate(10**6)
+    assert algo.optimizer.param_groups[0]["lr"] is algo.lr_t and algo.lr_t.item() == pytest.approx(saved.item())
+    # a checkpoint of a constant-rate run starts the steered rate at --learning_rate
+    other = _algo(*flags, "--learning_rate=2e-3", action_space=gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+    other.load_state_dict(const["algo"])
+    assert other.lr_t.item() == pytest.approx(2e-3)
+
+
+def test_kl_adaptive_rejected_where_it_cannot_apply():
+    with pytest.raises(SystemExit):
+        parse_cfg([*SMALL, "--algo=DQN", "--lr_schedule=kl_adaptive"])
+    with pytest.raises(SystemExit):
+        parse_cfg([*SMALL, "--lr_schedule=kl_adaptive", "--learning_rate=0.1", "--lr_max=0.01"])
+    with pytest.raises(SystemExit):
+        parse_cfg([*SMALL, "--lr_schedule=kl_adaptive", "--kl_threshold=0"])

@@ -177,3 +177,38 @@ def test_found_inf_skips_the_update_on_the_device():
     opt.step(found_inf=torch.zeros(()))
     ref_opt.step()
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), ref.parameters(), strict=True))
+
+
+def test_tensor_learning_rate_matches_a_float_one_and_loads_onto_the_parameters_device():
+    """--lr_schedule=kl_adaptive keeps the rate as a device tensor: the kernel's steps are a float rate's (up to the
+    rate's float32 rounding), and a state dict whose rate is a tensor loads it as a float32 tensor beside the
+    parameters."""
+    a, b = _net(), _net()
+    opt_a = FusedAdam(a.parameters(), lr=1e-3)
+    opt_b = FusedAdam(b.parameters(), lr=1e-3)
+    opt_b.param_groups[0]["lr"] = torch.tensor(1e-3, dtype=torch.float32)
+    _train(a, opt_a, 5)
+    _train(b, opt_b, 5)
+    assert not torch.equal(b.conv.weight, _net().conv.weight)  # the tensor rate trained
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.allclose(pa, pb, rtol=1e-6, atol=1e-8)
+    state = opt_b.state_dict()
+    state["param_groups"][0]["lr"] = torch.tensor(2e-3, dtype=torch.float64)
+    c = _net()
+    opt_c = FusedAdam(c.parameters(), lr=1e-3)
+    opt_c.load_state_dict(state)
+    lr = opt_c.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and lr.dtype == torch.float32 and lr.item() == pytest.approx(2e-3)
+    assert lr is not state["param_groups"][0]["lr"]
+
+
+def test_kl_adaptive_training_reads_back_once_per_iteration():
+    """The steered rate adds no read-back per SGD step: an iteration of 12 steps makes one host read."""
+    from sample_factory.algo.registry import make_algorithm
+    from sample_factory.tools.learner_loop import count_syncs
+    from tests.algo.appo_fixture import run_scenario
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = run_scenario("gaussian_gae_unclipped", make_algorithm, ("--lr_schedule=kl_adaptive",))
+    steps = sum(s["sgd_steps"] for s in out["stats"])
+    assert steps == 24 and count_syncs(prof) <= 0.25 * steps

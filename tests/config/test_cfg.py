@@ -438,6 +438,27 @@ def test_atari_preset_takes_its_gpu_setup_where_training_is_on_a_gpu(monkeypatch
     assert not presets.gpu_expected("auto")
 
 
+def test_tuned_for_picks_the_presets_setup_whatever_the_device(capsys):
+    """--tuned_for=gpu trains a GPU user's setup on the CPU (frames to a score measured here), --tuned_for=cpu the
+    CPU setup on a GPU; auto follows the device; the help shows the chosen setup's values."""
+    from sample_factory.config import presets
+
+    on_cpu_as_gpu = parse_cfg(["--env=atari_pong", "--device=cpu", "--tuned_for=gpu"])
+    for k, v in presets.GPU_PRESETS["atari"].items():
+        assert getattr(on_cpu_as_gpu, k) == v, k
+    assert on_cpu_as_gpu.device == "cpu"
+    on_gpu_as_cpu = parse_cfg(["--env=atari_pong", "--device=gpu", "--tuned_for=cpu"])
+    assert (on_gpu_as_cpu.batch_size, on_gpu_as_cpu.num_envs_per_worker) == (256, 16)
+    assert parse_cfg(["--env=atari_pong", "--device=cpu", "--tuned_for=auto"]).batch_size == 256
+    assert parse_cfg(["--env=CartPole-v1", "--tuned_for=gpu"]).batch_size == parse_cfg(["--env=CartPole-v1"]).batch_size
+    with pytest.raises(SystemExit):
+        parse_cfg(["--env=atari_pong", "--tuned_for=tpu"])
+    with pytest.raises(SystemExit):
+        parse_cfg(["--env=atari_pong", "--device=cpu", "--tuned_for=gpu", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "train_batch_size). (default: 1024; atari preset for --env=atari_pong: 1024)" in help_text
+
+
 def test_auto_device_asks_nvml_not_the_cuda_runtime(monkeypatch):
     """The launcher forks its fork server after parsing (runtime/fork_server.py); a fork of a process that asked
     the CUDA runtime (torch.cuda.is_available()) cannot use CUDA, NVML's device count can be asked."""
