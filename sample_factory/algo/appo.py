@@ -105,6 +105,12 @@ class APPOAlgorithm(Algorithm):
         if cfg.lr_schedule == "kl_adaptive":
             self.lr_t = torch.tensor(cfg.learning_rate, dtype=torch.float32, device=device)
             self.optimizer.param_groups[0]["lr"] = self.lr_t
+            if cfg.async_rl and not cfg.serial_mode:
+                self.notes.append(
+                    "--lr_schedule=kl_adaptive in an asynchronous run: the KL it steers by includes the policy lag, "
+                    "which can drive the rate to --lr_min; --async_rl=False measures it as rl_games does "
+                    "(docs/algorithms.md)"
+                )
         self.exploration_coeff = exploration_coeff_at(cfg, 0)  # --exploration_loss_schedule, set every iteration
         # IMPALA-style replay (--replay_proportion with --exp_replayer=uniform): whole trajectories, V-trace corrected
         self.replay = None
