@@ -10,7 +10,7 @@
 #                   CartPole's env, experiment and --stop_at_reward=475 apply only when TRAIN_ARGS names no env
 #   make format     auto-format and auto-fix lint
 #   make docs       regenerate docs/config-reference.md and sample_factory/config/fields.py
-#   make benchmark  run the throughput benchmark (extra flags: make benchmark ARGS="...")
+#   make benchmark  run the throughput benchmark, benchmarks/benchmark.py (extra flags: make benchmark ARGS="...")
 #   make clean      remove .venv, build artifacts and train_dir
 
 PY ?= python3
@@ -20,7 +20,7 @@ RUFF := $(VENV)/bin/ruff
 STAMP := $(VENV)/.installed
 
 # Top-level scripts (setup.py, train.py, enjoy.py); $(wildcard) avoids a literal '*.py' when none exist.
-LINT_PATHS := sample_factory tests examples $(wildcard *.py)
+LINT_PATHS := sample_factory benchmarks tests examples $(wildcard *.py)
 PIP_FLAGS := --no-input $(if $(CI),--progress-bar off,)
 TRAIN_ARGS ?=
 EXTRAS ?=
@@ -87,7 +87,7 @@ docs: venv
 	mv sample_factory/config/fields.py.tmp sample_factory/config/fields.py
 
 benchmark: venv
-	$(VENV_PY) -m sample_factory.tools.benchmark $(ARGS)
+	$(VENV_PY) -m benchmarks.benchmark $(ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info train_dir .pytest_cache .ruff_cache
