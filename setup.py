@@ -31,7 +31,7 @@ EXTRAS_REQUIRE = {
     "onnx": ["onnx", "onnxruntime"],
     "wandb": ["wandb"],  # --with_wandb (Weights & Biases logging)
     "ray": ["ray[default]"],  # the launcher's ray backend (--backend=ray) and remote samplers (--sampler_nodes)
-    "dev": ["pytest", "pytest-timeout", "pytest-xdist", "ruff"],
+    "dev": ["pytest", "pytest-timeout", "pytest-xdist", "ruff", "mypy"],
 }
 
 setup(

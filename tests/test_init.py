@@ -29,6 +29,7 @@ def test_unknown_name_is_an_attribute_error():
         sample_factory.nope  # noqa: B018
 
 
+@pytest.mark.process
 def test_import_does_not_load_torch():
     code = "import sys, sample_factory; assert 'torch' not in sys.modules; print(len(sample_factory.__all__))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -80,7 +80,7 @@ def fork_here() -> None:
             stream.flush()
     spawn = multiprocessing.util.spawnv_passfds
 
-    def fork_instead(path: str, args: Sequence[str], passfds: Sequence[int]) -> int:
+    def fork_instead(path: Any, args: Sequence[Any], passfds: Sequence[int]) -> int:  # typeshed says bytes: a str
         if "multiprocessing.forkserver" not in args[-1]:
             return spawn(path, args, passfds)
         pid = os.fork()
@@ -116,7 +116,7 @@ def _serve_forked(path: str, args: Sequence[str], passfds: Sequence[int]) -> Non
             f.write(NAME)
         # held by ensure_running while it forked this copy: a process started from here that starts a fork server
         # of its own needs it free
-        multiprocessing.forkserver._forkserver._lock = threading.Lock()
+        multiprocessing.forkserver._forkserver._lock = threading.Lock()  # type: ignore[attr-defined]  # private
         exec(args[-1], {"__name__": "__sf_forkserver__"})  # the program of `python -c PROGRAM`
         code = 0
     except SystemExit as e:  # the server's way out: every client closed the "alive" pipe

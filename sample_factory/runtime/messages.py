@@ -327,7 +327,7 @@ class LocalChannel:
         self.q.append(msg)
 
     def get_many(self, block: bool = True, timeout: float = 0.0, max_messages: int = 1_000_000) -> list:
-        out = []
+        out: list[Any] = []
         while self.q and len(out) < max_messages:
             out.append(self.q.popleft())
         return out
