@@ -11,7 +11,8 @@
 #                   TRAIN_ARGS="--env=atari_pong --experiment=pong" (extras: atari, mujoco, vizdoom, envpool, ...);
 #                   CartPole's env, experiment and --stop_at_reward=475 apply only when TRAIN_ARGS names no env
 #   make format     auto-format and auto-fix lint
-#   make docs       regenerate docs/config-reference.md and sample_factory/config/fields.py
+#   make docs       regenerate docs/config-reference.md, sample_factory/config/fields.py and the package tree of
+#                   docs/architecture.md
 #   make benchmark  run the throughput benchmark, benchmarks/benchmark.py (extra flags: make benchmark ARGS="...")
 #   make clean      remove .venv, build artifacts and train_dir
 
@@ -94,6 +95,8 @@ docs: venv
 	mv docs/config-reference.md.tmp docs/config-reference.md
 	$(VENV_PY) -m sample_factory.config.reference fields > sample_factory/config/fields.py.tmp
 	mv sample_factory/config/fields.py.tmp sample_factory/config/fields.py
+	$(VENV_PY) -m sample_factory.config.reference architecture > docs/architecture.md.tmp
+	mv docs/architecture.md.tmp docs/architecture.md
 
 benchmark: venv
 	$(VENV_PY) -m benchmarks.benchmark $(ARGS)

@@ -2,7 +2,7 @@
 
 Measured in one run on the same machine, one phase after the other, and printed with their ratios (JSON at the end):
 - the raw ceiling: N plain processes (N = --num_workers) stepping the wrapped env with random actions
-  (tools/benchmark_atari.py::raw_ceiling);
+  (benchmarks/benchmark_atari.py::raw_ceiling);
 - APPO sampler only: `train.py --sampler_only=True` (actors + policy workers, no training);
 - DQN: `train.py --algo=DQN` with the atari_dqn preset (flags after the script's own are passed on, e.g.
   `--training_intensity=2`), --learning_starts lowered to BENCH_LEARNING_STARTS so that most of the phase replays.

@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="Prefixes separated by |: run only the cases whose name starts with one (e.g. 'Pong|VizDoom').",
     )
-    p.add_argument("--output", type=Path, default=Path("docs/results/gpu_benchmark"), help="Writes <output>.md/.json")
+    p.add_argument(
+        "--output", type=Path, default=Path("benchmarks/results/gpu_benchmark"), help="Writes <output>.md/.json"
+    )
     args, extra = p.parse_known_args(argv)
     only = [s.strip() for s in args.only.split("|") if s.strip()]
     rows: list[dict] = []

@@ -9,11 +9,11 @@ the NCHW fp32 step. Runs on --device (cpu by default).
 --inference times the policy worker's forward pass (no grad) at the batch sizes of --inference_batches: fp32 against
 the conv encoder in bf16 (--inference_precision=bf16); then its whole inference step (host -> device, act, device
 -> host) eager against CUDA graphs (--inference_cuda_graphs; on a CPU, the same bucket path without graphs), for APPO
-and DQN (tools/benchmark_inference.py). --compile adds the channels_last variants with
+and DQN (benchmarks/benchmark_inference.py). --compile adds the channels_last variants with
 torch.compile'd encoders (--torch_compile_learner: static shapes, compiled in the warm-up steps, which are not timed)
 and, to the inference timing, fp32 compiled for dynamic shapes (--torch_compile_worker).
 
---loop runs the real learner loop instead (tools/learner_loop.py): the algorithm's `train` on a realistic batch,
+--loop runs the real learner loop instead (benchmarks/learner_loop.py): the algorithm's `train` on a realistic batch,
 APPO or DQN, against the isolated SGD step, with host syncs per SGD step counted by torch.profiler.
 
 --mlp times one whole APPO training iteration (algo/appo.py: V-trace, 4 epochs x 2 minibatches, Adam) of the
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "--loop",
         action="store_true",
         help="Time the real learner loop (the algorithm's train) against the isolated SGD step and count host syncs "
-        "per SGD step (tools/learner_loop.py); the last line printed is one JSON object.",
+        "per SGD step (benchmarks/learner_loop.py); the last line printed is one JSON object.",
     )
     p.add_argument("--algo", default="APPO", choices=("APPO", "DQN"), help="With --loop: the algorithm.")
     p.add_argument("--env", default="atari_pong", help="With --loop: whose preset gives the model and the batch.")

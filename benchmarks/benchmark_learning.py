@@ -1,11 +1,12 @@
 """Learning benchmark: `python -m benchmarks.benchmark_learning --suite=classic [--budget=ci|short|full]`.
 
-Trains every env of a suite (table in tools/learning_suites.py) for several seeds, each run an ordinary
+Trains every env of a suite (table in benchmarks/learning_suites.py) for several seeds, each run an ordinary
 `python -m sample_factory.train` subprocess with its own experiment folder `<train_dir>/<suite>_<env>_s<seed>`
 (its output goes to `benchmark.log` there), and reads the run's progress.csv into a curve of
-(env steps, wall seconds, mean reward). Every finished run is recorded in `<output>/<suite>.json` (rewritten
-atomically after each run), so an interrupted suite resumes: rerunning the same command skips recorded runs and
-relaunches the others, and train.py resumes their checkpoints. `<output>/<suite>.md` (tables, command, machine)
+(env steps, wall seconds, mean reward). Every finished run is recorded in `<output>/<suite>.json.gz` (gzipped
+JSON, rewritten atomically after each run; a `<suite>.json` of an older version is read when there is no .gz), so
+an interrupted suite resumes: rerunning the same command skips recorded runs and relaunches the others, and
+train.py resumes their checkpoints. `<output>/<suite>.md` (tables, command, machine)
 and `<output>/<suite>_<env>.png` (curves) are regenerated from the json after every run, or by `--plot_only`.
 
 Wall seconds are progress.csv's `time_s` (from the start of the worker processes, interpreter start and imports
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import gzip
 import io
 import json
 import math
@@ -226,15 +228,24 @@ def describe_run(r: dict) -> str:
 
 
 # ---- the results file --------------------------------------------------------------------------------------
+def results_path(output: str | Path, suite: str) -> Path:
+    """Where a suite's record lives: `<suite>.json.gz`."""
+    return Path(output) / f"{suite}.json.gz"
+
+
 def load_doc(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
+    """The record at `path` (gzipped JSON), or at the same name without .gz (plain JSON, as older versions wrote)."""
+    if path.exists():
+        return json.loads(gzip.decompress(path.read_bytes()))
+    plain = path.with_suffix("") if path.suffix == ".gz" else path
+    return json.loads(plain.read_text()) if plain.exists() else {}
 
 
 def save_doc(doc: dict, path: Path) -> None:
-    """Write the json atomically: a run killed mid-write never leaves a truncated results file."""
+    """Write the record atomically (gzipped, compact JSON): a run killed mid-write never leaves a truncated file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.write_bytes(gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), mtime=0))
     os.replace(tmp, path)
 
 
@@ -283,7 +294,7 @@ def check_budget(doc: dict, args: argparse.Namespace, planned: list[tuple[SuiteE
     """An error message when results or experiment folders of another budget level would be mixed in."""
     if doc.get("runs") and doc.get("budget") != args.budget:
         return (
-            f"{args.output}/{args.suite}.json holds runs of budget {doc.get('budget')!r}, not {args.budget!r}: "
+            f"{results_path(args.output, args.suite)} holds runs of budget {doc.get('budget')!r}, not {args.budget!r}: "
             f"use another --output (and --train_dir), or delete it"
         )
     for spec, seed in planned:
@@ -513,7 +524,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--num_workers", type=int, default=None, help="Passed to train.py (default: its own, cores).")
     p.add_argument("--device", default=None, choices=["cpu", "gpu"], help="Passed to train.py (default: its own).")
     p.add_argument("--train_dir", default="train_dir/learning", help="Experiment folders.")
-    p.add_argument("--output", default="docs/results", help="Folder of <suite>.json, <suite>.md and the PNGs.")
+    p.add_argument("--output", default="benchmarks/results", help="Folder of <suite>.json.gz, <suite>.md, the PNGs.")
     p.add_argument("--extra", default="", help='More train.py flags for every run, e.g. --extra="--lr=1e-3".')
     p.add_argument("--stop_when_solved", action="store_true", help="Pass --stop_at_reward=<threshold>.")
     p.add_argument("--dry_run", action="store_true", help="Print the commands, run nothing, write nothing.")
@@ -526,7 +537,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    json_path = Path(args.output) / f"{args.suite}.json"
+    json_path = results_path(args.output, args.suite)
     doc = load_doc(json_path)
     if args.plot_only:
         if not doc:

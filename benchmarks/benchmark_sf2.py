@@ -1,7 +1,7 @@
 """Sample Factory 2 side by side with this project, in one run on the same machine (issue #15):
 
     python -m benchmarks.benchmark_sf2 [--env=atari_pong] [--seconds=90] [--rounds=2]
-        [--venv=~/.cache/sample_factory/sf2_venv] [--output=docs/results/sf2_side_by_side.md]
+        [--venv=~/.cache/sample_factory/sf2_venv] [--output=benchmarks/results/sf2_side_by_side.md]
         [--cases=same_work,fast] [--device=cpu|gpu] [--num_workers=2] [--sf2_wheels=.whl/sf2]
 
 Unit: env frames per second (agent steps x frameskip 4), as both report them on Atari (SF2's Atari example sets
@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     p.add_argument("--start_timeout", type=float, default=600.0, help="Seconds SF2 may take to its clock's start.")
     p.add_argument("--ceiling_seconds", type=float, default=20.0, help="Raw ceiling per round (0: not measured).")
-    p.add_argument("--output", type=Path, default=Path("docs/results/sf2_side_by_side.md"))
+    p.add_argument("--output", type=Path, default=Path("benchmarks/results/sf2_side_by_side.md"))
     args = p.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if unknown := [c for c in cases if c not in CASES]:

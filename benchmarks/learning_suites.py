@@ -101,7 +101,7 @@ def _atari(env: str, threshold: float | None, threshold_source: str, cleanrl: Re
         env=env,
         threshold=threshold,
         threshold_source=threshold_source,
-        # short: one game runs at roughly 900 env steps/s on 2 cores (docs/benchmarks.md), so 500k steps take
+        # short: one game runs at roughly 900 env steps/s on 2 cores (benchmarks/notebook.md), so 500k steps take
         # about 10 minutes and the four games fit in an hour.
         budgets=_levels(Budget(5_000, 30, 1), Budget(500_000, 900, 1), Budget(10_000_000, 48 * 3600, 3)),
         budget_source="full: 10M env steps = 40M frames, the Atari budget of the PPO paper (Schulman et al. 2017, "

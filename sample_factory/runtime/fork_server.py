@@ -12,7 +12,7 @@ anything heavy, so its imports overlap with the runner's. Kept free of torch imp
 
 torch._dynamo is not preloaded: nothing on a run's path imports it (1.0-1.1 s on a 2-core machine, as long as
 torch's own import). torch.optim's optimizers would, so the learners' Adam is algo/optim.py's `FusedAdam`; only
---torch_compile_* imports it, in the process that compiles. Measured on CartPole (docs/benchmarks.md, "Startup"):
+--torch_compile_* imports it, in the process that compiles. Measured on CartPole (benchmarks/notebook.md, "Startup"):
 the first trained samples 1.8 s after launch instead of 2.9 s (when the fork server preloaded dynamo)."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def can_fork_here() -> bool:
     """Whether `fork_here` may fork the fork server from this process (else the launcher calls `start_early`): Linux,
     and no other Python thread (a copy would hold the locks that thread holds). SF_FORK_SERVER=fresh in the
     environment asks for multiprocessing's own fresh interpreter instead (a way out if a library's state does not
-    survive the copy; tools/benchmark_startup.py compares the two)."""
+    survive the copy; benchmarks/benchmark_startup.py compares the two)."""
     if os.environ.get("SF_FORK_SERVER") == "fresh" or threading.active_count() > 1:
         return False
     return sys.platform == "linux" and mp_context().get_start_method() == "forkserver"

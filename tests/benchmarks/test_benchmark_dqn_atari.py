@@ -1,4 +1,4 @@
-"""tools/benchmark_dqn_atari.py: the DQN rates come from the learning iterations only (the fill-up before
+"""benchmarks/benchmark_dqn_atari.py: the DQN rates come from the learning iterations only (the fill-up before
 --learning_starts is not counted), over the time they took."""
 
 from __future__ import annotations

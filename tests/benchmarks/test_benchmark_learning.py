@@ -4,6 +4,7 @@ not launch train.py again and a `--plot_only` regeneration."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -260,7 +261,8 @@ def test_ci_run_writes_record_table_and_plot(ci_run):
     assert ci_run["rc"] == 0, ci_run["out"]
     assert not ci_run["leaked"], "processes of the run outlived it"
     out = ci_run["root"] / "out"
-    doc = json.loads((out / "classic.json").read_text())
+    assert not (out / "classic.json").exists()
+    doc = bl.load_doc(out / "classic.json.gz")
     assert doc["budget"] == "ci" and list(doc["runs"]) == ["CartPole-v1/s0"]
     r = doc["runs"]["CartPole-v1/s0"]
     assert r["rc"] == 0 and r["complete"] and r["stop_reason"].startswith("reached")
@@ -298,3 +300,26 @@ def test_rerun_skips_the_recorded_run_then_plot_only_regenerates(ci_run, monkeyp
 
     # another budget level into the same folders is refused instead of being mixed in
     assert bl.main([a if a != "--budget=ci" else "--budget=short" for a in ci_run["argv"]]) == 2
+
+
+def test_the_record_is_gzipped_json_and_an_older_plain_one_is_read(tmp_path):
+    doc = {"suite": "classic", "budget": "short", "runs": {"CartPole-v1/s0": {"complete": True, "curve": [[1, 2, 3]]}}}
+    path = bl.results_path(tmp_path, "classic")
+    assert path.name == "classic.json.gz"
+    assert bl.load_doc(path) == {}
+    (tmp_path / "classic.json").write_text(json.dumps(doc))  # as versions before the .gz wrote it
+    assert bl.load_doc(path) == doc
+    bl.save_doc(doc, path)
+    assert gzip.decompress(path.read_bytes()).startswith(b'{"suite":"classic"') and bl.load_doc(path) == doc
+
+
+def test_the_recorded_suites_load():
+    """benchmarks/results/ keeps the suites' records gzipped; each loads and has runs with curves."""
+    records = sorted((REPO_ROOT / "benchmarks" / "results").rglob("*.json.gz"))
+    suites = [p for p in records if p.name.split(".")[0] in SUITES]
+    assert {p.name for p in suites} >= {"classic.json.gz", "mujoco.json.gz", "atari.json.gz", "doom.json.gz"}
+    for path in suites:
+        doc = bl.load_doc(path)
+        assert doc["suite"] == path.name.split(".")[0] and doc["runs"], path
+        assert all("curve" in r for r in doc["runs"].values()), path
+    assert not list((REPO_ROOT / "benchmarks" / "results").rglob("*.json")), "raw data stays compact: gzip it"

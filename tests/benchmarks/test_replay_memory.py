@@ -1,4 +1,4 @@
-"""tools/replay_memory.py: an Atari-size buffer filled through ReplayBuffer.add; frames stored once take about a
+"""benchmarks/replay_memory.py: an Atari-size buffer filled through ReplayBuffer.add; frames stored once take about a
 quarter of the memory of whole stacks."""
 
 from __future__ import annotations
