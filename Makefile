@@ -102,5 +102,5 @@ benchmark: venv
 	$(VENV_PY) -m benchmarks.benchmark $(ARGS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info train_dir .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info train_dir .pytest_cache .ruff_cache .mypy_cache
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
