@@ -11,7 +11,7 @@
 # with the device tool's `carry: [".whl"]`. Results go to $OUT (the device tool brings them back) or ./gpu_check_out.
 # Each step has its own time limit and a failed step does not stop the others.
 set -u
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$(pwd)
 OUT=${OUT:-$REPO/gpu_check_out}
 mkdir -p "$OUT"
