@@ -4,16 +4,15 @@ multi-threaded op after that deadlocks).
 
 Two ways to start it. On Linux the train.py command forks it from its own process once the runner's imports are
 done and before it has run any torch op, opened a file or started a thread (`fork_here`): the fork server then costs
-no imports of its own (2.1 CPU-s of a 4.8 CPU-s CartPole run on a 2-core machine, docs/testing.md "Where the CPU
-goes"). Elsewhere (a script that calls train's main, another thread running, SF_FORK_SERVER=fresh, not Linux), and
+no imports of its own (almost half of a short CartPole run's CPU: benchmarks/notebook.md, "Where the CPU goes"). Elsewhere (a script that calls train's main, another thread running, SF_FORK_SERVER=fresh, not Linux), and
 for a fork server started again later (the first one died: the runner has used torch by then), multiprocessing
 starts a fresh interpreter that imports PRELOAD; `start_early` launches that one before the launcher imports
 anything heavy, so its imports overlap with the runner's. Kept free of torch imports for that.
 
-torch._dynamo is not preloaded: nothing on a run's path imports it (1.0-1.1 s on a 2-core machine, as long as
-torch's own import). torch.optim's optimizers would, so the learners' Adam is algo/optim.py's `FusedAdam`; only
---torch_compile_* imports it, in the process that compiles. Measured on CartPole (benchmarks/notebook.md, "Startup"):
-the first trained samples 1.8 s after launch instead of 2.9 s (when the fork server preloaded dynamo)."""
+torch._dynamo is not preloaded: nothing on a run's path imports it (it takes as long as torch's own import).
+torch.optim's optimizers would, so the learners' Adam is algo/optim.py's `FusedAdam`; only --torch_compile_* imports
+it, in the process that compiles (the first trained samples come about a second sooner: benchmarks/notebook.md,
+"Startup")."""
 
 from __future__ import annotations
 
