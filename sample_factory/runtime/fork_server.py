@@ -2,12 +2,13 @@
 start in well under a second, and none inherits a parent that used torch's thread pool (a forked child running a
 multi-threaded op after that deadlocks).
 
-Two ways to start it. On Linux the train.py command forks it from its own process once the runner's imports are
-done and before it has run any torch op, opened a file or started a thread (`fork_here`): the fork server then costs
-no imports of its own (almost half of a short CartPole run's CPU: benchmarks/notebook.md, "Where the CPU goes"). Elsewhere (a script that calls train's main, another thread running, SF_FORK_SERVER=fresh, not Linux), and
-for a fork server started again later (the first one died: the runner has used torch by then), multiprocessing
-starts a fresh interpreter that imports PRELOAD; `start_early` launches that one before the launcher imports
-anything heavy, so its imports overlap with the runner's. Kept free of torch imports for that.
+Two ways to start it. On Linux the train.py command forks it from its own process once the runner's imports are done
+and before it has run any torch op, opened a file or started a thread (`fork_here`): the fork server then costs no
+imports of its own (almost half of a short CartPole run's CPU: benchmarks/notebook.md, "Where the CPU goes").
+Elsewhere (a script that calls train's main, another thread running, SF_FORK_SERVER=fresh, not Linux), and for a
+fork server started again later (the first one died: the runner has used torch by then), multiprocessing starts a
+fresh interpreter that imports PRELOAD; `start_early` launches that one before the launcher imports anything heavy,
+so its imports overlap with the runner's. Kept free of torch imports for that.
 
 torch._dynamo is not preloaded: nothing on a run's path imports it (it takes as long as torch's own import).
 torch.optim's optimizers would, so the learners' Adam is algo/optim.py's `FusedAdam`; only --torch_compile_* imports
