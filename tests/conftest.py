@@ -137,8 +137,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             lab.add(item)
     if config.getoption("--unit"):
         skip = ("process", "slow")
-        keep = [i for i in items if i not in lab and not any(i.get_closest_marker(m) for m in skip)]
-        deselected = [i for i in items if i not in keep]
+        out = {i for i in items if i in lab or any(i.get_closest_marker(m) for m in skip)}
+        keep = [i for i in items if i not in out]
+        deselected = [i for i in items if i in out]
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = keep
