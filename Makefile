@@ -1,7 +1,9 @@
 # Developer / CI entry points. Works from a fresh clone with only python3 + pip available.
 #   make venv       create .venv and install the package (editable) with every extra (dev, onnx, plot, video,
 #                   box2d, atari, mujoco, vizdoom, envpool, pettingzoo, wandb, ray), pinned by constraints.txt
-#   make test       lint (ruff format --check, ruff check) + pytest, without the tests marked slow (CI runs this);
+#   make check      the edit-test loop (minutes): lint + the unit tests, those that start no process (pytest --unit:
+#                   tests/conftest.py marks the others `process` and fails a unit test that starts one)
+#   make test       lint (ruff format --check, ruff check, mypy) + every test but those marked slow (CI runs this);
 #                   TEST_WORKERS test files at a time (default 2; 0: one process)
 #   make test-slow  only the tests marked slow: learning-quality claims of minutes each (presets reaching a score)
 #   make train      train on CartPole-v1 until solved (extra flags: make train TRAIN_ARGS="--num_workers=2");
@@ -9,8 +11,9 @@
 #                   TRAIN_ARGS="--env=atari_pong --experiment=pong" (extras: atari, mujoco, vizdoom, envpool, ...);
 #                   CartPole's env, experiment and --stop_at_reward=475 apply only when TRAIN_ARGS names no env
 #   make format     auto-format and auto-fix lint
-#   make docs       regenerate docs/config-reference.md and sample_factory/config/fields.py
-#   make benchmark  run the throughput benchmark (extra flags: make benchmark ARGS="...")
+#   make docs       regenerate docs/config-reference.md, sample_factory/config/fields.py and the package tree of
+#                   docs/architecture.md
+#   make benchmark  run the throughput benchmark, benchmarks/benchmark.py (extra flags: make benchmark ARGS="...")
 #   make clean      remove .venv, build artifacts and train_dir
 
 PY ?= python3
@@ -20,7 +23,7 @@ RUFF := $(VENV)/bin/ruff
 STAMP := $(VENV)/.installed
 
 # Top-level scripts (setup.py, train.py, enjoy.py); $(wildcard) avoids a literal '*.py' when none exist.
-LINT_PATHS := sample_factory tests examples $(wildcard *.py)
+LINT_PATHS := sample_factory benchmarks tests examples $(wildcard *.py)
 PIP_FLAGS := --no-input $(if $(CI),--progress-bar off,)
 TRAIN_ARGS ?=
 EXTRAS ?=
@@ -29,7 +32,7 @@ ARGS ?=
 comma := ,
 TRAIN_STAMP := $(VENV)/.installed-train$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)),)
 
-.PHONY: venv test test-slow lint train format docs benchmark clean
+.PHONY: venv check test test-slow lint train format docs benchmark clean
 
 venv: $(STAMP)
 
@@ -44,9 +47,11 @@ $(STAMP): $(VENV_PY) setup.py constraints.txt
 	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot,video,box2d,atari,mujoco,vizdoom,envpool,pettingzoo,wandb,ray]'
 	touch $@
 
+# mypy type-checks algo/, config/ and runtime/ (pyproject.toml, [tool.mypy]).
 lint: venv
 	$(RUFF) format --check $(LINT_PATHS)
 	$(RUFF) check $(LINT_PATHS)
+	$(VENV_PY) -m mypy
 
 # Each recipe line runs in its own shell and make stops at the first non-zero exit,
 # so a ruff or pytest failure fails `make test` (and therefore CI).
@@ -56,6 +61,11 @@ lint: venv
 TEST_WORKERS ?= 2
 test: lint
 	$(VENV_PY) -m pytest tests -q -p no:cacheprovider --timeout=600 --durations=30 -m "not slow" \
+		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
+# The unit tier: no test here starts a process, so it needs no timeouts of runs and no cleanup of leftovers.
+check: lint
+	$(VENV_PY) -m pytest tests --unit -q -p no:cacheprovider --timeout=300 --durations=10 \
 		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-slow: venv
@@ -85,10 +95,12 @@ docs: venv
 	mv docs/config-reference.md.tmp docs/config-reference.md
 	$(VENV_PY) -m sample_factory.config.reference fields > sample_factory/config/fields.py.tmp
 	mv sample_factory/config/fields.py.tmp sample_factory/config/fields.py
+	$(VENV_PY) -m sample_factory.config.reference architecture > docs/architecture.md.tmp
+	mv docs/architecture.md.tmp docs/architecture.md
 
 benchmark: venv
-	$(VENV_PY) -m sample_factory.tools.benchmark $(ARGS)
+	$(VENV_PY) -m benchmarks.benchmark $(ARGS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info train_dir .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info train_dir .pytest_cache .ruff_cache .mypy_cache
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

@@ -31,7 +31,7 @@ EXTRAS_REQUIRE = {
     "onnx": ["onnx", "onnxruntime"],
     "wandb": ["wandb"],  # --with_wandb (Weights & Biases logging)
     "ray": ["ray[default]"],  # the launcher's ray backend (--backend=ray) and remote samplers (--sampler_nodes)
-    "dev": ["pytest", "pytest-timeout", "pytest-xdist", "ruff"],
+    "dev": ["pytest", "pytest-timeout", "pytest-xdist", "ruff", "mypy"],
 }
 
 setup(
@@ -39,7 +39,7 @@ setup(
     version="0.1.0",
     description="Asynchronous multi-process PPO/APPO reinforcement learning framework",
     python_requires=">=3.10",
-    packages=find_packages(exclude=["tests", "tests.*"]),
+    packages=find_packages(include=["sample_factory", "sample_factory.*"]),  # benchmarks/, tests/: the repo only
     package_data={"sample_factory.launcher": ["*.sh", "*.sbatch"]},  # the local Slurm script, the sbatch template
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
@@ -49,6 +49,7 @@ setup(
             "sf-enjoy=sample_factory.evaluation.enjoy:main",
             "sf-export-onnx=sample_factory.evaluation.export_onnx:main",
             "sf-plot=sample_factory.tools.plot:main",
+            "sf-tune=sample_factory.tools.tune:main",
             "sf-launch=sample_factory.launcher.__main__:main",
         ],
     },

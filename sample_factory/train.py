@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None, command: bool = False) -> int:
     code = _main(argv, command)
     if command:
         # The interpreter's exit would collect every object torch and the run created, cycles included: 0.35 of the
-        # 3.2 CPU-s a short CartPole run cost (docs/benchmarks.md, "Startup"). Frozen objects are left to the OS;
+        # 3.2 CPU-s a short CartPole run cost (benchmarks/notebook.md, "Startup"). Frozen objects are left to the OS;
         # exit handlers (atexit: multiprocessing, wandb) and the refcount frees of module teardown still run.
         gc.freeze()
     return code

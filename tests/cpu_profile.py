@@ -1,7 +1,7 @@
 """Opt-in pytest plugin: the CPU seconds each test costs, its processes' children included (train.py runs, their fork
 servers and components, Ray and Slurm daemons), to find what makes the suite slow on a VM with less CPU
-(docs/testing.md, "Where the CPU goes"). Wall time does not show it: a test that waits on a heartbeat timeout is long
-and cheap; a learning run is short on 2 cores and 3-5x longer on one.
+(benchmarks/notebook.md, "Where the CPU goes"). Wall time does not show it: a test that waits on a heartbeat timeout
+is long and cheap; a learning run is short on 2 cores and 3-5x longer on one.
 
     SF_TEST_CPU_PROFILE=/tmp/cpu .venv/bin/python -m pytest tests -p tests.cpu_profile -n 2 --dist loadfile
 

@@ -2,18 +2,25 @@
 
 Each sub-package may import only from the packages listed for it below, so dependencies point one way: the math
 (algo/, model/) knows nothing of processes, the process plumbing (runtime/) knows nothing of the roles that run on
-it, and nothing used for training imports tools/. Module-level imports must not form a cycle, and no module grows
-past the size a reader can hold in mind."""
+it, and nothing used for training imports tools/. Module-level imports (those under `if TYPE_CHECKING:` too: a
+type-only cycle is still two modules that cannot be read apart) must not form a cycle. A module past the size a
+reader can hold in mind gets a warning: split it by concept, not by line count. The package holds the product only:
+the benchmarks live in benchmarks/, outside it, and setup.py installs sample_factory alone."""
 
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "sample_factory"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "sample_factory"
 MAX_MODULE_LINES = 600
+# Type-only edges of a cycle that item 3 of issue 52 (one training path for one or many learners) removes:
+# learner_group.py names Learner and PendingRollout in its annotations while learner.py imports learner_group.
+KNOWN_TYPE_ONLY_EDGES = {("sample_factory.workers.learner_group", "sample_factory.workers.learner")}
 
 # package (first component under sample_factory/, or a top-level module) -> what it may import besides itself
 ALLOWED: dict[str, set[str]] = {
@@ -51,7 +58,8 @@ ALLOWED: dict[str, set[str]] = {
         "launcher",
         "distributed",
     },
-    "__init__": set(),
+    # the user API, imported lazily (sample_factory/__init__.py): named under TYPE_CHECKING for type checkers
+    "__init__": {"config", "envs", "evaluation", "experiment", "model", "train"},
 }
 
 
@@ -72,16 +80,15 @@ def _is_type_checking(node: ast.If) -> bool:
 
 
 def _imports(path: Path, module: str, top_level_only: bool) -> set[str]:
-    """sample_factory modules imported by `module` (relative imports resolved); with `top_level_only`, those
-    executed at import time (not inside functions or `if TYPE_CHECKING:`), which are the ones that can cycle."""
+    """sample_factory modules imported by `module` (relative imports resolved); with `top_level_only`, those at
+    module level (not inside functions), which are the ones that can cycle. `if TYPE_CHECKING:` imports count: a
+    cycle through annotations still ties the two modules together."""
     tree = ast.parse(path.read_text())
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
             if top_level_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                continue
-            if top_level_only and isinstance(child, ast.If) and _is_type_checking(child):
                 continue
             if isinstance(child, ast.Import):
                 found.update(a.name for a in child.names)
@@ -121,6 +128,8 @@ def test_imports_follow_the_layering(module):
 
 def test_no_import_cycles():
     graph = {m: {i for i in _imports(p, m, top_level_only=True) if i in MODULES and i != m} for m, p in MODULES.items()}
+    for a, b in KNOWN_TYPE_ONLY_EDGES:
+        graph[a].discard(b)
     # importing `a.b.c` first imports the package `a.b`: its __init__ is an edge too, unless the importer lives in
     # that package (then the package is already being imported, which Python allows)
     for m, deps in graph.items():
@@ -150,10 +159,36 @@ def test_no_import_cycles():
             dfs(m)
 
 
-@pytest.mark.parametrize("module", sorted(MODULES))
-def test_module_size(module):
-    lines = len(MODULES[module].read_text().splitlines())
-    assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines (> {MAX_MODULE_LINES}): split it by role"
+def test_module_size():
+    """Long modules are reported, not failed: a split by line count scatters one concept over files."""
+    for module, path in MODULES.items():
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            warnings.warn(
+                f"{module} has {lines} lines (> {MAX_MODULE_LINES}): is it more than one concept?", stacklevel=1
+            )
+
+
+def test_known_type_only_edges_are_type_only():
+    """The exception above covers annotation imports only: a runtime import of the same edge is still a cycle."""
+    for a, b in KNOWN_TYPE_ONLY_EDGES:
+        tree = ast.parse(MODULES[a].read_text())
+        runtime = {
+            n.module
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and not any(n in ast.walk(i) for i in _type_checking_blocks(tree))
+        }
+        assert b not in runtime, f"{a} imports {b} at run time: the cycle is real"
+
+
+def _type_checking_blocks(tree: ast.AST) -> list[ast.If]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.If) and _is_type_checking(n)]
+
+
+def test_type_checking_imports_are_edges():
+    """The cycle check sees imports under `if TYPE_CHECKING:` (learner_group.py has one)."""
+    module = "sample_factory.workers.learner_group"
+    assert "sample_factory.workers.learner" in _imports(MODULES[module], module, top_level_only=True)
 
 
 def test_the_checker_sees_real_imports():
@@ -167,8 +202,68 @@ def test_the_checker_sees_real_imports():
 
 
 def test_tests_mirror_the_package_layout():
-    """tests/<name>/ holds the tests of sample_factory/<name>/; only cross-cutting suites live elsewhere."""
+    """tests/<name>/ holds the tests of sample_factory/<name>/ (tests/benchmarks/: of the top-level benchmarks/); only
+    cross-cutting suites live elsewhere."""
     cross_cutting = {"integration", "reliability"}  # whole runs; faults injected into whole runs
     test_dirs = {p.name for p in PACKAGE.parent.joinpath("tests").iterdir() if (p / "__init__.py").exists()}
-    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()} | {BENCHMARKS.name}
     assert test_dirs - cross_cutting <= packages, f"test folders with no package: {sorted(test_dirs - packages)}"
+
+
+BENCHMARKS = REPO / "benchmarks"
+
+
+def test_the_package_holds_no_benchmarks():
+    """Benchmarks, side-by-sides, soak and GPU scripts live in benchmarks/ (not installed): none in the package, and
+    nothing in the package imports them."""
+    lab = {p.stem for p in BENCHMARKS.glob("*.py")} - {"__init__"}
+    assert {"benchmark", "soak", "time_to_score"} <= lab  # the check below means something
+    named = sorted(m for m in MODULES if m.rsplit(".", 1)[-1] in lab or "benchmark" in m.rsplit(".", 1)[-1])
+    assert not named, f"benchmark modules in the package (move them to benchmarks/): {named}"
+    scripts = sorted(str(p.relative_to(REPO)) for p in (PACKAGE / "tools").glob("*.sh"))
+    assert not scripts, f"lab scripts in the package: {scripts}"
+    importers = sorted(
+        m for m, p in MODULES.items() if any(i == "benchmarks" or i.startswith("benchmarks.") for i in _all_imports(p))
+    )
+    assert not importers, f"package modules that import benchmarks/: {importers}"
+
+
+def _all_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add(node.module or "")
+    return found
+
+
+def _setup_call() -> ast.Call:
+    tree = ast.parse((REPO / "setup.py").read_text())
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+
+
+def test_setup_installs_only_the_package():
+    from setuptools import find_packages
+
+    call = next(k.value for k in _setup_call().keywords if k.arg == "packages")
+    assert isinstance(call, ast.Call) and getattr(call.func, "id", "") == "find_packages"
+    kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    packages = find_packages(where=str(REPO), **kwargs)
+    assert "sample_factory" in packages and "sample_factory.tools" in packages
+    outside = sorted(p for p in packages if p.split(".")[0] != "sample_factory")
+    assert not outside, f"setup.py would install {outside}"
+
+
+def test_console_commands_point_at_mains():
+    """Every console command of setup.py names a function that exists (sf-plot, sf-tune, ...)."""
+    import importlib
+
+    entry_points = next(k.value for k in _setup_call().keywords if k.arg == "entry_points")
+    commands = ast.literal_eval(entry_points)["console_scripts"]
+    names = {c.split("=")[0] for c in commands}
+    assert {"sf-train", "sf-plot", "sf-tune"} <= names
+    for command in commands:
+        name, target = command.split("=")
+        module, func = target.split(":")
+        assert callable(getattr(importlib.import_module(module), func, None)), f"{name}: {target} is not a function"

@@ -48,3 +48,22 @@ def test_make_train_env_prefixed_flags_are_not_an_env():
     """--env_frameskip and the like do not name an env: CartPole stays."""
     cfg = parse_cfg(train_argv("--env_frameskip=2"))
     assert (cfg.env, cfg.stop_at_reward) == ("CartPole-v1", 475.0)
+
+
+def _dry_run(target: str) -> list[str]:
+    cmd = ["make", "-n", "-o", "/nonexistent/.venv/.installed", target, "VENV=/nonexistent/.venv"]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout
+    return out.replace("\\\n", " ").splitlines()
+
+
+def test_make_check_is_lint_and_the_unit_tier_and_make_test_runs_everything():
+    """Two tiers (docs/testing.md): `make check` = lint (ruff, mypy) + `pytest --unit`; `make test` = the same lint +
+    every test but the slow ones, as CI runs it."""
+    check, test = _dry_run("check"), _dry_run("test")
+    for lines in (check, test):
+        assert any(line.endswith("-m mypy") for line in lines), lines
+        assert any("ruff check" in line for line in lines), lines
+    (unit,) = [line for line in check if "-m pytest tests" in line]
+    assert " --unit " in unit, unit
+    (full,) = [line for line in test if "-m pytest tests" in line]
+    assert "--unit" not in full and '-m "not slow"' in full, full

@@ -272,15 +272,15 @@ def test_readme_pong_command_is_the_cited_run():
     """README: "+18 after 83 minutes on a 2-core CPU" must be the run of docs/results.md ("Atari Pong on 2 cores:
     +18"), whose harness counted agent steps: the README command and results.md's plain command must set what the
     harness set, with the budget (and so the learning-rate decay) in the same agent steps."""
-    from sample_factory.tools import benchmark_learning as bl
-    from sample_factory.tools.learning_suites import suite_envs
+    from benchmarks import benchmark_learning as bl
+    from benchmarks.learning_suites import suite_envs
 
     block = re.search(
         r"```bash\n(.*?)```", _section((REPO / "docs" / "results.md").read_text(), "Atari Pong on 2 cores: +18"), re.S
     )
     lines = [shlex.split(line, comments=True) for line in block.group(1).replace("\\\n", " ").splitlines()]
     harness, plain = [t for t in lines if t]
-    assert harness[:3] == ["python", "-m", "sample_factory.tools.benchmark_learning"] and plain[1] == "train.py"
+    assert harness[:3] == ["python", "-m", "benchmarks.benchmark_learning"] and plain[1] == "train.py"
     args = bl.parse_args(harness[3:])
     spec = suite_envs(args.suite, args.envs.split(","))[0]
     cited = _agent_step_settings(bl.train_command(spec, 0, args.budget, args)[3:])

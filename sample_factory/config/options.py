@@ -154,8 +154,8 @@ OPTIONS: dict[str, list[Option]] = {
             10,
             "How much nicer than --default_niceness the actor workers run (at most 19, never below the runner's; "
             "Sample Factory uses 10): where busy processes outnumber the cores, the learner and inference, which "
-            "the others wait for, get the CPU first and the envs use what is left (measured in docs/benchmarks.md). "
-            "0: every process at the same priority.",
+            "the others wait for, get the CPU first and the envs use what is left (measured in "
+            "benchmarks/notebook.md). 0: every process at the same priority.",
         ),
         Option("sampler_only", str2bool, False, "Collect experience without training (throughput measurement)."),
         Option(
@@ -400,7 +400,7 @@ OPTIONS: dict[str, list[Option]] = {
             False,
             "torch.compile the learner's encoders (RLlib's name). A compilation failure falls back to eager with one "
             "log line. Compiling takes seconds to a minute at start (cached in /tmp/torchinductor_<user> for later "
-            "runs); measured gains are in docs/benchmarks.md.",
+            "runs); measured gains are in benchmarks/notebook.md.",
         ),
         Option(
             "torch_compile_worker",
@@ -416,7 +416,7 @@ OPTIONS: dict[str, list[Option]] = {
             "of batch sizes (powers of two; a batch is padded to the next): one launch instead of one per kernel. "
             "auto: on CUDA devices for recurrent models (whole runs 1.15-1.2x), off for feed-forward ones (no "
             "whole-run gain measured yet) and with --torch_compile_worker. A failed capture falls back to eager "
-            "with one log line. Measured in docs/benchmarks.md.",
+            "with one log line. Measured in benchmarks/notebook.md.",
             choices=("auto", "True", "False"),
         ),
         Option(

@@ -462,7 +462,7 @@ def _check_max_episode_steps(cfg: Config) -> None:
         return
     if cfg.max_episode_steps < 1:
         raise ConfigError(f"--max_episode_steps must be >= 1, got {cfg.max_episode_steps}")
-    if cfg.env.startswith(_OWN_EPISODE_LIMITS):
+    if (cfg.env or "").startswith(_OWN_EPISODE_LIMITS):
         raise ConfigError(
             f"--max_episode_steps applies to gymnasium ids and custom envs; {cfg.env} keeps its own episode limit "
             "(Atari: ALE's 108,000 frames; VizDoom: the scenario's timeout)"

@@ -1,9 +1,8 @@
 """`--learner_precision=auto` and `--inference_precision=auto` on a CPU: bf16 only where it measures faster.
 
 oneDNN runs bf16 convolutions natively on any CPU with AVX512-BF16, but that does not make them faster everywhere.
-The Atari conv net's training step (batch 256, 1 thread) ran 2.2x faster in bf16 on the AMD EPYC (Zen 4) of
-2026-11-23 and 1.45x slower on the Intel Xeon (AVX10.1) of 2026-11-24, whose inference was 1.2-1.4x slower too
-(docs/benchmarks.md, "bf16 where it is faster"). So the runner times the run's own model both ways once, before any
+The Atari conv net's training step ran about twice as fast in bf16 on one such CPU and slower on another
+(benchmarks/notebook.md, "bf16 where it is faster"). So the runner times the run's own model both ways once, before any
 component starts, and writes the choice into the config every process gets (`resolve_auto_precision`). On a GPU,
 auto keeps its rule (bf16 where the GPU supports it: it is faster on every GPU that does). The model's weights are
 not touched: the timings run on copies, on zero observations."""

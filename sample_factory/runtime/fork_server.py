@@ -2,18 +2,18 @@
 start in well under a second, and none inherits a parent that used torch's thread pool (a forked child running a
 multi-threaded op after that deadlocks).
 
-Two ways to start it. On Linux the train.py command forks it from its own process once the runner's imports are
-done and before it has run any torch op, opened a file or started a thread (`fork_here`): the fork server then costs
-no imports of its own (2.1 CPU-s of a 4.8 CPU-s CartPole run on a 2-core machine, docs/testing.md "Where the CPU
-goes"). Elsewhere (a script that calls train's main, another thread running, SF_FORK_SERVER=fresh, not Linux), and
-for a fork server started again later (the first one died: the runner has used torch by then), multiprocessing
-starts a fresh interpreter that imports PRELOAD; `start_early` launches that one before the launcher imports
-anything heavy, so its imports overlap with the runner's. Kept free of torch imports for that.
+Two ways to start it. On Linux the train.py command forks it from its own process once the runner's imports are done
+and before it has run any torch op, opened a file or started a thread (`fork_here`): the fork server then costs no
+imports of its own (almost half of a short CartPole run's CPU: benchmarks/notebook.md, "Where the CPU goes").
+Elsewhere (a script that calls train's main, another thread running, SF_FORK_SERVER=fresh, not Linux), and for a
+fork server started again later (the first one died: the runner has used torch by then), multiprocessing starts a
+fresh interpreter that imports PRELOAD; `start_early` launches that one before the launcher imports anything heavy,
+so its imports overlap with the runner's. Kept free of torch imports for that.
 
-torch._dynamo is not preloaded: nothing on a run's path imports it (1.0-1.1 s on a 2-core machine, as long as
-torch's own import). torch.optim's optimizers would, so the learners' Adam is algo/optim.py's `FusedAdam`; only
---torch_compile_* imports it, in the process that compiles. Measured on CartPole (docs/benchmarks.md, "Startup"):
-the first trained samples 1.8 s after launch instead of 2.9 s (when the fork server preloaded dynamo)."""
+torch._dynamo is not preloaded: nothing on a run's path imports it (it takes as long as torch's own import).
+torch.optim's optimizers would, so the learners' Adam is algo/optim.py's `FusedAdam`; only --torch_compile_* imports
+it, in the process that compiles (the first trained samples come about a second sooner: benchmarks/notebook.md,
+"Startup")."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def can_fork_here() -> bool:
     """Whether `fork_here` may fork the fork server from this process (else the launcher calls `start_early`): Linux,
     and no other Python thread (a copy would hold the locks that thread holds). SF_FORK_SERVER=fresh in the
     environment asks for multiprocessing's own fresh interpreter instead (a way out if a library's state does not
-    survive the copy; tools/benchmark_startup.py compares the two)."""
+    survive the copy; benchmarks/benchmark_startup.py compares the two)."""
     if os.environ.get("SF_FORK_SERVER") == "fresh" or threading.active_count() > 1:
         return False
     return sys.platform == "linux" and mp_context().get_start_method() == "forkserver"
@@ -80,7 +80,7 @@ def fork_here() -> None:
             stream.flush()
     spawn = multiprocessing.util.spawnv_passfds
 
-    def fork_instead(path: str, args: Sequence[str], passfds: Sequence[int]) -> int:
+    def fork_instead(path: Any, args: Sequence[Any], passfds: Sequence[int]) -> int:  # typeshed says bytes: a str
         if "multiprocessing.forkserver" not in args[-1]:
             return spawn(path, args, passfds)
         pid = os.fork()
@@ -116,7 +116,7 @@ def _serve_forked(path: str, args: Sequence[str], passfds: Sequence[int]) -> Non
             f.write(NAME)
         # held by ensure_running while it forked this copy: a process started from here that starts a fork server
         # of its own needs it free
-        multiprocessing.forkserver._forkserver._lock = threading.Lock()
+        multiprocessing.forkserver._forkserver._lock = threading.Lock()  # type: ignore[attr-defined]  # private
         exec(args[-1], {"__name__": "__sf_forkserver__"})  # the program of `python -c PROGRAM`
         code = 0
     except SystemExit as e:  # the server's way out: every client closed the "alive" pipe

@@ -9,7 +9,7 @@ import io
 import os
 import signal
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -63,7 +63,7 @@ class HeartbeatMonitor:
         # Init sends no heartbeats and may be slow on a loaded machine (torch import, env creation): a process still
         # starting gets at least this long before it counts as hung.
         self.startup_timeout = max(timeout, startup_timeout if startup_timeout is not None else 30.0)
-        self.last_seen: dict[tuple, Seen] = {}
+        self.last_seen: dict[Any, Seen] = {}  # keyed by component key
 
     def seen(self, who: tuple, activity: str = "") -> None:
         self.last_seen[who] = Seen(time.monotonic(), activity or self.last_activity(who, default=""))
@@ -75,7 +75,7 @@ class HeartbeatMonitor:
     def forget(self, who: tuple) -> None:
         self.last_seen.pop(who, None)
 
-    def stale(self) -> list[tuple[tuple, float, str]]:
+    def stale(self) -> list[tuple[Any, float, str]]:
         now = time.monotonic()
         return [
             (who, now - s.time, s.activity)

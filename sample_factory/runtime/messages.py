@@ -245,7 +245,7 @@ class SocketChannel:
 
     The queue lives in the kernel, so a process killed in the middle of a put or get cannot leave a lock held
     and hang everyone else (faster-fifo's process-shared mutex can: measured in docs/architecture.md). It is
-    also cheaper per message (7.8 us against 12.4 us here: tools/benchmark_channels.py)."""
+    also cheaper per message (7.8 us against 12.4 us here: benchmarks/benchmark_channels.py)."""
 
     MAX_MESSAGE = 1 << 20
 
@@ -327,7 +327,7 @@ class LocalChannel:
         self.q.append(msg)
 
     def get_many(self, block: bool = True, timeout: float = 0.0, max_messages: int = 1_000_000) -> list:
-        out = []
+        out: list[Any] = []
         while self.q and len(out) < max_messages:
             out.append(self.q.popleft())
         return out

@@ -76,7 +76,9 @@ def save_snapshot(exp_dir: Path, cfg: Config, components: list, channels: Any, b
     data = payload.getvalue()
     path = exp_dir / SNAPSHOT_NAME
     tmp = exp_dir / f".{SNAPSHOT_NAME}.tmp"
-    tmp.write_bytes(_MAGIC + hmac.digest(_snapshot_key(create=True), data, hashlib.sha256) + data)
+    key = _snapshot_key(create=True)
+    assert key is not None  # create=True makes one when there is none
+    tmp.write_bytes(_MAGIC + hmac.digest(key, data, hashlib.sha256) + data)
     os.replace(tmp, path)
     return path
 

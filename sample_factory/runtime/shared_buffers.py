@@ -103,6 +103,7 @@ class BufferSpec:
 def slots_per_split_for(cfg: Config, agents_per_split: int) -> int:
     """Enough slots that every learner can hold one iteration (plus the accumulation allowance) while every split
     still fills a slot; in sync mode exactly one iteration's worth, so no sample is collected ahead."""
+    assert cfg.num_workers is not None, "parse_cfg resolves --num_workers"
     splits = cfg.num_workers * cfg.worker_num_splits
     slot_samples = agents_per_split * cfg.rollout
     iteration_slots = math.ceil(cfg.batch_size * cfg.num_batches_per_epoch / slot_samples)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from sample_factory.config import parse_cfg, typed_flags
 from sample_factory.config.machine import usable_cores
-from sample_factory.tools.benchmark_atari import raw_ceiling, run_train
+from sample_factory.tools.timed_run import raw_ceiling, run_train
 
 TUNED = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy")
 TUNED_ALL = (*TUNED, "learner_main_loop_num_cores")

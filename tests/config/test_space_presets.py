@@ -6,9 +6,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from benchmarks.learning_suites import SUITES
 from sample_factory.config import parse_cfg
 from sample_factory.config.presets import PRESET_ENVS, PRESETS, SPACE_PRESETS, horizon_gamma, space_preset
-from sample_factory.tools.learning_suites import SUITES
 
 
 @pytest.mark.parametrize(

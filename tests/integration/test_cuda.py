@@ -144,7 +144,7 @@ def test_a_replay_buffer_on_the_gpu_samples_what_one_in_host_memory_does():
 
 @pytest.mark.parametrize("algo", ["APPO", "DQN"])
 def test_learner_loop_on_gpu_reads_back_once_per_iteration(algo):
-    from sample_factory.tools import learner_loop
+    from benchmarks import learner_loop
 
     r = learner_loop.measure(algo, "CartPole-v1", torch.device("cuda"), 2)
     assert r["sgd_steps"] >= 8 and 0 < r["host_syncs_per_sgd_step"] <= 0.25, r

@@ -99,7 +99,7 @@ def test_learning_lstm(tmp_path, train_run):
 # (peaks 431 and 460). With 700k and 2 attempts, one failure in 8 per run makes a spurious failure about 1 in 60; a
 # regression that stops DQN from learning fails both.
 # Solving CartPole-v1 (475) is a claim about the preset's quality, which the classic benchmark suite with --algo=DQN
-# also measures (docs/results.md, docs/results/dqn/classic.md): that test is marked slow (`make test-slow`), and
+# also measures (docs/results.md, benchmarks/results/dqn/classic.md): that test is marked slow (`make test-slow`), and
 # `make test` keeps the same path (multi-process Ape-X DQN with the preset and its budget) with DQN_PATH_TARGET, 200
 # (9x a random policy): reached at 86k, 110k and 133k env steps in three runs on 2 loaded cores (2026-11-26),
 # against 221k-540k for 475; the budget stays the preset's (its lr decays over it).

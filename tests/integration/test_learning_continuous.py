@@ -3,14 +3,14 @@ without gSDE) and MuJoCo's HalfCheetah-v5 (the mujoco preset, synchronous PPO) i
 clear margin within short multi-process runs.
 
 All three are claims about a preset's learning quality, which the benchmark suites also measure
-(sample_factory/tools/learning_suites.py, docs/results.md): they are marked slow (`make test-slow`). On a VM with half
+(benchmarks/learning_suites.py, docs/results.md): they are marked slow (`make test-slow`). On a VM with half
 the CPU (`taskset -c 0`) the Pendulum run took 85-119 s of the suite (22 s on 2 cores): a learning run is CPU-bound,
-so it grows with the missing CPU where most tests do not (docs/testing.md, "Where the CPU goes"). `make test` keeps
-the same code paths:
+so it grows with the missing CPU where most tests do not (benchmarks/notebook.md, "Where the CPU goes"). `make test`
+keeps the same code paths:
 - Box actions and both normalizers: a multi-process run in tests/integration/test_env_smoke.py::test_mujoco_smoke
   (HalfCheetah with the mujoco preset), serial Pendulum-v1 runs (tests/integration/test_runs.py, bit-reproducible;
   tests/experiment/test_checkpoints_resume.py, exact resume), the APPO learner loop on Pendulum-v1
-  (tests/tools/test_benchmark_learner.py) and the Gaussian's math (tests/algo);
+  (tests/benchmarks/test_benchmark_learner.py) and the Gaussian's math (tests/algo);
 - gSDE: serial runs (tests/integration/test_runs.py, tests/experiment/test_checkpoints_resume.py) and its parts
   (tests/algo/test_sde.py, tests/workers);
 - synchronous PPO: tests/integration/test_runs.py::test_sync_mode_zero_lag."""

@@ -178,4 +178,4 @@ def test_help_says_where_the_png_goes(capsys):
 def test_readme_lists_the_plot_tool():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     tools = readme[readme.index("## Tools") : readme.index("## Read on")]
-    assert "python -m sample_factory.tools.plot --experiment=" in tools
+    assert "sf-plot --experiment=" in tools and "python -m sample_factory.tools.plot" in tools

@@ -1,0 +1,598 @@
+"""Learning benchmark: `python -m benchmarks.benchmark_learning --suite=classic [--budget=ci|short|full]`.
+
+Trains every env of a suite (table in benchmarks/learning_suites.py) for several seeds, each run an ordinary
+`python -m sample_factory.train` subprocess with its own experiment folder `<train_dir>/<suite>_<env>_s<seed>`
+(its output goes to `benchmark.log` there), and reads the run's progress.csv into a curve of
+(env steps, wall seconds, mean reward). Every finished run is recorded in `<output>/<suite>.json.gz` (gzipped
+JSON, rewritten atomically after each run; a `<suite>.json` of an older version is read when there is no .gz), so
+an interrupted suite resumes: rerunning the same command skips recorded runs and relaunches the others, and
+train.py resumes their checkpoints. `<output>/<suite>.md` (tables, command, machine)
+and `<output>/<suite>_<env>.png` (curves) are regenerated from the json after every run, or by `--plot_only`.
+
+Wall seconds are progress.csv's `time_s` (from the start of the worker processes, interpreter start and imports
+excluded), summed over the sessions of a resumed run. Final reward: mean of the last FINAL_POINTS progress rows,
+each the mean return of the last 100 episodes (`--stats_avg`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import gzip
+import io
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.learning_suites import LEVELS, REPORT_INTERVAL_SEC, SUITES, SuiteEnv, suite_envs
+from sample_factory.config.machine import usable_cores
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FINAL_POINTS = 5
+LOG_NAME = "benchmark.log"
+MARKER_NAME = "benchmark_learning.json"  # in each experiment folder: the budget it was started with
+_DONE = re.compile(r"done: (\d+) env (?:steps|frames) in ([\d.]+) s")
+_STOPPING = re.compile(r"stopping: (.+)")
+
+Point = tuple[int, float, float]  # (env steps, wall seconds, mean reward)
+
+
+# ---- curves ------------------------------------------------------------------------------------------------
+def parse_progress_csv(text: str) -> list[Point]:
+    """Rows of a progress.csv as (env steps, wall seconds, reward_p0); the reward is nan before the first finished
+    episode. A resumed run appends a new session whose clock restarts at 0: its times are shifted to continue
+    after the previous session's last row. Its first rows may count env steps from 0 (the checkpoint's steps are
+    added once the learner has loaded it): those get the previous session's last env steps added, an estimate
+    within one rollout of the checkpoint's. Torn or malformed rows (a writer killed mid-line) are skipped."""
+    rows: list[Point] = []
+    t_offset, last_t, prev_steps = 0.0, None, 0
+    for row in csv.DictReader(io.StringIO(text)):
+        try:
+            counter = row["env_steps"] if "env_steps" in row else row["env_frames"]
+            t, steps, reward = float(row["time_s"]), int(float(counter)), float(row["reward_p0"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if last_t is not None and t < last_t:  # a new session
+            t_offset += last_t
+            prev_steps = rows[-1][0]
+        last_t = t
+        if steps < prev_steps:
+            steps += prev_steps
+        rows.append((steps, round(t_offset + t, 3), reward))
+    return rows
+
+
+def summarize_curve(rows: Sequence[Point], threshold: float | None, final_points: int = FINAL_POINTS) -> dict:
+    """Final reward (mean of the last `final_points` finite rewards), best reward, the env steps and wall seconds
+    of the last row, and of the first row whose reward is >= threshold (None when never reached or no threshold)."""
+    curve = [p for p in rows if math.isfinite(p[2])]
+    hit = next((p for p in curve if p[2] >= threshold), None) if threshold is not None else None
+    tail = [p[2] for p in curve[-final_points:]]
+    return {
+        "curve": [list(p) for p in curve],
+        "final_reward": statistics.fmean(tail) if tail else None,
+        "best_reward": max(p[2] for p in curve) if curve else None,
+        "env_steps": rows[-1][0] if rows else 0,
+        "wall_s": rows[-1][1] if rows else 0.0,
+        "reached": hit is not None,
+        "env_steps_to_threshold": hit[0] if hit else None,
+        "wall_s_to_threshold": hit[1] if hit else None,
+    }
+
+
+def parse_log(text: str) -> dict:
+    """Overall FPS over every session in the log (sum of collected env steps / sum of seconds of the `done:`
+    lines) and the last stop reason."""
+    done = [(int(m.group(1)), float(m.group(2))) for m in _DONE.finditer(text)]
+    seconds = sum(s for _, s in done)
+    stops = _STOPPING.findall(text)
+    return {
+        "fps": sum(n for n, _ in done) / seconds if seconds > 0 else None,
+        "stop_reason": stops[-1] if stops else None,
+    }
+
+
+def mean_curve(curves: Sequence[tuple[Sequence[float], Sequence[float]]], n: int = 200) -> tuple[list, list]:
+    """Mean of several (x, y) curves over the x range all of them cover (linear interpolation on a common grid)."""
+    import numpy as np
+
+    lo, hi = max(x[0] for x, _ in curves), min(x[-1] for x, _ in curves)
+    if hi <= lo:
+        return [], []
+    grid = np.linspace(lo, hi, n)
+    ys = [np.interp(grid, np.asarray(x, float), np.asarray(y, float)) for x, y in curves]
+    return grid.tolist(), np.mean(ys, axis=0).tolist()
+
+
+# ---- runs --------------------------------------------------------------------------------------------------
+def experiment_name(suite: str, env: str, seed: int) -> str:
+    return f"{suite}_{re.sub(r'[^A-Za-z0-9_.-]', '_', env)}_s{seed}"
+
+
+def run_key(env: str, seed: int) -> str:
+    return f"{env}/s{seed}"
+
+
+def train_command(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespace) -> list[str]:
+    """The train.py command of one (env, seed): the env's flags, the budget, and the user's passthrough flags."""
+    b = spec.budget(level)
+    cmd = [sys.executable, "-m", "sample_factory.train", f"--env={spec.env}"]
+    cmd += [f"--experiment={experiment_name(args.suite, spec.env, seed)}", f"--train_dir={args.train_dir}"]
+    cmd += [f"--seed={seed}", f"--train_for_env_steps={b.env_steps}", f"--train_for_seconds={b.seconds}"]
+    # Budgets, thresholds and references here count agent steps (CleanRL's unit), also on Atari and VizDoom.
+    cmd += ["--summaries_use_frameskip=False"]
+    cmd += [f"--report_interval_sec={REPORT_INTERVAL_SEC[level]}"]
+    if args.num_workers is not None:
+        cmd.append(f"--num_workers={args.num_workers}")
+    if args.device is not None:
+        cmd.append(f"--device={args.device}")
+    if args.stop_when_solved and spec.threshold is not None:
+        cmd.append(f"--stop_at_reward={spec.threshold}")
+    return cmd + list(spec.extra_flags) + shlex.split(args.extra)
+
+
+def _terminate_on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # same path as Ctrl+C: stop the child cleanly, record nothing
+
+
+def launch(cmd: list[str], log_path: Path) -> tuple[int, float]:
+    """Run `cmd` from the repository root with stdout+stderr appended to `log_path`; (exit code, wall seconds).
+    On Ctrl+C / SIGTERM the child gets SIGINT (a normal shutdown that saves a checkpoint), is waited for, and
+    KeyboardInterrupt is re-raised; a second interrupt kills it."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    t0 = time.monotonic()
+    with open(log_path, "a") as log:
+        log.write(f"# {datetime.datetime.now().isoformat(timespec='seconds')} {shlex.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            try:
+                proc.send_signal(signal.SIGINT)
+                proc.wait()
+            except KeyboardInterrupt:
+                proc.kill()
+                proc.wait()
+            raise
+    return rc, time.monotonic() - t0
+
+
+def run_one(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespace) -> dict:
+    """Train one (env, seed) and return its record."""
+    exp_dir = Path(args.train_dir) / experiment_name(args.suite, spec.env, seed)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    b = spec.budget(level)
+    (exp_dir / MARKER_NAME).write_text(json.dumps({"suite": args.suite, "budget": level, **vars(b)}))
+    log_path = exp_dir / LOG_NAME
+    cmd = train_command(spec, seed, level, args)
+    rc, launch_s = launch(cmd, log_path)
+    csv_path = exp_dir / "progress.csv"
+    rows = parse_progress_csv(csv_path.read_text()) if csv_path.exists() else []
+    logged = parse_log(log_path.read_text(errors="replace"))
+    summary = summarize_curve(rows, spec.threshold)
+    fps = logged["fps"] or (summary["env_steps"] / summary["wall_s"] if summary["wall_s"] else None)
+    stop = logged["stop_reason"] or ""
+    return {
+        "env": spec.env,
+        "seed": seed,
+        "experiment": str(exp_dir),
+        "log": str(log_path),
+        "command": shlex.join(cmd),
+        "rc": rc,
+        "stop_reason": stop,
+        "complete": rc == 0 and "received" not in stop,  # a signal stop (someone interrupted it) is unfinished
+        "budget": level,
+        "budget_env_steps": b.env_steps,
+        "budget_seconds": b.seconds,
+        "threshold": spec.threshold,
+        "launch_wall_s": launch_s,
+        "fps": fps,
+        "finished_at": datetime.datetime.now().isoformat(timespec="seconds"),
+        **summary,
+    }
+
+
+def describe_run(r: dict) -> str:
+    """One line per finished run."""
+    head = f"{r['env']} seed {r['seed']}: exit {r['rc']}"
+    if r["final_reward"] is None:
+        return f"{head}, no finished episode ({r['stop_reason'] or 'no stop line'}); log {r['log']}"
+    if r["threshold"] is None:
+        reach = "no threshold"
+    elif r["reached"]:
+        reach = (
+            f"reached {r['threshold']:g} after {r['env_steps_to_threshold']:,} env steps / "
+            f"{r['wall_s_to_threshold'] / 60:.1f} min"
+        )
+    else:
+        reach = f"{r['threshold']:g} not reached"
+    fps = f"{r['fps']:,.0f} FPS" if r["fps"] else "FPS n/a"
+    return (
+        f"{head}, final reward {r['final_reward']:.1f} (best {r['best_reward']:.1f}), {reach}, "
+        f"{r['env_steps']:,} env steps in {r['wall_s'] / 60:.1f} min, {fps}; log {r['log']}"
+    )
+
+
+# ---- the results file --------------------------------------------------------------------------------------
+def results_path(output: str | Path, suite: str) -> Path:
+    """Where a suite's record lives: `<suite>.json.gz`."""
+    return Path(output) / f"{suite}.json.gz"
+
+
+def load_doc(path: Path) -> dict:
+    """The record at `path` (gzipped JSON), or at the same name without .gz (plain JSON, as older versions wrote)."""
+    if path.exists():
+        return json.loads(gzip.decompress(path.read_bytes()))
+    plain = path.with_suffix("") if path.suffix == ".gz" else path
+    return json.loads(plain.read_text()) if plain.exists() else {}
+
+
+def save_doc(doc: dict, path: Path) -> None:
+    """Write the record atomically (gzipped, compact JSON): a run killed mid-write never leaves a truncated file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), mtime=0))
+    os.replace(tmp, path)
+
+
+def env_table_entry(spec: SuiteEnv, level: str, extra: str = "") -> dict:
+    """The env's settings for the report; `extra`: the user's --extra flags (they may override the budget)."""
+    return {
+        "threshold": spec.threshold,
+        "threshold_source": spec.threshold_source,
+        "budget": vars(spec.budget(level)),
+        "budget_source": spec.budget_source,
+        "extra_flags": list(spec.extra_flags),
+        "passthrough_flags": shlex.split(extra),
+        "references": [vars(r) for r in spec.references],
+    }
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model and count, RAM, GPU and library versions, for the report."""
+    import gymnasium
+    import psutil
+    import torch
+
+    cpu = platform.processor()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = None
+    if torch.cuda.is_available():
+        gpu = f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+    usable = usable_cores()
+    return {
+        "cpu": cpu or "unknown",
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": usable,
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "gpu": gpu,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gymnasium": gymnasium.__version__,
+    }
+
+
+def check_budget(doc: dict, args: argparse.Namespace, planned: list[tuple[SuiteEnv, int]]) -> str | None:
+    """An error message when results or experiment folders of another budget level would be mixed in."""
+    if doc.get("runs") and doc.get("budget") != args.budget:
+        return (
+            f"{results_path(args.output, args.suite)} holds runs of budget {doc.get('budget')!r}, not {args.budget!r}: "
+            f"use another --output (and --train_dir), or delete it"
+        )
+    for spec, seed in planned:
+        marker = Path(args.train_dir) / experiment_name(args.suite, spec.env, seed) / MARKER_NAME
+        if marker.exists() and json.loads(marker.read_text()).get("budget") != args.budget:
+            return f"{marker.parent} was started with another budget level: use another --train_dir, or delete it"
+    return None
+
+
+# ---- report: markdown and plots ----------------------------------------------------------------------------
+def _fmt(value: float | None, spec: str = ",.1f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def summarize_env(runs: Sequence[dict]) -> dict:
+    """Across seeds: final reward mean, sample std, min, max; how many reached the threshold; medians of the
+    env steps / wall seconds to it (over the seeds that reached it) and of the FPS."""
+    finals = [r["final_reward"] for r in runs if r["final_reward"] is not None]
+    hits = [r for r in runs if r["reached"]]
+    fps = [r["fps"] for r in runs if r["fps"]]
+    return {
+        "seeds": len(runs),
+        "with_reward": len(finals),
+        "final_mean": statistics.fmean(finals) if finals else None,
+        "final_std": statistics.stdev(finals) if len(finals) > 1 else (0.0 if finals else None),
+        "final_min": min(finals) if finals else None,
+        "final_max": max(finals) if finals else None,
+        "reached": len(hits),
+        "median_env_steps_to_threshold": statistics.median(r["env_steps_to_threshold"] for r in hits) if hits else None,
+        "median_wall_s_to_threshold": statistics.median(r["wall_s_to_threshold"] for r in hits) if hits else None,
+        "median_fps": statistics.median(fps) if fps else None,
+    }
+
+
+def _row(*cells: Any) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _budget_text(b: dict, passthrough: list[str] | None = None) -> str:
+    text = f"{b['env_steps']:,} env steps or {b['seconds']:,} s"
+    overrides = [f for f in passthrough or [] if f.startswith(("--train_for_env_steps", "--train_for_seconds"))]
+    return f"{text}, overridden by {' '.join(overrides)}" if overrides else text
+
+
+def _reference_text(refs: Sequence[dict], with_source: bool) -> str:
+    parts = []
+    for ref in refs:
+        value = "not filled" if ref["value"] is None else f"{ref['value']:g}"
+        source = f" ({ref['source']})" if with_source and ref["value"] is not None else ""
+        parts.append(f"{ref['label']}: {value}{source}")
+    return "; ".join(parts) or "none"
+
+
+def runs_by_env(doc: dict) -> dict[str, list[dict]]:
+    """Recorded runs of every env of the doc, in table order, sorted by seed."""
+    runs = doc.get("runs", {}).values()
+    return {env: sorted((r for r in runs if r["env"] == env), key=lambda r: r["seed"]) for env in doc.get("envs", {})}
+
+
+def render_markdown(doc: dict, pngs: dict[str, str]) -> str:
+    """The report: commands, date, machine, one summary row per env, then per env its settings, sources, one row
+    per seed and its plot (`pngs`: env -> file name)."""
+    m = doc.get("machine", {})
+    level = doc.get("budget", "?")
+    lines = [
+        f"# Learning benchmark: suite `{doc.get('suite')}`, budget `{level}`",
+        "",
+        "Command(s), from the repository root:",
+        "",
+        "```bash",
+        *doc.get("commands", []),
+        "```",
+        "",
+        f"Last run finished: {doc.get('updated', 'n/a')}. Machine: {m.get('cpu', '?')}, {m.get('cpu_count', '?')} "
+        f"logical CPUs ({m.get('cpus_usable', '?')} usable), {m.get('ram_gib', '?')} GiB RAM, GPU: "
+        f"{m.get('gpu') or 'none'}; Python {m.get('python', '?')}, torch {m.get('torch', '?')}, gymnasium "
+        f"{m.get('gymnasium', '?')}; {m.get('os', '?')}.",
+        "",
+        f"Final reward: mean of the last {FINAL_POINTS} progress rows of a run, each the mean return of the last 100 "
+        "episodes; mean ± sample std (min..max) over seeds. Steps and minutes to the threshold: first progress row "
+        "at or above it, median over the seeds that reached it. Minutes: training wall time from progress.csv "
+        "(worker start to the row, summed over the sessions of a resumed run). FPS: env steps collected / seconds, "
+        "from the run's final summary line(s). Each run stops at its env-step budget or its wall-time cap, "
+        "whichever comes first.",
+        "",
+        "| env | seeds | budget per run | final reward | threshold | reached | median env steps to threshold "
+        "| median minutes to threshold | median FPS | published |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    by_env = runs_by_env(doc)
+    for env, info in doc.get("envs", {}).items():
+        s = summarize_env(by_env[env])
+        if s["final_mean"] is None:
+            final = "n/a"
+        elif s["with_reward"] == 1:
+            final = f"{s['final_mean']:.1f} (1 seed)"
+        else:
+            final = f"{s['final_mean']:.1f} ± {s['final_std']:.1f} ({s['final_min']:.1f}..{s['final_max']:.1f})"
+        thr = info["threshold"]
+        minutes = s["median_wall_s_to_threshold"]
+        reached = "n/a" if thr is None else f"{s['reached']}/{s['seeds']}"
+        lines.append(
+            _row(
+                env,
+                s["seeds"],
+                _budget_text(info["budget"], info.get("passthrough_flags")),
+                final,
+                _fmt(thr, "g"),
+                reached,
+                _fmt(s["median_env_steps_to_threshold"], ",.0f"),
+                _fmt(None if minutes is None else minutes / 60, ".2f"),
+                _fmt(s["median_fps"], ",.0f"),
+                _reference_text(info["references"], with_source=False),
+            )
+        )
+    for env, info in doc.get("envs", {}).items():
+        b = info["budget"]
+        lines += [
+            "",
+            f"## {env}",
+            "",
+            f"- Threshold: {_fmt(info['threshold'], 'g')}. Source: {info['threshold_source']}.",
+            f"- Budget `{level}`: {_budget_text(b, info.get('passthrough_flags'))} per run, {b['seeds']} seed(s) by "
+            f"default. Source: {info['budget_source']}.",
+            f"- Extra train flags: {' '.join(info['extra_flags']) or 'none (the env family preset applies)'}",
+        ]
+        if info.get("passthrough_flags"):
+            lines.append(f"- Passed with `--extra` (after the flags above): {' '.join(info['passthrough_flags'])}")
+        for r in info["references"]:
+            value = r["source"] if r["value"] is None else f"{r['value']:g} (source: {r['source']})"
+            lines.append(f"- Compare: {r['label']}: {value}")
+        lines += [
+            "",
+            "| seed | exit | stopped because | env steps | minutes | final reward | best reward "
+            "| env steps to threshold | minutes to threshold | FPS |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in by_env[env]:
+            to_min = None if r["wall_s_to_threshold"] is None else r["wall_s_to_threshold"] / 60
+            lines.append(
+                _row(
+                    r["seed"],
+                    r["rc"],
+                    r["stop_reason"] or "n/a",
+                    f"{r['env_steps']:,}",
+                    f"{r['wall_s'] / 60:.2f}",
+                    _fmt(r["final_reward"]),
+                    _fmt(r["best_reward"]),
+                    _fmt(r["env_steps_to_threshold"], ",.0f"),
+                    _fmt(to_min, ".2f"),
+                    _fmt(r["fps"], ",.0f"),
+                )
+            )
+        if env in pngs:
+            lines += ["", f"![{env}: mean reward vs env steps and vs minutes]({pngs[env]})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot_env(env: str, runs: Sequence[dict], threshold: float | None, title: str, path: Path) -> Path:
+    """Two panels (mean reward vs env steps, vs wall-clock minutes): one thin line per seed, their mean, and the
+    threshold as a dashed line."""
+    from sample_factory.tools.plot import import_pyplot
+
+    plt = import_pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    try:
+        for ax, column, scale, xlabel in ((axes[0], 0, 1.0, "env steps"), (axes[1], 1, 1 / 60, "wall-clock minutes")):
+            curves = []
+            for r in runs:
+                if r["curve"]:
+                    x = [p[column] * scale for p in r["curve"]]
+                    y = [p[2] for p in r["curve"]]
+                    # a legend of more than 8 seeds would cover the curves: one entry for all of them then
+                    label = f"seed {r['seed']}" if len(runs) <= 8 else ("_nolegend_" if curves else "one line per seed")
+                    ax.plot(x, y, lw=0.8, alpha=0.6, label=label)
+                    curves.append((x, y))
+            if len(curves) > 1:
+                gx, gy = mean_curve(curves)
+                ax.plot(gx, gy, lw=2.2, color="black", label=f"mean of {len(curves)} seeds")
+            if threshold is not None:
+                ax.axhline(threshold, ls="--", lw=1, color="tab:red", label=f"threshold {threshold:g}")
+            ax.set_xlabel(xlabel)
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("mean episode reward (last 100 episodes)")
+        axes[0].legend(fontsize=8)
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def write_report(doc: dict, out_dir: Path) -> list[Path]:
+    """Write <suite>_<env>.png for every env with a curve, then <suite>.md; returns the paths written."""
+    suite, level = doc.get("suite", "suite"), doc.get("budget", "?")
+    written, pngs = [], {}
+    for env, runs in runs_by_env(doc).items():
+        if not any(r["curve"] for r in runs):
+            continue
+        name = f"{suite}_{re.sub(r'[^A-Za-z0-9_.-]', '_', env)}.png"
+        b = doc["envs"][env]["budget"]
+        title = f"{env}, budget {level} ({_budget_text(b)} per run), {len(runs)} seed(s)"
+        try:
+            written.append(plot_env(env, runs, doc["envs"][env]["threshold"], title, out_dir / name))
+            pngs[env] = name
+        except ImportError as e:
+            print(f"no plot for {env}: {e}", file=sys.stderr)
+    md = out_dir / f"{suite}.md"
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(render_markdown(doc, pngs))
+    return [*written, md]
+
+
+# ---- command line ------------------------------------------------------------------------------------------
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.benchmark_learning",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--suite", required=True, choices=list(SUITES), help="Which env family to train.")
+    p.add_argument("--budget", default="short", choices=LEVELS, help="Budget level (default short).")
+    p.add_argument("--seeds", type=int, default=None, help="Seeds per env (0..N-1); default: the level's.")
+    p.add_argument("--envs", default="", help="Comma-separated subset of the suite's envs.")
+    p.add_argument("--num_workers", type=int, default=None, help="Passed to train.py (default: its own, cores).")
+    p.add_argument("--device", default=None, choices=["cpu", "gpu"], help="Passed to train.py (default: its own).")
+    p.add_argument("--train_dir", default="train_dir/learning", help="Experiment folders.")
+    p.add_argument("--output", default="benchmarks/results", help="Folder of <suite>.json.gz, <suite>.md, the PNGs.")
+    p.add_argument("--extra", default="", help='More train.py flags for every run, e.g. --extra="--lr=1e-3".')
+    p.add_argument("--stop_when_solved", action="store_true", help="Pass --stop_at_reward=<threshold>.")
+    p.add_argument("--dry_run", action="store_true", help="Print the commands, run nothing, write nothing.")
+    p.add_argument("--plot_only", action="store_true", help="Regenerate the md and PNGs from the json.")
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    args.train_dir = str(Path(args.train_dir).resolve())  # train.py runs from the repository root
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    json_path = results_path(args.output, args.suite)
+    doc = load_doc(json_path)
+    if args.plot_only:
+        if not doc:
+            print(f"no results in {json_path}", file=sys.stderr)
+            return 1
+        for path in write_report(doc, Path(args.output)):
+            print(f"wrote {path}")
+        return 0
+    try:
+        envs = suite_envs(args.suite, [e for e in args.envs.split(",") if e])
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    planned = [(spec, seed) for spec in envs for seed in range(args.seeds or spec.budget(args.budget).seeds)]
+    if error := check_budget(doc, args, planned):
+        print(error, file=sys.stderr)
+        return 2
+    runs = doc.get("runs", {})
+    todo = [(spec, seed) for spec, seed in planned if not runs.get(run_key(spec.env, seed), {}).get("complete")]
+    for spec, seed in planned:
+        if (spec, seed) not in todo:
+            print(f"skip {spec.env} seed {seed}: recorded in {json_path}")
+    if args.dry_run:
+        for spec, seed in todo:
+            print(shlex.join(train_command(spec, seed, args.budget, args)))
+        return 0
+
+    command = "python -m benchmarks.benchmark_learning " + shlex.join(argv)
+    doc.update(suite=args.suite, budget=args.budget, machine=machine_info())
+    doc["commands"] = [*[c for c in doc.get("commands", []) if c != command], command]
+    doc.setdefault("envs", {}).update({spec.env: env_table_entry(spec, args.budget, args.extra) for spec in envs})
+    doc.setdefault("runs", runs)
+    ok = True
+    old_handler = signal.signal(signal.SIGTERM, _terminate_on_sigterm)
+    try:
+        for i, (spec, seed) in enumerate(todo, 1):
+            print(f"run {i}/{len(todo)}: {spec.env} seed {seed} ...", flush=True)
+            record = run_one(spec, seed, args.budget, args)
+            runs[run_key(spec.env, seed)] = record
+            ok &= record["complete"]
+            doc["updated"] = record["finished_at"]
+            save_doc(doc, json_path)
+            write_report(doc, Path(args.output))
+            print(describe_run(record), flush=True)
+    except KeyboardInterrupt:
+        print(f"interrupted: rerun the same command to resume ({json_path})", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, old_handler)
+    if not todo:
+        save_doc(doc, json_path)  # new machine info / command, same runs
+    paths = write_report(doc, Path(args.output))
+    print("\n".join(f"wrote {p}" for p in paths))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""benchmarks.benchmark_learning: curve parsing and the report from synthetic data, the suite table, and
+one real `ci` run of a 1-env suite (CartPole-v1, 1 seed) in its own process group, followed by a resume that must
+not launch train.py again and a `--plot_only` regeneration."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from argparse import Namespace
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from benchmarks import benchmark_learning as bl
+from benchmarks.learning_suites import LEVELS, NOT_FILLED, SUITES, suite_envs
+from sample_factory.config.presets import preset_name_for_env
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+# Two sessions: the second (a resume) restarts its clock at 0 and counts env steps from 0 until the checkpoint's
+# 3000 are added (as train.py writes it); nan before the first episode; a torn last line.
+PROGRESS = """time_s,env_steps,fps_10s,reward_p0
+1.0,1000,900.0,nan
+2.0,2000,950.0,10.000
+3.0,3000,990.0,50.000
+0.5,500,800.0,nan
+1.5,1500,850.0,80.000
+2.5,5500,870.0,120.000
+3.5,6500,880.0,110.0
+4.0,70
+"""
+
+
+# ---- pure parsing ------------------------------------------------------------------------------------------
+def test_parse_progress_csv_joins_resumed_sessions_and_skips_torn_rows():
+    rows = bl.parse_progress_csv(PROGRESS)
+    assert [r[0] for r in rows] == [1000, 2000, 3000, 3500, 4500, 5500, 6500]
+    # the second session continues after the first one's last row (3.0 s)
+    assert [r[1] for r in rows] == [1.0, 2.0, 3.0, 3.5, 4.5, 5.5, 6.5]
+    assert math.isnan(rows[0][2]) and rows[-1][2] == 110.0
+
+
+def test_summarize_curve_threshold_crossing_and_final_average():
+    rows = bl.parse_progress_csv(PROGRESS)
+    s = bl.summarize_curve(rows, threshold=100.0, final_points=3)
+    assert s["reached"] and s["env_steps_to_threshold"] == 5500 and s["wall_s_to_threshold"] == 5.5
+    assert s["final_reward"] == pytest.approx((80 + 120 + 110) / 3)
+    assert s["best_reward"] == 120.0
+    assert (s["env_steps"], s["wall_s"]) == (6500, 6.5)
+    assert s["curve"][0] == [2000, 2.0, 10.0]  # nan rows are not curve points
+
+    exact = bl.summarize_curve(rows, threshold=50.0)  # >=: a row exactly at the threshold counts
+    assert exact["env_steps_to_threshold"] == 3000 and exact["wall_s_to_threshold"] == 3.0
+    never = bl.summarize_curve(rows, threshold=500.0)
+    assert not never["reached"] and never["env_steps_to_threshold"] is None and never["wall_s_to_threshold"] is None
+    none = bl.summarize_curve(rows, threshold=None)
+    assert not none["reached"] and none["final_reward"] == pytest.approx((10 + 50 + 80 + 120 + 110) / 5)
+
+
+def test_summarize_curve_without_episodes():
+    s = bl.summarize_curve(bl.parse_progress_csv("time_s,env_steps,fps_10s,reward_p0\n1.0,500,10.0,nan\n"), 1.0)
+    assert s["final_reward"] is None and s["best_reward"] is None and s["curve"] == [] and s["env_steps"] == 500
+    assert bl.summarize_curve([], None)["env_steps"] == 0
+
+
+def test_parse_log_sums_sessions():
+    log = (
+        "[10:00:01] stopping: SIGINT received\n[10:00:01] done: 1000 env steps in 1.0 s, 1000 FPS overall\n"
+        "[10:01:00] stopping: reached 5000 env steps\n[10:01:04] done: 4000 env steps in 3.0 s, 1333 FPS overall\n"
+    )
+    assert bl.parse_log(log) == {"fps": 1250.0, "stop_reason": "reached 5000 env steps"}
+    assert bl.parse_log("Traceback ...") == {"fps": None, "stop_reason": None}
+
+
+def test_mean_curve_over_the_common_range():
+    x, y = bl.mean_curve([([0, 10], [0, 10]), ([0, 5, 20], [10, 10, 10])], n=3)
+    assert x == [0, 5, 10] and y == [5, 7.5, 10]
+    assert bl.mean_curve([([0, 1], [1, 1]), ([2, 3], [1, 1])]) == ([], [])
+
+
+# ---- suite table and command -------------------------------------------------------------------------------
+def test_suite_table():
+    for suite, envs in SUITES.items():
+        for spec in envs:
+            assert set(spec.budgets) == set(LEVELS), (suite, spec.env)
+            assert spec.budget("ci").env_steps <= spec.budget("short").env_steps <= spec.budget("full").env_steps
+            assert spec.threshold_source and spec.budget_source
+            for ref in spec.references:  # never a number without a source, never a source faking a number
+                assert ref.source == NOT_FILLED if ref.value is None else ref.source
+    for spec in SUITES["classic"] + SUITES["no_preset"]:  # gymnasium's own thresholds, where it registers one
+        registered = gym.spec(spec.env).reward_threshold
+        assert spec.threshold == registered if registered is not None else spec.threshold_source.startswith("set here")
+    # every env of the no_preset suite is one that no family preset names
+    assert all(preset_name_for_env(spec.env) is None for spec in SUITES["no_preset"])
+    assert [s.env for s in suite_envs("classic", ["Acrobot-v1"])] == ["Acrobot-v1"]
+    with pytest.raises(ValueError, match="not in suite"):
+        suite_envs("classic", ["Pong"])
+    with pytest.raises(ValueError, match="unknown suite"):
+        suite_envs("nope")
+
+
+def test_train_command():
+    spec = SUITES["classic"][0]
+    args = Namespace(suite="classic", train_dir="/td", num_workers=None, device=None, stop_when_solved=False, extra="")
+    cmd = bl.train_command(spec, 3, "ci", args)
+    assert cmd[1:3] == ["-m", "sample_factory.train"]
+    assert "--experiment=classic_CartPole-v1_s3" in cmd and "--seed=3" in cmd and "--train_dir=/td" in cmd
+    assert f"--train_for_env_steps={spec.budget('ci').env_steps}" in cmd
+    assert not any(a.startswith(("--num_workers", "--device", "--stop_at_reward")) for a in cmd)
+    args = Namespace(
+        **{**vars(args), "num_workers": 8, "device": "gpu", "stop_when_solved": True, "extra": "--a=1 --b=x"}
+    )
+    cmd = bl.train_command(spec, 0, "full", args)
+    assert {"--num_workers=8", "--device=gpu", "--stop_at_reward=475.0"} <= set(cmd) and cmd[-2:] == ["--a=1", "--b=x"]
+    assert bl.experiment_name("atari", "ALE/Pong-v5", 1) == "atari_ALE_Pong-v5_s1"
+
+
+# ---- report ------------------------------------------------------------------------------------------------
+def _record(env: str, seed: int, final: float, reached_at: int | None) -> dict:
+    return {
+        "env": env,
+        "seed": seed,
+        "rc": 0,
+        "stop_reason": "reached 1000 env steps",
+        "complete": True,
+        "final_reward": final,
+        "best_reward": final + 1,
+        "env_steps": 1000,
+        "wall_s": 120.0,
+        "reached": reached_at is not None,
+        "env_steps_to_threshold": reached_at,
+        "wall_s_to_threshold": None if reached_at is None else 60.0,
+        "fps": 500.0,
+        "curve": [[100, 1.0, 1.0], [1000, 120.0, final]],
+    }
+
+
+def _doc() -> dict:
+    env = {
+        "threshold": 10.0,
+        "threshold_source": "src-thr",
+        "budget": {"env_steps": 1000, "seconds": 60, "seeds": 2},
+        "budget_source": "src-budget",
+        "extra_flags": [],
+        "references": [{"label": "paper", "value": None, "source": NOT_FILLED}],
+    }
+    return {
+        "suite": "demo",
+        "budget": "ci",
+        "commands": ["python -m benchmarks.benchmark_learning --suite=demo"],
+        "machine": {"cpu": "Test CPU", "cpu_count": 2, "ram_gib": 4.0, "torch": "t", "gymnasium": "g"},
+        "envs": {"E-v0": env},
+        "runs": {"E-v0/s0": _record("E-v0", 0, 12.0, 800), "E-v0/s1": _record("E-v0", 1, 8.0, None)},
+    }
+
+
+def test_render_markdown_table():
+    md = bl.render_markdown(_doc(), {"E-v0": "demo_E-v0.png"})
+    assert "--suite=demo" in md and "Test CPU" in md and "GPU: none" in md
+    row = next(line for line in md.splitlines() if line.startswith("| E-v0 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # env, seeds, budget, final, threshold, reached, median steps, median minutes, fps, published
+    assert cells == [
+        "E-v0",
+        "2",
+        "1,000 env steps or 60 s",
+        "10.0 ± 2.8 (8.0..12.0)",
+        "10",
+        "1/2",
+        "800",
+        "1.00",
+        "500",
+        "paper: not filled",
+    ]
+    assert "src-thr" in md and "src-budget" in md and "![E-v0" in md and "(demo_E-v0.png)" in md
+    seed_rows = [line for line in md.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
+    assert len(seed_rows) == 2 and "| 800 | 1.00 |" in seed_rows[0] and "| n/a | n/a |" in seed_rows[1]
+    assert "Passed with `--extra`" not in md
+
+
+def test_render_markdown_names_the_extra_flags_and_a_budget_they_override():
+    doc = _doc()
+    doc["envs"]["E-v0"]["passthrough_flags"] = ["--train_for_env_steps=5000", "--lr_schedule=linear_decay"]
+    md = bl.render_markdown(doc, {})
+    row = next(line for line in md.splitlines() if line.startswith("| E-v0 |"))
+    assert "| 1,000 env steps or 60 s, overridden by --train_for_env_steps=5000 |" in row
+    assert (
+        "- Passed with `--extra` (after the flags above): --train_for_env_steps=5000 --lr_schedule=linear_decay" in md
+    )
+    assert bl.env_table_entry(bl.SUITES["classic"][0], "short", "--seed=3 --x='a b'")["passthrough_flags"] == [
+        "--seed=3",
+        "--x=a b",
+    ]
+
+
+def test_write_report_plots(tmp_path):
+    paths = bl.write_report(_doc(), tmp_path)
+    assert sorted(p.name for p in paths) == ["demo.md", "demo_E-v0.png"]
+    assert (tmp_path / "demo_E-v0.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+# ---- a real run --------------------------------------------------------------------------------------------
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory):
+    """One `ci` run of CartPole-v1 (1 seed, 1 worker) through the command line, in its own process group, so
+    that whatever it leaves running can be found and killed."""
+    root = tmp_path_factory.mktemp("learning")
+    argv = [
+        "--suite=classic",
+        "--budget=ci",
+        "--envs=CartPole-v1",
+        "--seeds=1",
+        "--num_workers=1",
+        "--device=cpu",
+        f"--train_dir={root / 'td'}",
+        f"--output={root / 'out'}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.benchmark_learning", *argv],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=200)
+        deadline = time.monotonic() + 15  # forkserver / resource tracker exit just after the run
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        leaked = _group_alive(proc.pid)
+    finally:
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    return {"root": root, "argv": argv, "rc": proc.returncode, "out": out, "leaked": leaked}
+
+
+@pytest.mark.timeout(300)
+def test_ci_run_writes_record_table_and_plot(ci_run):
+    assert ci_run["rc"] == 0, ci_run["out"]
+    assert not ci_run["leaked"], "processes of the run outlived it"
+    out = ci_run["root"] / "out"
+    assert not (out / "classic.json").exists()
+    doc = bl.load_doc(out / "classic.json.gz")
+    assert doc["budget"] == "ci" and list(doc["runs"]) == ["CartPole-v1/s0"]
+    r = doc["runs"]["CartPole-v1/s0"]
+    assert r["rc"] == 0 and r["complete"] and r["stop_reason"].startswith("reached")
+    assert r["env_steps"] >= 1000 and r["wall_s"] > 0 and r["fps"] > 0
+    assert r["curve"] and 0 < r["final_reward"] <= 500 and r["final_reward"] <= r["best_reward"] <= 500
+    steps = [p[0] for p in r["curve"]]
+    assert steps == sorted(steps)
+    assert "CartPole-v1 seed 0: exit 0, final reward" in ci_run["out"]
+    exp = ci_run["root"] / "td" / "classic_CartPole-v1_s0"
+    assert (exp / "progress.csv").exists() and "sample_factory.train" in (exp / "benchmark.log").read_text()
+    md = (out / "classic.md").read_text()
+    assert "| CartPole-v1 | 1 |" in md and "--budget=ci" in md and "(classic_CartPole-v1.png)" in md
+    assert (out / "classic_CartPole-v1.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+@pytest.mark.timeout(300)
+def test_rerun_skips_the_recorded_run_then_plot_only_regenerates(ci_run, monkeypatch, capsys):
+    assert ci_run["rc"] == 0, ci_run["out"]
+    out = ci_run["root"] / "out"
+    log = ci_run["root"] / "td" / "classic_CartPole-v1_s0" / "benchmark.log"
+    log_before = log.read_text()
+
+    def no_launch(*a, **k):
+        raise AssertionError("train.py launched again")
+
+    monkeypatch.setattr(bl, "launch", no_launch)
+    assert bl.main(ci_run["argv"]) == 0
+    assert "skip CartPole-v1 seed 0" in capsys.readouterr().out
+    assert log.read_text() == log_before
+
+    for name in ("classic.md", "classic_CartPole-v1.png"):
+        (out / name).unlink()
+    assert bl.main([*ci_run["argv"], "--plot_only"]) == 0
+    assert (out / "classic.md").exists() and (out / "classic_CartPole-v1.png").exists()
+
+    # another budget level into the same folders is refused instead of being mixed in
+    assert bl.main([a if a != "--budget=ci" else "--budget=short" for a in ci_run["argv"]]) == 2
+
+
+def test_the_record_is_gzipped_json_and_an_older_plain_one_is_read(tmp_path):
+    doc = {"suite": "classic", "budget": "short", "runs": {"CartPole-v1/s0": {"complete": True, "curve": [[1, 2, 3]]}}}
+    path = bl.results_path(tmp_path, "classic")
+    assert path.name == "classic.json.gz"
+    assert bl.load_doc(path) == {}
+    (tmp_path / "classic.json").write_text(json.dumps(doc))  # as versions before the .gz wrote it
+    assert bl.load_doc(path) == doc
+    bl.save_doc(doc, path)
+    assert gzip.decompress(path.read_bytes()).startswith(b'{"suite":"classic"') and bl.load_doc(path) == doc
+
+
+def test_the_recorded_suites_load():
+    """benchmarks/results/ keeps the suites' records gzipped; each loads and has runs with curves."""
+    records = sorted((REPO_ROOT / "benchmarks" / "results").rglob("*.json.gz"))
+    suites = [p for p in records if p.name.split(".")[0] in SUITES]
+    assert {p.name for p in suites} >= {"classic.json.gz", "mujoco.json.gz", "atari.json.gz", "doom.json.gz"}
+    for path in suites:
+        doc = bl.load_doc(path)
+        assert doc["suite"] == path.name.split(".")[0] and doc["runs"], path
+        assert all("curve" in r for r in doc["runs"].values()), path
+    assert not list((REPO_ROOT / "benchmarks" / "results").rglob("*.json")), "raw data stays compact: gzip it"
