@@ -89,7 +89,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_batches_per_epoch": 4,
         "num_epochs": 2,
         "learner_precision": "auto",
-        "inference_precision": "auto",  # bf16 where it times faster (model/precision.py; docs/benchmarks.md)
+        "inference_precision": "auto",  # bf16 where it times faster (model/precision.py; benchmarks/notebook.md)
         "use_rnn": False,
         "encoder_conv_architecture": "convnet_simple",
         "encoder_mlp_layers": [512],
@@ -115,7 +115,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 # + an entropy bonus that keeps exploring until the goal is found: 0.01: 1 of 2 runs; 0.03: 2 of 2 found the goal
 # but the bonus kept the return at -111..-129; 0.02: 3 of 3 reached -110 in a first probe (first at 1.8M, 1.8M,
 # 2.8M env steps; -104..-107 at 3M, about 50 s per run) and 1 of 3 in the learning suite that followed
-# (docs/results/classic.md; multi-process runs are not deterministic): 4 of 6, not reliable.
+# (benchmarks/results/classic.md; multi-process runs are not deterministic): 4 of 6, not reliable.
 # 2026-11-24, 3 seeds each, 3M env steps: + gamma 0.999 and a bonus of 0.03: 0 of 3; + GAE with lambda 0.98 instead
 # of V-trace (this preset): 3 of 3 (-110 first after 1.15M / 1.31M / 1.43M env steps, final -102..-104); the
 # learning suite then 5 of 5. Our reading (not isolated by a test): GAE's lambda < 1 gives lower-variance targets
@@ -149,7 +149,7 @@ PRESETS["doom_frame"] = {
 # LunarLander: episodes of up to 1,000 steps whose landing bonus comes at the end, so a longer horizon than CartPole's.
 # Measured 2026-11-24, 2 workers, 3M env steps, 3 seeds each (short budget of the classic suite):
 #   classic_control (V-trace, gamma 0.99, no entropy bonus): 2 of 3 reached 200 (one stuck near -47: it learned to
-#     hover), docs/results/classic.md of 2026-11-23;
+#     hover), benchmarks/results/classic.md of 2026-11-23;
 #   + gamma 0.999 and an entropy bonus of 0.01: 3 of 3 (200 first after 1.23M / 1.69M / 2.10M env steps), final
 #     221..254;
 #   + GAE with lambda 0.98 instead of V-trace (this preset; SB3 zoo's lambda and gamma for this env): 3 of 3 (0.98M /
@@ -262,7 +262,7 @@ PRESETS["atari_dqn"] = {
 #   async, minibatches of 256 (80 SGD steps per 2,048 samples): 185 in 74 s (policy lag ~120 SGD steps);
 #   async, minibatches of 128 (160 steps): 490 in 91 s; async, minibatches of 64 (CleanRL's 320 steps): 497 in 136 s;
 #   synchronous, minibatches of 64: 964 in 153 s; synchronous, minibatches of 128 (this preset): 1,046 in 103 s.
-# At 1M env steps, 2 seeds (docs/results/mujoco.md): HalfCheetah 1,513, Hopper 2,189, Walker2d 1,974 (CleanRL's PPO:
+# At 1M env steps, 2 seeds (benchmarks/results/mujoco.md): HalfCheetah 1,513, Hopper 2,189, Walker2d 1,974 (CleanRL's PPO:
 # 1,443 / 2,383 / 2,288), 5.5-7.1 min per run on the 2 cores.
 # Short names for gymnasium's MuJoCo v5 envs (the [mujoco] extra; envs/env_utils.py makes them).
 MUJOCO_NAMES = {
@@ -282,7 +282,7 @@ MUJOCO_NAMES = {
     }.items()
 }
 
-# The locomotion envs measured with it (docs/results/mujoco.md); the other MuJoCo ids (Ant, Humanoid, Swimmer, Reacher,
+# The locomotion envs measured with it (benchmarks/results/mujoco.md); the other MuJoCo ids (Ant, Humanoid, Swimmer, Reacher,
 # InvertedPendulum, ...) get the defaults of their spaces (SPACE_PRESETS["vector_continuous"]: the same PPO), which
 # were measured on a sample of envs without a preset.
 MUJOCO_ENV_PATTERN = re.compile(r"^(mujoco_(halfcheetah|hopper|walker)|(HalfCheetah|Hopper|Walker2d)-v\d+)$")
@@ -514,7 +514,7 @@ def gpu_expected(device: str) -> bool:
 # On 2 cores, `train.py --env=atari_pong --num_workers=2` collected and trained 1.11x as many frames in
 # 75 s with one learner thread as with the preset's two (208,896 and 204,800 vs 188,416 and 183,040 frames, two
 # alternating runs each, 2026-11-24), and doom_basic 1.12x (234,688 and 217,088 vs 204,800 and 196,608); the tuner
-# found the same for Pong (docs/benchmarks.md, "Throughput auto-tuner").
+# found the same for Pong (benchmarks/notebook.md, "Throughput auto-tuner").
 def preset_values(name: str, cpu_count: int, gpu: bool = False) -> dict[str, Any]:
     """The preset's values on a machine with `cpu_count` cores, with its GPU_PRESETS changes where `gpu`."""
     return fit_to_cores({**PRESETS[name], **(GPU_PRESETS.get(name, {}) if gpu else {})}, cpu_count)

@@ -92,14 +92,23 @@ def test_mlp_times_each_cpu_fast_path_and_restores_them(capsys):
     assert (activations.FAST_TANH_MIN_ELEMENTS, returns.NUMPY_LOOP) == before
 
 
-@pytest.mark.parametrize("algo, env", [("APPO", "CartPole-v1"), ("DQN", "CartPole-v1"), ("APPO", "Pendulum-v1")])
-def test_learner_loop_reads_back_once_per_iteration(algo, env, capsys):
+@pytest.mark.parametrize(
+    "algo, env, flags",
+    [
+        ("APPO", "CartPole-v1", ""),
+        ("DQN", "CartPole-v1", ""),
+        ("APPO", "Pendulum-v1", ""),
+        ("APPO", "CartPole-v1", "--lr_schedule=kl_adaptive"),  # the rate steered on the device after every step
+    ],
+)
+def test_learner_loop_reads_back_once_per_iteration(algo, env, flags, capsys):
     """The real training loop (CartPole's preset: 8 SGD steps an iteration for APPO, 64 for DQN) makes at most one
     host read-back per iteration: at most 0.25 per SGD step (issue 31's bound). A `float(loss)` per step, a boolean
     mask indexed on the device, or a `.tolist()` per step would each break it. Pendulum's preset adds Gaussian
     actions and both normalizers (the returns normalizer's `x.var()` read the mean back on every step: 1.03 per
     step). The last line is the JSON result."""
-    assert benchmark_learner.main(["--loop", f"--algo={algo}", f"--env={env}", "--iterations=2"]) == 0
+    argv = ["--loop", f"--algo={algo}", f"--env={env}", "--iterations=2", f"--train_flags={flags}"]
+    assert benchmark_learner.main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for key in ("device", "algo", "sgd_steps", "host_syncs_per_sgd_step", "loop_ms_per_sgd_step"):
         assert key in result
