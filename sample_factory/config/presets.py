@@ -262,8 +262,8 @@ PRESETS["atari_dqn"] = {
 #   async, minibatches of 256 (80 SGD steps per 2,048 samples): 185 in 74 s (policy lag ~120 SGD steps);
 #   async, minibatches of 128 (160 steps): 490 in 91 s; async, minibatches of 64 (CleanRL's 320 steps): 497 in 136 s;
 #   synchronous, minibatches of 64: 964 in 153 s; synchronous, minibatches of 128 (this preset): 1,046 in 103 s.
-# At 1M env steps, 2 seeds (benchmarks/results/mujoco.md): HalfCheetah 1,513, Hopper 2,189, Walker2d 1,974 (CleanRL's PPO:
-# 1,443 / 2,383 / 2,288), 5.5-7.1 min per run on the 2 cores.
+# At 1M env steps, 2 seeds (benchmarks/results/mujoco.md): HalfCheetah 1,513, Hopper 2,189, Walker2d 1,974
+# (CleanRL's PPO: 1,443 / 2,383 / 2,288), 5.5-7.1 min per run on the 2 cores.
 # Short names for gymnasium's MuJoCo v5 envs (the [mujoco] extra; envs/env_utils.py makes them).
 MUJOCO_NAMES = {
     f"mujoco_{short}": f"{full}-v5"
@@ -282,9 +282,9 @@ MUJOCO_NAMES = {
     }.items()
 }
 
-# The locomotion envs measured with it (benchmarks/results/mujoco.md); the other MuJoCo ids (Ant, Humanoid, Swimmer, Reacher,
-# InvertedPendulum, ...) get the defaults of their spaces (SPACE_PRESETS["vector_continuous"]: the same PPO), which
-# were measured on a sample of envs without a preset.
+# The locomotion envs measured with it (benchmarks/results/mujoco.md); the other MuJoCo ids (Ant, Humanoid, Swimmer,
+# Reacher, InvertedPendulum, ...) get the defaults of their spaces (SPACE_PRESETS["vector_continuous"]: the same
+# PPO), which were measured on a sample of envs without a preset.
 MUJOCO_ENV_PATTERN = re.compile(r"^(mujoco_(halfcheetah|hopper|walker)|(HalfCheetah|Hopper|Walker2d)-v\d+)$")
 PRESETS["mujoco"] = {
     "async_rl": False,

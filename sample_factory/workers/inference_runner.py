@@ -76,8 +76,8 @@ def bucket_sizes(max_rows: int) -> list[int]:
 def resolve_mode(cfg: Config, device: torch.device, log: Callable[[str], None]) -> str:
     """--inference_cuda_graphs on `device`: "graphs" or "eager". auto: graphs for recurrent models on CUDA (whole runs
     1.15-1.2x faster with them), eager for feed-forward ones, where whole runs measured no gain yet (Pong 0.96x,
-    CartPole 0.83-0.94x on an H100, 2026-11-26, with the learner of before issue 31's loop change: benchmarks/notebook.md),
-    and never with --torch_compile_worker (whose mode=reduce-overhead captures its own)."""
+    CartPole 0.83-0.94x on an H100, 2026-11-26, with the learner of before issue 31's loop change:
+    benchmarks/notebook.md), and never with --torch_compile_worker (whose mode=reduce-overhead captures its own)."""
     setting = str(cfg.inference_cuda_graphs)
     if setting == "False":
         return "eager"
