@@ -388,9 +388,15 @@ class Runner:
             except Exception as e:
                 log(f"ERROR stopping the sampler nodes: {type(e).__name__}: {e}")
         if self.driver is not None:
-            try:
-                if self.exit_code == 0 and not self.cfg.evaluation_run:
+            if self.exit_code == 0 and not self.cfg.evaluation_run:
+                try:  # an extra for an exact resume: the final checkpoint below is what must not be lost
                     self._save_serial_snapshot()
+                except Exception as e:
+                    log(
+                        f"WARNING: the serial snapshot could not be saved ({type(e).__name__}: {e}); the final "
+                        f"checkpoint is saved, and a resume starts from it with fresh envs"
+                    )
+            try:
                 self.driver.finish()
             except Exception as e:
                 log(f"ERROR during shutdown: {type(e).__name__}: {e}")

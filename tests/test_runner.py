@@ -51,3 +51,21 @@ def test_a_resume_that_fails_before_its_components_start_leaves_the_records_as_t
     assert progress.read_text() == before
     assert "done:" not in out, out
     assert runner.lock.fd is None
+
+
+@pytest.mark.timeout(120)
+def test_a_serial_snapshot_that_cannot_be_written_still_leaves_the_final_checkpoint(tmp_path, monkeypatch, capfd):
+    """The snapshot's key folder cannot be made ($XDG_CONFIG_HOME is a file): the snapshot is an extra, so the run
+    warns once, still saves its final checkpoint (the run is shorter than --save_every_sec: it is the only one) and
+    exits 0."""
+    not_a_folder = tmp_path / "config"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(not_a_folder))
+    runner, code, out = _run(tmp_path, capfd)
+    assert code == 0, out
+    warnings = [ln for ln in out.splitlines() if "serial snapshot could not be saved" in ln]
+    assert len(warnings) == 1 and "WARNING" in warnings[0], out
+    ckpts = list((tmp_path / "exp" / "checkpoint_p0").glob("checkpoint_*.pth"))
+    assert len(ckpts) == 1, ckpts
+    assert "checkpoint None" not in out and "ERROR" not in out, out
+    assert not list((tmp_path / "exp").glob(".serial_state.pth.tmp"))

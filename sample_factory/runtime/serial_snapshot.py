@@ -76,8 +76,13 @@ def save_snapshot(exp_dir: Path, cfg: Config, components: list, channels: Any, b
     data = payload.getvalue()
     path = exp_dir / SNAPSHOT_NAME
     tmp = exp_dir / f".{SNAPSHOT_NAME}.tmp"
-    tmp.write_bytes(_MAGIC + hmac.digest(_snapshot_key(create=True), data, hashlib.sha256) + data)
-    os.replace(tmp, path)
+    signed = _MAGIC + hmac.digest(_snapshot_key(create=True), data, hashlib.sha256) + data
+    try:
+        tmp.write_bytes(signed)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a part-written file on a full disk holds the space the checkpoint needs
+        raise
     return path
 
 
