@@ -28,7 +28,13 @@ from sample_factory.experiment.checkpoints import (
     newest_checkpoint_since,
 )
 from sample_factory.experiment.exit_codes import interrupted_exit_code
-from sample_factory.experiment.folder import experiment_dir, folder_entries, prepare_experiment_dir, remove_created
+from sample_factory.experiment.folder import (
+    experiment_dir,
+    folder_entries,
+    prepare_experiment_dir,
+    remove_created,
+    write_cfg_json,
+)
 from sample_factory.experiment.run_log import log
 from sample_factory.experiment.summaries import ProgressPoints, ProgressTracker, SummaryWriters
 from sample_factory.model import activations
@@ -76,11 +82,18 @@ class Runner:
         self.supervisor: Supervisor | None = None  # process mode
         self.driver: SerialDriver | None = None  # serial mode
         self.start_time: float | None = None  # time.monotonic() when the components were started
+        # Until every learner is up, a failed run undoes what it wrote (`_undo_failed_start`): its cfg.json would
+        # otherwise make the corrected command resume with the flags that failed.
+        self.started_ok = False
+        self.learners_up: set[ComponentKey] = set()
+        self.folder_before: set[str] | None = None  # the folder's entries before a new run made it (None: fresh)
+        self.previous_cfg: bytes | None = None  # a resumed run's cfg.json as it was before this command
         self.callbacks: Callbacks | None = None  # the runner process's instance of --callbacks
         self.remote: Any = None  # --sampler_nodes: distributed.remote_samplers.RemoteSamplers
         # report kind -> handler. Every report is a sign of life for the supervisor's monitor, which is all that
         # "started" and "heartbeat" are.
         self.report_handlers: dict[str, Callable[[Report], None]] = {
+            "started": self._on_started,
             "note": self._on_note,
             "samples": self._on_samples,
             "train": self._on_train,
@@ -110,7 +123,13 @@ class Runner:
                 raise FileNotFoundError(f"no experiment at {self.exp_dir}")
         else:
             before = folder_entries(experiment_dir(cfg))
+            saved_cfg = experiment_dir(cfg) / "cfg.json"
+            previous = saved_cfg.read_bytes() if saved_cfg.is_file() else None
             self.exp_dir, what, self.lock = prepare_experiment_dir(cfg, log)
+            if what.startswith("resuming"):
+                self.previous_cfg = previous
+            else:  # a new folder (restart and overwrite made it afresh)
+                self.folder_before = before if what == "new experiment" else None
             log.open(self.exp_dir / "sf_log.txt")
         log(f"{what}: {self.exp_dir}")
         set_step_units(cfg)  # before any component copies cfg
@@ -129,14 +148,9 @@ class Runner:
             torch.manual_seed(cfg.seed)
             np.random.seed(cfg.seed)
         self.ctx = None if cfg.serial_mode else mp_context()
-        try:
-            # Through the same context: this also starts the fork server, which preloads torch for all children.
-            env_info = probe_env(cfg, False if cfg.serial_mode else self.ctx)
-            algorithm_class(cfg).check_spaces(cfg, env_info[0], env_info[1])
-        except Exception:
-            if what == "new experiment":  # leave nothing of ours behind for a run that never started
-                remove_created(self.exp_dir, before)
-            raise
+        # Through the same context: this also starts the fork server, which preloads torch for all children.
+        env_info = probe_env(cfg, False if cfg.serial_mode else self.ctx)
+        algorithm_class(cfg).check_spaces(cfg, env_info[0], env_info[1])
         self.obs_space, self.action_space, self.num_agents, reward_shaping = env_info
         # The initial weights are made once here, so policy workers and learners start identical.
         model = ActorCritic(cfg, self.obs_space, self.action_space)
@@ -233,6 +247,7 @@ class Runner:
             else:
                 self.driver = SerialDriver(self.components)
                 self.driver.init()
+            self.started_ok = True
             self._experiment_started()
             return
         for c in self.components:
@@ -313,6 +328,11 @@ class Runner:
         if handler is not None:
             handler(report)
 
+    def _on_started(self, report: Report) -> None:
+        if report.role == "learner" and not self.started_ok:
+            self.learners_up.add(ComponentKey(report.role, report.index))
+            self.started_ok = len(self.learners_up) == sum(c.role == "learner" for c in self.components)
+
     def _on_note(self, report: Report) -> None:
         log(f"{report.role} {report.index}: {report.payload}")
 
@@ -376,6 +396,7 @@ class Runner:
         if self.stop_reason:
             log(f"stopping: {self.stop_reason}")
         if self.channels is None:
+            self._undo_failed_start()
             if self.lock is not None:
                 self.lock.release()
             return
@@ -424,8 +445,25 @@ class Runner:
             if self.pbt is not None:
                 self.pbt.close()
             self.channels.close()
+            self._undo_failed_start()
             if self.lock is not None:
                 self.lock.release()
+
+    def _undo_failed_start(self) -> None:
+        """A run that failed before its learners were up trained nothing: a new experiment leaves nothing of its
+        own behind, a resumed one puts its cfg.json back as it was. Otherwise the next command would resume with
+        the flags that failed (a refused resume's, a bad --callbacks) although the user no longer types them."""
+        if self.started_ok or self.exit_code == 0 or self.lock is None or self.lock.fd is None:
+            return
+        try:
+            if self.previous_cfg is not None:
+                write_cfg_json(self.exp_dir, self.previous_cfg)
+                log("the run failed before it started: cfg.json is as it was before this command")
+            else:
+                log.close()  # its own log file goes too
+                remove_created(self.exp_dir, self.folder_before)
+        except OSError as e:
+            log(f"ERROR: could not undo the failed start in {self.exp_dir}: {e}")
 
     def _final_bookkeeping(self, interrupted: bool) -> None:
         """The final report, on_experiment_end, progress.csv's last row, the summaries and the due evaluations."""

@@ -69,3 +69,45 @@ def test_a_serial_snapshot_that_cannot_be_written_still_leaves_the_final_checkpo
     assert len(ckpts) == 1, ckpts
     assert "checkpoint None" not in out and "ERROR" not in out, out
     assert not list((tmp_path / "exp").glob(".serial_state.pth.tmp"))
+
+
+def _train(tmp_path, capfd, *extra: str) -> tuple[int, str]:
+    cfg = parse_cfg([*ARGV, f"--train_dir={tmp_path}", "--experiment=exp", "--train_for_env_steps=1000", *extra])
+    code = Runner(cfg).run()
+    out = capfd.readouterr()
+    return code, out.out + out.err
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--callbacks=tests.no_such_module:Hooks"],  # fails in set-up, after the env check
+        ["--replay_proportion=0.5", "--replay_buffer_num_slots=128"],  # the saved buffer has 64 slots: refused
+    ],
+)
+def test_a_resume_that_fails_to_start_puts_cfg_json_back(bad, tmp_path, capfd):
+    """A refused or failed resume wrote its flags into cfg.json before failing, so the original command (which no
+    longer types them) was refused the same way. cfg.json is now as it was, and the original command resumes."""
+    first = ["--replay_proportion=0.5", "--replay_buffer_num_slots=64", "--save_replay_buffer=True", "--batch_size=32"]
+    code, out = _train(tmp_path, capfd, *first)
+    assert code == 0, out
+    cfg_json = tmp_path / "exp" / "cfg.json"
+    before = cfg_json.read_bytes()
+    code, out = _train(tmp_path, capfd, "--train_for_env_steps=2000", *bad)
+    assert code == 1 and "ERROR" in out, out
+    assert cfg_json.read_bytes() == before
+    assert "cfg.json is as it was before this command" in out, out
+    code, out = _train(tmp_path, capfd, "--train_for_env_steps=2000")
+    assert code == 0 and "resuming" in out, out
+
+
+@pytest.mark.timeout(180)
+def test_a_new_experiment_that_fails_to_start_leaves_no_folder(tmp_path, capfd):
+    """A new experiment that fails after the env check (a bad --callbacks) leaves nothing, so the corrected command
+    starts a new experiment instead of resuming the failed one's flags."""
+    code, out = _train(tmp_path, capfd, "--callbacks=tests.no_such_module:Hooks")
+    assert code == 1 and "ERROR" in out, out
+    assert not (tmp_path / "exp").exists()
+    code, out = _train(tmp_path, capfd)
+    assert code == 0 and "new experiment" in out, out

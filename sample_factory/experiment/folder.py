@@ -316,16 +316,21 @@ def _prepare_locked(cfg: Config, d: Path, existed: bool, lock: ExperimentLock) -
             what = "resuming" + (f" (overriding {', '.join('--' + k for k in overridden)})" if overridden else "")
     try:
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / ".cfg.json.tmp"
-        with open(tmp, "w") as f:
-            f.write(json.dumps(vars(cfg), indent=2, sort_keys=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, d / "cfg.json")
-        fsync_dir(d)
+        write_cfg_json(d, json.dumps(vars(cfg), indent=2, sort_keys=True).encode())
     except OSError as e:
         raise ExperimentError(f"cannot write the experiment folder {d}: {e.strerror}") from None
     return d, what, lock
+
+
+def write_cfg_json(d: Path, data: bytes) -> None:
+    """cfg.json replaced atomically and durably (temp file, fsync, rename, fsync of the folder)."""
+    tmp = d / ".cfg.json.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, d / "cfg.json")
+    fsync_dir(d)
 
 
 def fsync_dir(directory: Path) -> None:
