@@ -36,7 +36,7 @@ from sample_factory.experiment.folder import (
     write_cfg_json,
 )
 from sample_factory.experiment.run_log import log
-from sample_factory.experiment.summaries import ProgressPoints, ProgressTracker, SummaryWriters
+from sample_factory.experiment.summaries import ProgressPoints, ProgressTracker, SummaryWriteError, SummaryWriters
 from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.precision import resolve_auto_precision
@@ -436,18 +436,28 @@ class Runner:
             # Only a run whose components started has a final state: one that failed before (set-up, the sampler
             # nodes) adds no row to a resumed run's progress.csv and calls no on_experiment_end without a start.
             if self.start_time is not None:
-                self._final_bookkeeping(interrupted)
+                try:
+                    self._final_bookkeeping(interrupted)
+                except SummaryWriteError as e:  # a full disk: the rest of the shutdown (the lock) must still run
+                    self._summaries_failed(e)
         finally:
             if self.evaluator is not None:
                 self.evaluator.stop()
             if self.summaries is not None:
-                self.summaries.close()
+                try:
+                    self.summaries.close()
+                except SummaryWriteError as e:
+                    self._summaries_failed(e)
             if self.pbt is not None:
                 self.pbt.close()
             self.channels.close()
             self._undo_failed_start()
             if self.lock is not None:
                 self.lock.release()
+
+    def _summaries_failed(self, e: SummaryWriteError) -> None:
+        log(f"ERROR: {type(e).__name__}: {e}")
+        self.exit_code = 1
 
     def _undo_failed_start(self) -> None:
         """A run that failed before its learners were up trained nothing: a new experiment leaves nothing of its

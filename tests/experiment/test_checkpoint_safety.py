@@ -170,10 +170,12 @@ def test_readers_do_not_move_files(tmp_path):
 
 
 # ---- item 8: a really full disk ------------------------------------------------------------------------------
-def mount_tiny(mnt: Path):
-    """A 1 MiB tmpfs at `mnt` for the test (root only; skipped where it cannot be mounted)."""
+def mount_tiny(mnt: Path, size: str = "1m"):
+    """A tmpfs of `size` (1 MiB) at `mnt` for the test (root only; skipped where it cannot be mounted)."""
     mnt.mkdir(parents=True)
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    p = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if p.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
     try:
