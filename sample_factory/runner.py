@@ -22,6 +22,7 @@ from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.best_checkpoints import BestCheckpoints
 from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import (
+    check_model_fits,
     checkpoint_dir,
     list_checkpoints,
     load_policy_checkpoint,
@@ -537,6 +538,8 @@ def initial_weights(
         if p > 0:
             model = ActorCritic(cfg, obs_space, action_space)
         loaded, version = load_policy_checkpoint(cfg, p), 0
+        if loaded is not None:  # one line naming the flag, not one per parameter from load_state_dict
+            check_model_fits(cfg, model, *loaded, resuming=not cfg.evaluation_run)
         if loaded is not None and not cfg.evaluation_run:  # whether this run's flags can continue from it
             for note in algorithm_class(cfg).check_resume(cfg, loaded[0]["algo"]):
                 log(f"policy {p}: {note}")

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from sample_factory.config import Config
-from sample_factory.experiment.folder import fsync_dir
+from sample_factory.experiment.folder import UNSAFE_ON_RESUME, fsync_dir
 
 _NAME = re.compile(r"^checkpoint_(\d+)_(\d+)\.pth$")
 
@@ -129,6 +129,52 @@ def list_best_checkpoints(directory: Path) -> list[Path]:
 
 def best_metric_of(path: Path) -> float:
     return float(_BEST.match(path.name).group(3))
+
+
+# Where the model's parameters differ from a checkpoint's, the flags among these that changed are named.
+_SHAPERS = ("env_", "encoder_", "rnn_", "use_rnn", "nonlinearity", "actor_critic_share_weights", "adaptive_stddev")
+
+
+def check_model_fits(cfg: Config, model: torch.nn.Module, state: dict, path: Path, resuming: bool = True) -> None:
+    """Refuse, with one line naming the flag, a checkpoint this run's model cannot continue from: counters that are
+    not counts, a flag that never changes on resume (folder.UNSAFE_ON_RESUME; `resuming` only) that differs from
+    the one the checkpoint was trained with, or a model whose parameter names or shapes differ from the
+    checkpoint's. Called before any component starts."""
+    for key in ("policy_version", "env_steps"):
+        value = state.get(key)
+        if type(value) is not int or value < 0:  # the learner names its next checkpoint after them
+            raise CheckpointError(f"{path}: {key} is {value!r}, not a count: not a checkpoint of this project")
+    trained = state.get("cfg") if isinstance(state.get("cfg"), dict) else {}
+    now = vars(cfg)
+    for key in UNSAFE_ON_RESUME if resuming else ():
+        if key in trained and key in now and trained[key] != now[key]:
+            raise CheckpointError(
+                f"{path} was trained with --{key}={trained[key]!r}, this run has --{key}={now[key]!r}: it cannot "
+                f"change on resume; use the checkpoint's value, another --experiment or --restart_behavior=restart"
+            )
+    saved = state.get("model")
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path} holds no model weights ('model'); move it aside to resume from an older one")
+    ours = model.state_dict()
+    why = next(
+        (
+            f"{name} has shape {tuple(saved[name].shape)} in the checkpoint, {tuple(ours[name].shape)} here"
+            for name in ours
+            if name in saved and hasattr(saved[name], "shape") and saved[name].shape != ours[name].shape
+        ),
+        None,
+    )
+    missing, extra = sorted(set(ours) - set(saved)), sorted(set(saved) - set(ours))
+    if why is None and (missing or extra):
+        why = f"parameter {(missing or extra)[0]} is {'missing from' if missing else 'only in'} the checkpoint"
+    if why is None:
+        return
+    changed = [k for k in sorted(now) if k.startswith(_SHAPERS) and k in trained and trained[k] != now[k]]
+    flags = ", ".join(f"--{k}={now[k]!r} (trained with {trained[k]!r})" for k in changed) or "flags of this run"
+    raise CheckpointError(
+        f"{path} does not fit the model of {flags}: {why}; the model's flags cannot change on resume: use the "
+        f"checkpoint's values, another --experiment or --restart_behavior=restart"
+    )
 
 
 def newest_checkpoint_since(cfg: Config, policy_id: int, started: float) -> Path | None:

@@ -26,6 +26,8 @@ UNSAFE_ON_RESUME = (
     "algo",  # the checkpoints hold one algorithm's state (DQN: the target network and the replay buffer)
     "encoder_mlp_layers",
     "encoder_custom",
+    "encoder_conv_architecture",
+    "dueling",  # DQN: the policy head holds advantages (dueling) or Q itself; the shapes are the same
     "nonlinearity",
     "use_rnn",
     "rnn_type",

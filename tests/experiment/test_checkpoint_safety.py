@@ -289,3 +289,77 @@ def test_algo_change_is_refused_in_one_line(runs, tmp_path, capsys):
     lines = [ln for ln in out.splitlines() if "--algo=APPO" in ln]
     assert len(lines) == 1 and "cannot change on resume" in lines[0] and "Traceback" not in out, out
     assert sorted(os.listdir(tmp_path / "dqn" / "checkpoint_p0")) == before
+
+
+# ---- issue 51 item 4: what a checkpoint means cannot change on resume ----------------------------------------
+def test_dueling_cannot_change_on_resume(runs, tmp_path, capsys):
+    """--dueling has the same parameter shapes either way: a resume that flipped it read the advantages head as Q
+    and exited 0. Refused in one line; the checkpoints and cfg.json stay as they were."""
+    copy_run(runs, "dqn", tmp_path)
+    exp = tmp_path / "dqn"
+    saved_cfg = (exp / "cfg.json").read_bytes()
+    before = sorted(os.listdir(exp / "checkpoint_p0"))
+    capsys.readouterr()
+    assert train(tmp_path, "dqn", "--dueling=False", "--train_for_env_steps=6000") != 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if "--dueling=False" in ln]
+    assert len(lines) == 1 and "cannot change on resume" in lines[0] and "Traceback" not in out, out
+    assert sorted(os.listdir(exp / "checkpoint_p0")) == before and (exp / "cfg.json").read_bytes() == saved_cfg
+
+
+def test_a_model_flag_changed_behind_the_typed_flags_is_refused_in_one_line(runs, tmp_path, capsys):
+    """cfg.json's model no longer matches the checkpoint (edited, or written by another version): the checkpoint's
+    own cfg names the flag, in one line, instead of one load_state_dict line per parameter."""
+    copy_run(runs, "appo", tmp_path)
+    exp = tmp_path / "appo"
+    cfg = json.loads((exp / "cfg.json").read_text())
+    cfg["encoder_mlp_layers"] = [32]
+    (exp / "cfg.json").write_text(json.dumps(cfg))
+    (exp / SNAPSHOT_NAME).unlink()
+    capsys.readouterr()
+    assert train(tmp_path, "appo", "--train_for_env_steps=6000") != 0
+    out = capsys.readouterr().out
+    errors = [ln for ln in out.splitlines() if "ERROR" in ln]
+    assert len(errors) == 1 and "--encoder_mlp_layers=[32]" in errors[0], out
+    assert "cannot change on resume" in errors[0] and "Traceback" not in out and "size mismatch" not in out, out
+
+
+def test_check_model_fits_names_the_shape_flag_that_changed():
+    from sample_factory.envs.env_utils import probe_env
+    from sample_factory.experiment.checkpoints import check_model_fits
+    from sample_factory.model.actor_critic import ActorCritic
+
+    small = parse_cfg([*SERIAL, "--encoder_mlp_layers=32", "--use_rnn=False"])
+    big = parse_cfg([*SERIAL, "--encoder_mlp_layers=48", "--use_rnn=False"])
+    obs, act, _, _ = probe_env(small, False)
+    state = {"model": ActorCritic(small, obs, act).state_dict(), "policy_version": 3, "env_steps": 10}
+    # a checkpoint older than the record of its flags: only the shapes can tell
+    with pytest.raises(CheckpointError, match=r"does not fit the model of flags of this run: .* has shape \(32, 4\)"):
+        check_model_fits(big, ActorCritic(big, obs, act), state, Path("c.pth"))
+    trained = {**vars(big), "env_framestack": 1, "encoder_mlp_layers": [48]}
+    with pytest.raises(CheckpointError, match=r"--env_framestack=4 \(trained with 1\)"):
+        check_model_fits(big, ActorCritic(big, obs, act), {**state, "cfg": trained}, Path("c.pth"))
+    check_model_fits(small, ActorCritic(small, obs, act), state, Path("c.pth"))  # fits: nothing raised
+
+
+# ---- issue 51 item 10: a checkpoint that is not one of ours ----------------------------------------------------
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda s: s.pop("model"), "holds no model weights"),
+        (lambda s: s.update(env_steps="lots"), "env_steps is 'lots', not a count"),
+    ],
+)
+def test_a_checkpoint_without_weights_or_counts_is_refused_naming_the_file(runs, tmp_path, capsys, damage, message):
+    exp = copy_run(runs, "appo", tmp_path)
+    (exp / SNAPSHOT_NAME).unlink()
+    latest = list_checkpoints(exp / "checkpoint_p0")[-1]
+    state = load_checkpoint_file(latest)
+    damage(state)
+    torch.save(state, latest)
+    capsys.readouterr()
+    assert train(tmp_path, "appo", "--train_for_env_steps=6000") != 0
+    out = capsys.readouterr().out
+    errors = [ln for ln in out.splitlines() if "ERROR" in ln]
+    assert len(errors) == 1 and message in errors[0] and latest.name in errors[0], out
+    assert "Traceback" not in out and not list((exp / "checkpoint_p0").glob("*lots*")), out
