@@ -86,7 +86,7 @@ class Learner(Component):
         group: tuple[int, str] | None = None,
     ):
         """rank, group: this learner's rank in its policy's data-parallel group (--learners_per_policy) and the
-        group's (rendezvous port, torch.distributed backend); ranks >= 1 are `LearnerRank`s
+        group's (rendezvous file, torch.distributed backend); ranks >= 1 are `LearnerRank`s
         (workers/learner_group.py), keyed (policy_id, rank)."""
         index, inbox = (policy_id, channels.learner[policy_id]) if rank == 0 else ((policy_id, rank), None)
         super().__init__(index, inbox or channels.learner_ranks[policy_id, rank], channels.report)
@@ -132,10 +132,10 @@ class Learner(Component):
         if cfg.learners_per_policy > 1:  # torch.distributed is imported by data-parallel learners only
             from sample_factory.algo.data_parallel import init_group
 
-            port, backend = self.group
+            store, backend = self.group
             with self._alive_while("joining the learner group"):
                 n, timeout = cfg.learners_per_policy, cfg.collective_timeout_sec
-                self.dp = init_group(self.rank, n, port, backend, timeout, self.device)
+                self.dp = init_group(self.rank, n, store, backend, timeout, self.device)
             self.algo.dp = self.dp
         # after make_algorithm: copies it makes (DQN's target network) stay eager
         if compile_for_role(self.model, cfg, "learner", lambda line: self.report("note", line)):
