@@ -537,7 +537,7 @@ def initial_weights(
     for p in range(cfg.num_policies):
         if p > 0:
             model = ActorCritic(cfg, obs_space, action_space)
-        loaded, version = load_policy_checkpoint(cfg, p), 0
+        loaded, version = load_policy_checkpoint(cfg, p, log=log), 0
         if loaded is not None:  # one line naming the flag, not one per parameter from load_state_dict
             check_model_fits(cfg, model, *loaded, resuming=not cfg.evaluation_run)
         if loaded is not None and not cfg.evaluation_run:  # whether this run's flags can continue from it

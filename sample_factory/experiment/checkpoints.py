@@ -7,9 +7,11 @@ refused (UnsafeCheckpointError), never unpickled.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,12 +191,16 @@ def newest_checkpoint_since(cfg: Config, policy_id: int, started: float) -> Path
 
 
 def load_policy_checkpoint(
-    cfg: Config, policy_id: int, map_location: Any = "cpu", quiet: bool = False
+    cfg: Config,
+    policy_id: int,
+    map_location: Any = "cpu",
+    quiet: bool = False,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[dict, Path] | None:
     """The checkpoint a run starts from: the latest one, or for an evaluation with --load_checkpoint_kind=best the
     best one. An evaluation without a checkpoint is an error; a training run without one starts fresh. A training
     run (which holds the experiment lock) moves broken newer files aside, so that they never count towards
-    --keep_checkpoints."""
+    --keep_checkpoints. `log`: where its lines go (the run's log, so sf_log.txt keeps them too)."""
     directory = checkpoint_dir(cfg, policy_id)
     evaluating = cfg.evaluation_run
     if evaluating and cfg.load_checkpoint_kind == "best":
@@ -202,19 +208,58 @@ def load_policy_checkpoint(
         if not best:
             raise FileNotFoundError(f"no best checkpoint (best_*.pth) in {directory}")
         return load_checkpoint_file(best[-1], map_location), best[-1]
-    loaded = load_latest_checkpoint(directory, map_location=map_location, quiet=quiet, set_aside=not evaluating)
+    loaded = load_latest_checkpoint(directory, map_location, quiet, set_aside=not evaluating, log=log)
     if loaded is None and evaluating:
         raise FileNotFoundError(f"no checkpoint in {directory}")
     return loaded
 
 
+# Errors of reading a file that say nothing about its contents: an I/O error, no permission, no memory, a busy or
+# stale network file system. (A truncated file gives EINVAL, EOFError or the zip reader's RuntimeError.)
+_TRANSIENT_ERRNOS = {
+    errno.EIO,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOMEM,
+    errno.EAGAIN,
+    errno.EBUSY,
+    errno.EMFILE,
+    errno.ENFILE,
+    errno.ESTALE,
+    errno.ETIMEDOUT,
+    errno.EINTR,
+}
+
+
+def _transient_read_error(e: BaseException) -> str | None:
+    """Why loading failed, if it failed for a reason that may pass (MemoryError, an OSError above, also as the
+    cause or context of torch's own error); None where the file itself is unreadable."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, MemoryError):
+            return "out of memory (MemoryError)"
+        if isinstance(seen, OSError) and seen.errno in _TRANSIENT_ERRNOS:
+            return f"{type(seen).__name__}: {seen.strerror or seen}"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _print(line: str) -> None:
+    print(f"[sample_factory] {line}")
+
+
 def load_latest_checkpoint(
-    directory: Path, map_location: Any = "cpu", quiet: bool = False, set_aside: bool = False
+    directory: Path,
+    map_location: Any = "cpu",
+    quiet: bool = False,
+    set_aside: bool = False,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[dict, Path] | None:
     """The newest checkpoint that loads; unreadable newer files are reported and skipped, never ignored silently.
     With `set_aside` (only the run that owns the folder) they are renamed to <name>.corrupt once an older one
     loaded: rotation would otherwise keep them as the newest and delete the good file. A file that would run code
-    is refused (UnsafeCheckpointError), not skipped."""
+    is refused (UnsafeCheckpointError), not skipped. `log`: where its lines go (default: stdout)."""
+    log = log or _print
     errors, broken = [], []
     for path in reversed(list_checkpoints(directory)):
         try:
@@ -222,18 +267,21 @@ def load_latest_checkpoint(
         except UnsafeCheckpointError:
             raise
         except Exception as e:
+            if (why := _transient_read_error(e)) is not None:  # the file may be fine: stop, move nothing
+                raise CheckpointError(
+                    f"could not read checkpoint {path}: {why}; it is left as it is and the run did not start (an "
+                    f"older checkpoint is not used behind your back): fix the cause and run the same command again"
+                ) from None
             errors.append(f"{path.name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             if not quiet:
-                print(
-                    f"[sample_factory] checkpoint {path} failed to load ({type(e).__name__}), trying the previous one"
-                )
+                log(f"checkpoint {path} failed to load ({type(e).__name__}), trying the previous one")
             if not isinstance(e, FileNotFoundError):  # a file rotated away meanwhile is not broken
                 broken.append(path)
             continue
         for bad in broken if set_aside else ():
             aside = bad.with_name(bad.name + ".corrupt")
             os.replace(bad, aside)
-            print(f"[sample_factory] moved the unreadable checkpoint {bad.name} aside to {aside.name}")
+            log(f"moved the unreadable checkpoint {bad.name} aside to {aside.name}")
         return state, path
     if errors:
         raise CheckpointError(

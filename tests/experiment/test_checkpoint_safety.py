@@ -150,6 +150,8 @@ def test_a_truncated_newest_checkpoint_is_moved_aside_and_rotation_keeps_the_goo
     assert f"resumed from {good}" in out, out
     assert f"moved the unreadable checkpoint {broken.name} aside to {broken.name}.corrupt" in out, out
     assert (d / f"{broken.name}.corrupt").exists() and not broken.exists()
+    kept = (exp / "sf_log.txt").read_text()  # the experiment's own log says so too, not only the console
+    assert f"moved the unreadable checkpoint {broken.name} aside" in kept and f"{broken} failed to load" in kept, kept
     left = list_checkpoints(d)
     assert len(left) == 1 and left[0] != good and load_checkpoint_file(left[0])["env_steps"] > state["env_steps"]
 
@@ -363,3 +365,34 @@ def test_a_checkpoint_without_weights_or_counts_is_refused_naming_the_file(runs,
     errors = [ln for ln in out.splitlines() if "ERROR" in ln]
     assert len(errors) == 1 and message in errors[0] and latest.name in errors[0], out
     assert "Traceback" not in out and not list((exp / "checkpoint_p0").glob("*lots*")), out
+
+
+# ---- issue 51 item 19: a transient read error sets nothing aside ---------------------------------------------
+@pytest.mark.parametrize(
+    "error", [OSError(5, "Input/output error"), PermissionError(13, "Permission denied"), MemoryError()]
+)
+def test_a_transient_read_error_stops_the_start_and_moves_nothing(tmp_path, monkeypatch, error):
+    """A newest checkpoint that failed to load for a reason that may pass was renamed *.corrupt and the run resumed
+    from an older one, silently losing the newer training. Now the start stops with one line; nothing is moved."""
+    import sample_factory.experiment.checkpoints as checkpoints
+
+    d = tmp_path / "checkpoint_p0"
+    save_checkpoint(d, {"w": torch.zeros(2)}, 1, 10, keep=0)
+    newest = save_checkpoint(d, {"w": torch.ones(2)}, 2, 20, keep=0)
+    real = checkpoints.torch.load
+
+    def load(path, *args, **kwargs):
+        if Path(path) == newest:
+            raise error
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoints.torch, "load", load)
+    with pytest.raises(CheckpointError, match=rf"could not read checkpoint {newest}: .*it is left as it is") as e:
+        load_latest_checkpoint(d, set_aside=True, quiet=True)
+    assert "\n" not in str(e.value)
+    assert sorted(os.listdir(d)) == ["checkpoint_000000001_10.pth", "checkpoint_000000002_20.pth"]
+    # a really unreadable newest file is still set aside (truncated: EINVAL from the zip reader's seek, or garbage)
+    monkeypatch.setattr(checkpoints.torch, "load", real)
+    newest.write_bytes(newest.read_bytes()[:-5])
+    _, path = load_latest_checkpoint(d, set_aside=True, quiet=True)
+    assert path.name == "checkpoint_000000001_10.pth" and (d / f"{newest.name}.corrupt").exists()
