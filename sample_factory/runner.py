@@ -72,6 +72,7 @@ class Runner:
         self.num_agents = 0
         self.buffers: TrajectoryBuffers | None = None
         self.weights: list[SharedWeights] = []  # one per policy
+        self.resumed_env_steps: list[int] = []  # per policy: where a resumed run continues from
         self.channels: Channels | None = None
         self.pbt: PbtController | None = None
         self.roles: RunComponents | None = None  # makes the component of each role (at the start, for restarts)
@@ -162,7 +163,7 @@ class Runner:
 
             self.remote = RemoteSamplers(cfg, spec, log)  # adds the import slots to spec
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
-        self.weights = initial_weights(cfg, model, self.obs_space, self.action_space)
+        self.weights, self.resumed_env_steps = initial_weights(cfg, model, self.obs_space, self.action_space)
         kind = "local" if cfg.serial_mode else cfg.message_queue
         self.channels = Channels(spec.num_workers, cfg.num_policies, kind, cfg.learners_per_policy)
         if cfg.with_pbt:  # with the published weights: their versions say which policies have trained
@@ -248,12 +249,26 @@ class Runner:
             else:
                 self.driver = SerialDriver(self.components)
                 self.driver.init()
+            self._resume_records()
             self.started_ok = True
             self._experiment_started()
             return
+        self._resume_records()
         for c in self.components:
             self.supervisor.start(c)
         self._experiment_started()
+
+    def _resume_records(self) -> None:
+        """progress.csv and the curves continue from the env steps this run resumes at (the checkpoint's, or the
+        serial snapshot's): what a killed run recorded past them is dropped, so the env steps never go back."""
+        if self.previous_cfg is None:  # not a resume
+            return
+        dropped = self.summaries.resume_at(self.resumed_env_steps)
+        if dropped:
+            log(
+                f"progress.csv continues from the resumed {sum(self.resumed_env_steps)} env steps ({dropped} rows "
+                f"past them dropped)"
+            )
 
     def _experiment_started(self) -> None:
         if not self.cfg.evaluation_run:
@@ -276,6 +291,7 @@ class Runner:
         self.components, self.channels, self.buffers = state["components"], state["channels"], state["buffers"]
         for p, steps in enumerate(state["counters"]["env_steps"]):
             self.progress.resume(p, steps)
+        self.resumed_env_steps = list(state["counters"]["env_steps"])
         log(f"{why} at {sum(state['counters']['env_steps'])} env steps")
         return True
 
@@ -529,11 +545,11 @@ class Runner:
 
 def initial_weights(
     cfg: Config, model: ActorCritic, obs_space: gym.Space, action_space: gym.Space
-) -> list[SharedWeights]:
+) -> tuple[list[SharedWeights], list[int]]:
     """Each policy's weights, published before any component starts: `model`'s for policy 0 and fresh random ones
     for the others of a population, or the latest checkpoint's where the run resumes or evaluates one (so no worker
-    ever acts with random weights there)."""
-    weights = []
+    ever acts with random weights there). Returns them with each policy's env steps at its checkpoint (0: none)."""
+    weights, env_steps = [], []
     for p in range(cfg.num_policies):
         if p > 0:
             model = ActorCritic(cfg, obs_space, action_space)
@@ -546,10 +562,11 @@ def initial_weights(
         if loaded is not None:
             model.load_state_dict(loaded[0]["model"])
             version = loaded[0]["policy_version"]
+        env_steps.append(loaded[0]["env_steps"] if loaded is not None else 0)
         w = SharedWeights.for_model(model)
         w.publish(model, version)
         weights.append(w)
-    return weights
+    return weights, env_steps
 
 
 def run(cfg: Config) -> int:

@@ -3,6 +3,8 @@ resumed experiment's records are left as they were."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import sample_factory.runner as runner_module
@@ -111,3 +113,24 @@ def test_a_new_experiment_that_fails_to_start_leaves_no_folder(tmp_path, capfd):
     assert not (tmp_path / "exp").exists()
     code, out = _train(tmp_path, capfd)
     assert code == 0 and "new experiment" in out, out
+
+
+@pytest.mark.timeout(180)
+def test_after_a_kill_the_resumed_progress_never_goes_back(tmp_path, capfd):
+    """A run killed after its last checkpoint leaves progress.csv rows past it (here one row appended, as the
+    killed session wrote it, and no serial snapshot). The resume drops them, so the env-step column only grows."""
+    code, out = _train(tmp_path, capfd, "--batch_size=32")
+    assert code == 0, out
+    exp = tmp_path / "exp"
+    (exp / "serial_state.pth").unlink()
+    progress = exp / "progress.csv"
+    rows = progress.read_text().splitlines()
+    last = rows[-1].split(",")
+    progress.write_text("\n".join([*rows, ",".join([last[0], "999999", *last[2:]])]) + "\n")
+    code, out = _train(tmp_path, capfd, "--train_for_env_steps=2000")
+    assert code == 0, out
+    assert re.search(
+        r"progress.csv continues from the resumed [1-9]\d* env steps \([12] rows past them dropped\)", out
+    ), out
+    steps = [int(r.split(",")[1]) for r in progress.read_text().splitlines()[1:]]
+    assert 999999 not in steps and steps == sorted(steps) and steps[-1] >= 2000, steps

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tensorboardX.proto.event_pb2 import Event
+from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.record_writer import masked_crc32c
 from tensorboardX.summary import scalar
 
@@ -249,6 +249,11 @@ class EventFile:
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         self._write(Event(wall_time=time.time(), step=int(step), summary=scalar(tag, value)))
 
+    def session_start(self, step: int) -> None:
+        """This session continues from `step`: TensorBoard drops the points past it written before (a killed
+        run's steps after its last checkpoint, which the resume trained again)."""
+        self._write(Event(wall_time=time.time(), step=int(step), session_log=SessionLog(status=SessionLog.START)))
+
     def _write(self, event: Event) -> None:
         data = event.SerializeToString()
         header = struct.pack("Q", len(data))
@@ -267,6 +272,15 @@ class EventFile:
                 file.flush()
             finally:
                 file.close()
+
+
+def _counter(row: str) -> int | None:
+    """The env-step column of a progress.csv row (None: a partly written line)."""
+    fields = row.split(",")
+    try:
+        return int(fields[1]) if len(fields) > 1 else None
+    except ValueError:
+        return None
 
 
 # --progress_every_env_steps rows and points: at most this many a second (progress.csv of a fast env stays small).
@@ -438,6 +452,30 @@ class SummaryWriters:
         self.csv.close()
         os.replace(tmp, self.csv_path)
         self.csv = open(self.csv_path, "a+")
+
+    def resume_at(self, env_steps: list[int]) -> int:
+        """The run resumes from these env steps per policy: progress.csv's rows past their total, and the curves'
+        points past each policy's, are from training that was lost (a kill after the last checkpoint), so the
+        env-step column would go back. Drops those rows, marks the session's start in each event file; returns
+        how many rows were dropped."""
+        if not self.enabled:
+            return 0
+        try:
+            for f, steps in zip(self.event_files, env_steps, strict=True):
+                f.session_start(steps)
+            self.csv.seek(0)
+            header, *rows = self.csv.read().splitlines()
+            kept = [r for r in rows if _counter(r) is not None and _counter(r) <= sum(env_steps)]
+            if len(kept) < len(rows):
+                tmp = self.csv_path.with_suffix(".csv.tmp")
+                tmp.write_text("".join(line + "\n" for line in [header, *kept]))
+                self.csv.close()
+                os.replace(tmp, self.csv_path)
+                self.csv = open(self.csv_path, "a+")  # noqa: SIM115 - closed in close()
+            self.csv.seek(0, os.SEEK_END)
+        except OSError as e:
+            raise self._failure(e) from None
+        return len(rows) - len(kept)
 
     def add_scalar(self, policy: int, tag: str, value: float, step: int) -> None:
         if self.enabled:

@@ -225,3 +225,29 @@ def test_a_full_disk_stops_the_summaries_with_one_error_instead_of_blocking(tiny
     writers.write(progress)
     writers.add_scalar(0, "train/x", 1.0, 1)
     writers.close()
+
+
+def test_a_resume_drops_the_rows_and_points_past_its_checkpoint(tmp_path):
+    """After kill -9 the rows and points recorded past the last checkpoint stayed, and the resumed run's env steps
+    went back below them. resume_at drops those rows and marks the session start (TensorBoard's purge), so both
+    go forward only."""
+    from sample_factory.tools.plot import read_scalars
+
+    cfg = parse_cfg(["--env=CartPole-v1"])
+    progress = ProgressTracker(cfg)
+    writers = SummaryWriters(tmp_path, 1, cfg=cfg)
+    for steps in (500, 500, 500):  # the killed session: 500, 1000, 1500 env steps
+        progress.add_samples(0, steps, [(1.0, 10)])
+        writers.progress_row(progress)
+        writers.add_scalar(0, "reward/mean", 1.0, progress.env_steps[0])
+    writers.close()
+    resumed = ProgressTracker(cfg)
+    resumed.resume(0, 1000)  # its last checkpoint
+    writers = SummaryWriters(tmp_path, 1, cfg=cfg)
+    assert writers.resume_at([1000]) == 1
+    resumed.add_samples(0, 100, [(2.0, 10)])
+    writers.progress_row(resumed)
+    writers.add_scalar(0, "reward/mean", 2.0, resumed.env_steps[0])
+    writers.close()
+    assert [int(r["env_steps"]) for r in _rows(tmp_path / "progress.csv")] == [500, 1000, 1100]
+    assert [step for step, _ in read_scalars(tmp_path / ".summary" / "0")["reward/mean"]] == [500, 1000, 1100]
