@@ -330,6 +330,8 @@ def experiment_name_problem(name: str) -> str | None:
         return "is not a folder name of its own (it names train_dir or its parent)"
     if "/" in name or "\0" in name:
         return "must be a plain folder name (no '/'): put the parent folders in --train_dir"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):  # a newline splits every log line and table naming it
+        return "must not contain control characters (newline, tab, escape)"
     size = len(name.encode(errors="surrogateescape"))
     if size > MAX_EXPERIMENT_NAME:
         return f"is {size} bytes long (at most {MAX_EXPERIMENT_NAME})"

@@ -495,3 +495,9 @@ def test_values_a_worker_would_fail_on_are_refused_at_parse_time(capsys, flag, m
     both failed later in a worker with a traceback."""
     err = _parse_error(capsys, [*BASE, flag])
     assert message in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("name", ["a\nb", "tab\there", "esc\x1b[31m", "del\x7f"])
+def test_experiment_names_with_control_characters_are_refused(capsys, name):
+    err = _parse_error(capsys, [*BASE, f"--experiment={name}"])
+    assert "must not contain control characters" in err, err
