@@ -27,6 +27,7 @@ from sample_factory.experiment.checkpoints import (
     list_checkpoints,
     load_policy_checkpoint,
     newest_checkpoint_since,
+    remove_partial_writes,
 )
 from sample_factory.experiment.exit_codes import interrupted_exit_code
 from sample_factory.experiment.folder import (
@@ -553,6 +554,9 @@ def initial_weights(
     for p in range(cfg.num_policies):
         if p > 0:
             model = ActorCritic(cfg, obs_space, action_space)
+        if not cfg.evaluation_run:  # the run holds the lock: a killed run's half-written saves are garbage
+            for tmp in remove_partial_writes(checkpoint_dir(cfg, p)):
+                log(f"removed {tmp}: a checkpoint whose write never finished")
         loaded, version = load_policy_checkpoint(cfg, p, log=log), 0
         if loaded is not None:  # one line naming the flag, not one per parameter from load_state_dict
             check_model_fits(cfg, model, *loaded, resuming=not cfg.evaluation_run)

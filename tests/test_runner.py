@@ -134,3 +134,20 @@ def test_after_a_kill_the_resumed_progress_never_goes_back(tmp_path, capfd):
     ), out
     steps = [int(r.split(",")[1]) for r in progress.read_text().splitlines()[1:]]
     assert 999999 not in steps and steps == sorted(steps) and steps[-1] >= 2000, steps
+
+
+@pytest.mark.timeout(180)
+def test_half_written_checkpoints_of_a_killed_run_are_removed_at_the_next_start(tmp_path, capfd):
+    """A run killed while saving leaves `.checkpoint_*.pth.tmp` (gigabytes with a replay buffer) that nothing
+    removed. The next run of the experiment (which holds its lock) removes them, saying so."""
+    code, out = _train(tmp_path, capfd)
+    assert code == 0, out
+    ckpts = tmp_path / "exp" / "checkpoint_p0"
+    partial = [ckpts / ".checkpoint_000000099_99999.pth.tmp", ckpts / "milestones" / ".checkpoint_000000098_1.pth.tmp"]
+    for p in partial:
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(b"PK\x03\x04 half a zip")
+    code, out = _train(tmp_path, capfd, "--train_for_env_steps=2000")
+    assert code == 0, out
+    assert not any(p.exists() for p in partial)
+    assert all(f"removed {p}: a checkpoint whose write never finished" in out for p in partial), out

@@ -98,6 +98,19 @@ def _atomic_save(path: Path, state: dict) -> None:
         raise CheckpointError(f"could not write checkpoint {path}: {why}; the previous checkpoints are kept") from e
 
 
+def remove_partial_writes(directory: Path) -> list[Path]:
+    """Remove the temp files of checkpoints whose write never finished (a run killed while saving; with a replay
+    buffer they hold gigabytes). Only for the run that holds the experiment lock: no one else writes there."""
+    removed = []
+    for tmp in [*directory.glob(".*.pth.tmp"), *directory.glob("milestones/.*.pth.tmp")]:
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
 def save_checkpoint(directory: Path, state: dict, version: int, env_steps: int, keep: int) -> Path:
     path = directory / f"checkpoint_{version:09d}_{env_steps}.pth"
     _atomic_save(path, state)
