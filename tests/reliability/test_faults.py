@@ -225,6 +225,23 @@ def test_sigkill_of_the_runner_leaves_no_orphans(tmp_path, start_run):
     run.assert_no_leftovers()  # also: no /dev/shm object and no multiprocessing temp dir of the run is left
 
 
+@pytest.mark.timeout(150)
+def test_the_temp_folder_of_a_run_killed_whole_is_removed_by_the_next_run(tmp_path, start_run):
+    """kill -9 of the run's whole process group leaves no process to remove its multiprocessing temp folder (the
+    fork server's socket). The next run, of any experiment, removes it."""
+    run = start_run([*CARTPOLE, "--train_for_seconds=60"], tmp_path / "td")
+    assert run.wait_until(lambda: progress_time(run) >= 1 and run.mp_tmpdirs, timeout=60), run.describe()
+    run.signal(9, group=True)
+    run.wait(timeout=10)
+    time.sleep(1)
+    stale = run.leftover_tmpdirs()
+    assert stale, "the case of the test: the killed run's temp folder is left"
+    other = start_run([*CARTPOLE, "--train_for_seconds=2"], tmp_path / "td", experiment="y")
+    assert other.wait(timeout=90) == 0, other.describe()
+    assert not any(d.exists() for d in stale), stale
+    assert f"removed {stale[0]}: the temp folder of a run whose processes all died at once" in other.output
+
+
 # A parent that never reaps its child (a notebook's Popen, a container's PID 1): prints the child's pid, then sleeps.
 NOT_REAPING = (
     "import subprocess, sys, time; p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); time.sleep(300)"
