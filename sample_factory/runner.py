@@ -557,7 +557,8 @@ def initial_weights(
         if not cfg.evaluation_run:  # the run holds the lock: a killed run's half-written saves are garbage
             for tmp in remove_partial_writes(checkpoint_dir(cfg, p)):
                 log(f"removed {tmp}: a checkpoint whose write never finished")
-        loaded, version = load_policy_checkpoint(cfg, p, log=log), 0
+        # mapped: the weights are read, not the replay buffer the learner loads (gigabytes with --save_replay_buffer)
+        loaded, version = load_policy_checkpoint(cfg, p, log=log, mmap=True), 0
         if loaded is not None:  # one line naming the flag, not one per parameter from load_state_dict
             check_model_fits(cfg, model, *loaded, resuming=not cfg.evaluation_run)
         if loaded is not None and not cfg.evaluation_run:  # whether this run's flags can continue from it

@@ -38,11 +38,13 @@ class UnsafeCheckpointError(CheckpointError):
 _UNSAFE = re.compile(r"GLOBAL (\S+)|allowlisted|unrecognized function")
 
 
-def load_checkpoint_file(path: Path, map_location: Any = "cpu") -> dict:
+def load_checkpoint_file(path: Path, map_location: Any = "cpu", mmap: bool = False) -> dict:
     """One checkpoint file, loaded with weights_only=True. A file that needs more is refused with UnsafeCheckpointError
-    (one line naming what it asked for); an unreadable one raises as torch does (truncated, not a checkpoint)."""
+    (one line naming what it asked for); an unreadable one raises as torch does (truncated, not a checkpoint).
+    `mmap`: tensors are mapped, read from disk only where used (the runner needs the weights, not the replay
+    buffer that may be most of the file)."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         found = _UNSAFE.search(str(e))
         if found is None:  # not a torch zip file at all (garbage, a raw pickle): unreadable, nothing was run
@@ -209,6 +211,7 @@ def load_policy_checkpoint(
     map_location: Any = "cpu",
     quiet: bool = False,
     log: Callable[[str], None] | None = None,
+    mmap: bool = False,
 ) -> tuple[dict, Path] | None:
     """The checkpoint a run starts from: the latest one, or for an evaluation with --load_checkpoint_kind=best the
     best one. An evaluation without a checkpoint is an error; a training run without one starts fresh. A training
@@ -220,8 +223,8 @@ def load_policy_checkpoint(
         best = list_best_checkpoints(directory)
         if not best:
             raise FileNotFoundError(f"no best checkpoint (best_*.pth) in {directory}")
-        return load_checkpoint_file(best[-1], map_location), best[-1]
-    loaded = load_latest_checkpoint(directory, map_location, quiet, set_aside=not evaluating, log=log)
+        return load_checkpoint_file(best[-1], map_location, mmap), best[-1]
+    loaded = load_latest_checkpoint(directory, map_location, quiet, set_aside=not evaluating, log=log, mmap=mmap)
     if loaded is None and evaluating:
         raise FileNotFoundError(f"no checkpoint in {directory}")
     return loaded
@@ -267,6 +270,7 @@ def load_latest_checkpoint(
     quiet: bool = False,
     set_aside: bool = False,
     log: Callable[[str], None] | None = None,
+    mmap: bool = False,
 ) -> tuple[dict, Path] | None:
     """The newest checkpoint that loads; unreadable newer files are reported and skipped, never ignored silently.
     With `set_aside` (only the run that owns the folder) they are renamed to <name>.corrupt once an older one
@@ -276,7 +280,7 @@ def load_latest_checkpoint(
     errors, broken = [], []
     for path in reversed(list_checkpoints(directory)):
         try:
-            state = load_checkpoint_file(path, map_location)
+            state = load_checkpoint_file(path, map_location, mmap)
         except UnsafeCheckpointError:
             raise
         except Exception as e:

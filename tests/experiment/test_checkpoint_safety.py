@@ -396,3 +396,31 @@ def test_a_transient_read_error_stops_the_start_and_moves_nothing(tmp_path, monk
     newest.write_bytes(newest.read_bytes()[:-5])
     _, path = load_latest_checkpoint(d, set_aside=True, quiet=True)
     assert path.name == "checkpoint_000000001_10.pth" and (d / f"{newest.name}.corrupt").exists()
+
+
+# ---- issue 51 item 17: the runner reads the weights, not the replay buffer ------------------------------------
+def test_the_runner_reads_the_weights_of_the_checkpoint_not_its_replay_buffer(runs, tmp_path):
+    """The runner loaded the whole newest checkpoint (a replay buffer of gigabytes included) only to publish the
+    weights, before the learner loaded it again. It maps the file now: what it reads is about the weights' size.
+    (rchar counts the bytes of read calls; pages of a mapped file that are never touched are never read.)"""
+    import sample_factory.runner as runner_module
+    from sample_factory.envs.env_utils import probe_env
+    from sample_factory.model.actor_critic import ActorCritic
+
+    exp = copy_run(runs, "appo", tmp_path)
+    latest = list_checkpoints(exp / "checkpoint_p0")[-1]
+    state = load_checkpoint_file(latest)
+    state["algo"]["replay"]["store"]["padding"] = torch.ones(16 * 2**20)  # 64 MiB standing in for a big buffer
+    torch.save(state, latest)
+    cfg = parse_cfg([*SERIAL, f"--train_dir={tmp_path}", "--experiment=appo"])
+    vars(cfg).update({k: v for k, v in json.loads((exp / "cfg.json").read_text()).items() if k in vars(cfg)})
+    obs, act, _, _ = probe_env(cfg, False)
+
+    def rchar() -> int:
+        return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])
+
+    before = rchar()
+    weights, steps = runner_module.initial_weights(cfg, ActorCritic(cfg, obs, act), obs, act)
+    read = rchar() - before
+    assert steps == [state["env_steps"]] and weights[0].version == state["policy_version"]
+    assert read < 16 * 2**20, f"read {read / 2**20:.1f} MiB of a {latest.stat().st_size / 2**20:.0f} MiB checkpoint"
