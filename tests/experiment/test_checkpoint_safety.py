@@ -424,3 +424,25 @@ def test_the_runner_reads_the_weights_of_the_checkpoint_not_its_replay_buffer(ru
     read = rchar() - before
     assert steps == [state["env_steps"]] and weights[0].version == state["policy_version"]
     assert read < 16 * 2**20, f"read {read / 2**20:.1f} MiB of a {latest.stat().st_size / 2**20:.0f} MiB checkpoint"
+
+
+# ---- issue 51 item 20: the snapshot key must be private to its user -------------------------------------------
+def test_a_snapshot_key_others_can_read_is_not_used(tmp_path, monkeypatch):
+    """The key's mode and owner were not checked when it was read: a key readable (or written) by others lets them
+    sign a snapshot that this user's runs unpickle."""
+    from sample_factory.runtime.serial_snapshot import save_snapshot, snapshot_key_path
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    cfg = parse_cfg([*SERIAL, f"--train_dir={tmp_path}", "--experiment=x"])
+    exp = tmp_path / "x"
+    exp.mkdir()
+    save_snapshot(exp, cfg, [], None, None, {"checkpoint": (1, 10), "env_steps": [10]})
+    key = snapshot_key_path()
+    assert key.stat().st_mode & 0o777 == 0o600
+    state, why = load_snapshot(exp, cfg, (1, 10))
+    assert state is not None, why
+    key.chmod(0o644)
+    state, why = load_snapshot(exp, cfg, (1, 10))
+    assert state is None and "is not private to this user" in why and "mode 644" in why, why
+    with pytest.raises(RuntimeError, match="not private"):  # nor signs a new one (the runner warns and goes on)
+        save_snapshot(exp, cfg, [], None, None, {"checkpoint": (1, 10), "env_steps": [10]})
