@@ -373,13 +373,19 @@ class Learner(Component):
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
 
-    def save(self) -> None:
+    def save(self, weights_first: bool = False) -> None:
+        """`weights_first` (the final save): with a replay buffer in the checkpoint, the same checkpoint without it
+        is written first (seconds), then replaced by the whole one (minutes for gigabytes): a kill that comes before
+        the buffer is written (a launcher's or Slurm's wait running out) keeps the training, and only the buffer
+        refills on resume."""
         self.activity = "saving a checkpoint"
         with self.timing.add("save_checkpoint"), self._alive_while(self.activity):
             try:
-                path = save_checkpoint(
-                    self.ckpt_dir, self._state(), self.version, self.env_steps, self.cfg.keep_checkpoints
-                )
+                state, keep = self._state(), self.cfg.keep_checkpoints
+                if weights_first and "replay" in state["algo"]:
+                    light = {**state, "algo": {k: v for k, v in state["algo"].items() if k != "replay"}}
+                    save_checkpoint(self.ckpt_dir, light, self.version, self.env_steps, keep)
+                path = save_checkpoint(self.ckpt_dir, state, self.version, self.env_steps, keep)
             except CheckpointError:
                 self.failed_save = (self.version, self.env_steps)
                 raise
@@ -422,7 +428,7 @@ class Learner(Component):
             and not self.group_failed
             and self.failed_save != (self.version, self.env_steps)
         ):
-            self.save()
+            self.save(weights_first=True)
         if self.dp is not None:
             from sample_factory.algo.data_parallel import leave_group
 

@@ -446,3 +446,28 @@ def test_a_snapshot_key_others_can_read_is_not_used(tmp_path, monkeypatch):
     assert state is None and "is not private to this user" in why and "mode 644" in why, why
     with pytest.raises(RuntimeError, match="not private"):  # nor signs a new one (the runner warns and goes on)
         save_snapshot(exp, cfg, [], None, None, {"checkpoint": (1, 10), "env_steps": [10]})
+
+
+# ---- issue 51 item 16: a final save cut short by a kill keeps the training -------------------------------------
+def test_a_final_save_killed_while_writing_the_replay_buffer_keeps_the_weights(tmp_path, monkeypatch, capsys):
+    """With --save_replay_buffer the final save takes minutes for gigabytes, longer than the launcher's stop wait
+    (60 s) or Slurm's KillWait (30 s): a kill during it lost everything since the last periodic save. The final
+    save now writes the checkpoint without the buffer first; here the write of the whole one is cut short."""
+    import sample_factory.workers.learner as learner_module
+
+    real, calls = learner_module.save_checkpoint, []
+
+    def save_checkpoint(directory, state, version, env_steps, keep):
+        calls.append("replay" in state["algo"])
+        if calls == [False, True]:  # the final save's second write: the kill
+            raise RuntimeError("killed while writing the replay buffer")
+        return real(directory, state, version, env_steps, keep)
+
+    monkeypatch.setattr(learner_module, "save_checkpoint", save_checkpoint)
+    dqn = ["--algo=DQN", "--batch_size=64", "--learning_starts=500", "--encoder_mlp_layers=32"]
+    train(tmp_path, "dqn", *dqn, "--train_for_env_steps=3000", "--save_replay_buffer=True")
+    out = capsys.readouterr().out
+    assert calls == [False, True], calls  # no periodic save in a run this short: the final one only
+    (final,) = list_checkpoints(tmp_path / "dqn" / "checkpoint_p0")
+    state = load_checkpoint_file(final)
+    assert "replay" not in state["algo"] and state["env_steps"] > 0, out
