@@ -288,16 +288,11 @@ def test_run_status_from_exit_codes():
     assert run_status(1, stop_sent=False) == run_status(137, stop_sent=False) == run_status(None, False) == "failed"
 
 
-NESTED_ALIASES = "\n".join(
-    [
-        "a: &a [x, x, x, x, x, x, x, x, x, x]",
-        *(f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]" for p, n in zip("abcdefgh", "bcdefghi")),
-        "name: laughs",
-        "experiments:",
-        "  - name: e",
-        "    cmd: python train.py --env=CartPole-v1",
-        "    grid: {seed: *i}",
-    ]
+# aliases of aliases, 9 levels of 10: 10^9 seeds once expanded
+NESTED_ALIASES = (
+    "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+    + "name: laughs\nexperiments:\n  - name: e\n    cmd: python train.py --env=CartPole-v1\n    grid: {seed: *i}\n"
 )
 
 
