@@ -22,15 +22,23 @@ from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.best_checkpoints import BestCheckpoints
 from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import (
+    check_model_fits,
     checkpoint_dir,
     list_checkpoints,
     load_policy_checkpoint,
     newest_checkpoint_since,
+    remove_partial_writes,
 )
 from sample_factory.experiment.exit_codes import interrupted_exit_code
-from sample_factory.experiment.folder import experiment_dir, folder_entries, prepare_experiment_dir, remove_created
+from sample_factory.experiment.folder import (
+    experiment_dir,
+    folder_entries,
+    prepare_experiment_dir,
+    remove_created,
+    write_cfg_json,
+)
 from sample_factory.experiment.run_log import log
-from sample_factory.experiment.summaries import ProgressPoints, ProgressTracker, SummaryWriters
+from sample_factory.experiment.summaries import ProgressPoints, ProgressTracker, SummaryWriteError, SummaryWriters
 from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.precision import resolve_auto_precision
@@ -65,6 +73,7 @@ class Runner:
         self.num_agents = 0
         self.buffers: TrajectoryBuffers | None = None
         self.weights: list[SharedWeights] = []  # one per policy
+        self.resumed_env_steps: list[int] = []  # per policy: where a resumed run continues from
         self.channels: Channels | None = None
         self.pbt: PbtController | None = None
         self.roles: RunComponents | None = None  # makes the component of each role (at the start, for restarts)
@@ -76,11 +85,18 @@ class Runner:
         self.supervisor: Supervisor | None = None  # process mode
         self.driver: SerialDriver | None = None  # serial mode
         self.start_time: float | None = None  # time.monotonic() when the components were started
+        # Until every learner is up, a failed run undoes what it wrote (`_undo_failed_start`): its cfg.json would
+        # otherwise make the corrected command resume with the flags that failed.
+        self.started_ok = False
+        self.learners_up: set[ComponentKey] = set()
+        self.folder_before: set[str] | None = None  # the folder's entries before a new run made it (None: fresh)
+        self.previous_cfg: bytes | None = None  # a resumed run's cfg.json as it was before this command
         self.callbacks: Callbacks | None = None  # the runner process's instance of --callbacks
         self.remote: Any = None  # --sampler_nodes: distributed.remote_samplers.RemoteSamplers
         # report kind -> handler. Every report is a sign of life for the supervisor's monitor, which is all that
         # "started" and "heartbeat" are.
         self.report_handlers: dict[str, Callable[[Report], None]] = {
+            "started": self._on_started,
             "note": self._on_note,
             "samples": self._on_samples,
             "train": self._on_train,
@@ -110,7 +126,13 @@ class Runner:
                 raise FileNotFoundError(f"no experiment at {self.exp_dir}")
         else:
             before = folder_entries(experiment_dir(cfg))
+            saved_cfg = experiment_dir(cfg) / "cfg.json"
+            previous = saved_cfg.read_bytes() if saved_cfg.is_file() else None
             self.exp_dir, what, self.lock = prepare_experiment_dir(cfg, log)
+            if what.startswith("resuming"):
+                self.previous_cfg = previous
+            else:  # a new folder (restart and overwrite made it afresh)
+                self.folder_before = before if what == "new experiment" else None
             log.open(self.exp_dir / "sf_log.txt")
         log(f"{what}: {self.exp_dir}")
         set_step_units(cfg)  # before any component copies cfg
@@ -129,14 +151,9 @@ class Runner:
             torch.manual_seed(cfg.seed)
             np.random.seed(cfg.seed)
         self.ctx = None if cfg.serial_mode else mp_context()
-        try:
-            # Through the same context: this also starts the fork server, which preloads torch for all children.
-            env_info = probe_env(cfg, False if cfg.serial_mode else self.ctx)
-            algorithm_class(cfg).check_spaces(cfg, env_info[0], env_info[1])
-        except Exception:
-            if what == "new experiment":  # leave nothing of ours behind for a run that never started
-                remove_created(self.exp_dir, before)
-            raise
+        # Through the same context: this also starts the fork server, which preloads torch for all children.
+        env_info = probe_env(cfg, False if cfg.serial_mode else self.ctx)
+        algorithm_class(cfg).check_spaces(cfg, env_info[0], env_info[1])
         self.obs_space, self.action_space, self.num_agents, reward_shaping = env_info
         # The initial weights are made once here, so policy workers and learners start identical.
         model = ActorCritic(cfg, self.obs_space, self.action_space)
@@ -147,7 +164,7 @@ class Runner:
 
             self.remote = RemoteSamplers(cfg, spec, log)  # adds the import slots to spec
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
-        self.weights = initial_weights(cfg, model, self.obs_space, self.action_space)
+        self.weights, self.resumed_env_steps = initial_weights(cfg, model, self.obs_space, self.action_space)
         kind = "local" if cfg.serial_mode else cfg.message_queue
         self.channels = Channels(spec.num_workers, cfg.num_policies, kind, cfg.learners_per_policy)
         if cfg.with_pbt:  # with the published weights: their versions say which policies have trained
@@ -233,11 +250,26 @@ class Runner:
             else:
                 self.driver = SerialDriver(self.components)
                 self.driver.init()
+            self._resume_records()
+            self.started_ok = True
             self._experiment_started()
             return
+        self._resume_records()
         for c in self.components:
             self.supervisor.start(c)
         self._experiment_started()
+
+    def _resume_records(self) -> None:
+        """progress.csv and the curves continue from the env steps this run resumes at (the checkpoint's, or the
+        serial snapshot's): what a killed run recorded past them is dropped, so the env steps never go back."""
+        if self.previous_cfg is None:  # not a resume
+            return
+        dropped = self.summaries.resume_at(self.resumed_env_steps)
+        if dropped:
+            log(
+                f"progress.csv continues from the resumed {sum(self.resumed_env_steps)} env steps ({dropped} rows "
+                f"past them dropped)"
+            )
 
     def _experiment_started(self) -> None:
         if not self.cfg.evaluation_run:
@@ -260,6 +292,7 @@ class Runner:
         self.components, self.channels, self.buffers = state["components"], state["channels"], state["buffers"]
         for p, steps in enumerate(state["counters"]["env_steps"]):
             self.progress.resume(p, steps)
+        self.resumed_env_steps = list(state["counters"]["env_steps"])
         log(f"{why} at {sum(state['counters']['env_steps'])} env steps")
         return True
 
@@ -312,6 +345,11 @@ class Runner:
         handler = self.report_handlers.get(report.report_kind)
         if handler is not None:
             handler(report)
+
+    def _on_started(self, report: Report) -> None:
+        if report.role == "learner" and not self.started_ok:
+            self.learners_up.add(ComponentKey(report.role, report.index))
+            self.started_ok = len(self.learners_up) == sum(c.role == "learner" for c in self.components)
 
     def _on_note(self, report: Report) -> None:
         log(f"{report.role} {report.index}: {report.payload}")
@@ -376,6 +414,7 @@ class Runner:
         if self.stop_reason:
             log(f"stopping: {self.stop_reason}")
         if self.channels is None:
+            self._undo_failed_start()
             if self.lock is not None:
                 self.lock.release()
             return
@@ -388,9 +427,15 @@ class Runner:
             except Exception as e:
                 log(f"ERROR stopping the sampler nodes: {type(e).__name__}: {e}")
         if self.driver is not None:
-            try:
-                if self.exit_code == 0 and not self.cfg.evaluation_run:
+            if self.exit_code == 0 and not self.cfg.evaluation_run:
+                try:  # an extra for an exact resume: the final checkpoint below is what must not be lost
                     self._save_serial_snapshot()
+                except Exception as e:
+                    log(
+                        f"WARNING: the serial snapshot could not be saved ({type(e).__name__}: {e}); the final "
+                        f"checkpoint is saved, and a resume starts from it with fresh envs"
+                    )
+            try:
                 self.driver.finish()
             except Exception as e:
                 log(f"ERROR during shutdown: {type(e).__name__}: {e}")
@@ -409,17 +454,44 @@ class Runner:
             # Only a run whose components started has a final state: one that failed before (set-up, the sampler
             # nodes) adds no row to a resumed run's progress.csv and calls no on_experiment_end without a start.
             if self.start_time is not None:
-                self._final_bookkeeping(interrupted)
+                try:
+                    self._final_bookkeeping(interrupted)
+                except SummaryWriteError as e:  # a full disk: the rest of the shutdown (the lock) must still run
+                    self._summaries_failed(e)
         finally:
             if self.evaluator is not None:
                 self.evaluator.stop()
             if self.summaries is not None:
-                self.summaries.close()
+                try:
+                    self.summaries.close()
+                except SummaryWriteError as e:
+                    self._summaries_failed(e)
             if self.pbt is not None:
                 self.pbt.close()
             self.channels.close()
+            self._undo_failed_start()
             if self.lock is not None:
                 self.lock.release()
+
+    def _summaries_failed(self, e: SummaryWriteError) -> None:
+        log(f"ERROR: {type(e).__name__}: {e}")
+        self.exit_code = 1
+
+    def _undo_failed_start(self) -> None:
+        """A run that failed before its learners were up trained nothing: a new experiment leaves nothing of its
+        own behind, a resumed one puts its cfg.json back as it was. Otherwise the next command would resume with
+        the flags that failed (a refused resume's, a bad --callbacks) although the user no longer types them."""
+        if self.started_ok or self.exit_code == 0 or self.lock is None or self.lock.fd is None:
+            return
+        try:
+            if self.previous_cfg is not None:
+                write_cfg_json(self.exp_dir, self.previous_cfg)
+                log("the run failed before it started: cfg.json is as it was before this command")
+            else:
+                log.close()  # its own log file goes too
+                remove_created(self.exp_dir, self.folder_before)
+        except OSError as e:
+            log(f"ERROR: could not undo the failed start in {self.exp_dir}: {e}")
 
     def _final_bookkeeping(self, interrupted: bool) -> None:
         """The final report, on_experiment_end, progress.csv's last row, the summaries and the due evaluations."""
@@ -474,25 +546,32 @@ class Runner:
 
 def initial_weights(
     cfg: Config, model: ActorCritic, obs_space: gym.Space, action_space: gym.Space
-) -> list[SharedWeights]:
+) -> tuple[list[SharedWeights], list[int]]:
     """Each policy's weights, published before any component starts: `model`'s for policy 0 and fresh random ones
     for the others of a population, or the latest checkpoint's where the run resumes or evaluates one (so no worker
-    ever acts with random weights there)."""
-    weights = []
+    ever acts with random weights there). Returns them with each policy's env steps at its checkpoint (0: none)."""
+    weights, env_steps = [], []
     for p in range(cfg.num_policies):
         if p > 0:
             model = ActorCritic(cfg, obs_space, action_space)
-        loaded, version = load_policy_checkpoint(cfg, p), 0
+        if not cfg.evaluation_run:  # the run holds the lock: a killed run's half-written saves are garbage
+            for tmp in remove_partial_writes(checkpoint_dir(cfg, p)):
+                log(f"removed {tmp}: a checkpoint whose write never finished")
+        # mapped: the weights are read, not the replay buffer the learner loads (gigabytes with --save_replay_buffer)
+        loaded, version = load_policy_checkpoint(cfg, p, log=log, mmap=True), 0
+        if loaded is not None:  # one line naming the flag, not one per parameter from load_state_dict
+            check_model_fits(cfg, model, *loaded, resuming=not cfg.evaluation_run)
         if loaded is not None and not cfg.evaluation_run:  # whether this run's flags can continue from it
             for note in algorithm_class(cfg).check_resume(cfg, loaded[0]["algo"]):
                 log(f"policy {p}: {note}")
         if loaded is not None:
             model.load_state_dict(loaded[0]["model"])
             version = loaded[0]["policy_version"]
+        env_steps.append(loaded[0]["env_steps"] if loaded is not None else 0)
         w = SharedWeights.for_model(model)
         w.publish(model, version)
         weights.append(w)
-    return weights
+    return weights, env_steps
 
 
 def run(cfg: Config) -> int:

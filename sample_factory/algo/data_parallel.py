@@ -21,7 +21,9 @@ minibatches) on a gloo group. Every operation is bounded by --collective_timeout
 from __future__ import annotations
 
 import datetime
+import os
 import pickle
+import socket
 from typing import Any
 
 import torch
@@ -125,17 +127,32 @@ class DataParallel:
         torch.set_rng_state(state)
 
 
+def loopback_interface() -> str:
+    """The name of this machine's loopback interface (the one holding 127.0.0.1; "lo" on Linux)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    return "lo"
+
+
 def init_group(
-    rank: int, world: int, port: int, backend: str, timeout_sec: float, device: torch.device | None = None
+    rank: int, world: int, store: str, backend: str, timeout_sec: float, device: torch.device | None = None
 ) -> DataParallel:
-    """Join the group of a policy's learner ranks (rank 0 hosts the rendezvous on 127.0.0.1:`port`); `device`: this
-    rank's training device (NCCL binds the rank to it)."""
+    """Join the group of a policy's learner ranks. The rendezvous is a file store at `store`, in the runner's
+    private temp folder (mode 0700): no port is opened for it, and no other user can join or feed the group what
+    ranks >= 1 unpickle. The ranks' own connections (gloo's pairs, NCCL's bootstrap) go over the loopback
+    interface only (a single-machine group), unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME say otherwise.
+    `device`: this rank's training device (NCCL binds the rank to it)."""
     timeout = datetime.timedelta(seconds=timeout_sec)
+    loopback = loopback_interface()
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", loopback)
     if backend == "nccl" and device is not None:
         torch.cuda.set_device(device)
-    dist.init_process_group(
-        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timeout
-    )
+    file_store = dist.FileStore(store, world)
+    dist.init_process_group(backend, store=file_store, rank=rank, world_size=world, timeout=timeout)
     cpu_group = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
     return DataParallel(rank, world, timeout_sec, cpu_group=cpu_group)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib.util
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -332,6 +333,8 @@ def experiment_name_problem(name: str) -> str | None:
         return "is not a folder name of its own (it names train_dir or its parent)"
     if "/" in name or "\0" in name:
         return "must be a plain folder name (no '/'): put the parent folders in --train_dir"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):  # a newline splits every log line and table naming it
+        return "must not contain control characters (newline, tab, escape)"
     size = len(name.encode(errors="surrogateescape"))
     if size > MAX_EXPERIMENT_NAME:
         return f"is {size} bytes long (at most {MAX_EXPERIMENT_NAME})"
@@ -380,10 +383,19 @@ def finalize_cfg(cfg: Config) -> Config:
         raise ConfigError(f"--batch_size={cfg.batch_size} must be a multiple of --rollout={cfg.rollout}")
     if not 0.0 <= cfg.gamma <= 1.0:
         raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
-    if cfg.learning_rate <= 0:
+    for opt in all_options():  # NaN passes every comparison below: a worker would fail on it later
+        value = getattr(cfg, opt.name, None)
+        if isinstance(value, float) and math.isnan(value):
+            raise ConfigError(f"--{opt.name} must be a number, got nan")
+    if not cfg.learning_rate > 0:
         raise ConfigError(f"--learning_rate must be > 0, got {cfg.learning_rate}")
     if cfg.lr_schedule == "kl_adaptive":
         _check_kl_adaptive(cfg)
+    for k in ("heartbeat_interval", "heartbeat_timeout_sec", "collective_timeout_sec"):
+        if not getattr(cfg, k) > 0:
+            raise ConfigError(f"--{k} must be > 0, got {getattr(cfg, k)}")
+    if cfg.shutdown_timeout_sec < 0:
+        raise ConfigError(f"--shutdown_timeout_sec must be >= 0, got {cfg.shutdown_timeout_sec}")
     if cfg.train_for_env_steps <= 0 or cfg.train_for_seconds <= 0:
         raise ConfigError("--train_for_env_steps and --train_for_seconds must be > 0")
     cfg.train_for_env_steps = int(cfg.train_for_env_steps)

@@ -18,7 +18,8 @@ from typing import Any
 
 import psutil
 
-from sample_factory.config import Config, all_options, experiment_name_problem
+from sample_factory.config import Config, ConfigError, all_options, experiment_name_problem, finalize_cfg
+from sample_factory.config.option_types import int_list, str2bool, str_list
 
 # Changing these would make the saved checkpoints unusable or meaningless.
 UNSAFE_ON_RESUME = (
@@ -26,6 +27,8 @@ UNSAFE_ON_RESUME = (
     "algo",  # the checkpoints hold one algorithm's state (DQN: the target network and the replay buffer)
     "encoder_mlp_layers",
     "encoder_custom",
+    "encoder_conv_architecture",
+    "dueling",  # DQN: the policy head holds advantages (dueling) or Q itself; the shapes are the same
     "nonlinearity",
     "use_rnn",
     "rnn_type",
@@ -220,15 +223,47 @@ def _pids(pids: list[int]) -> str:
 
 
 def load_saved_cfg(exp_dir: Path) -> dict | None:
+    """The saved configuration, its values checked against the option table (a hand-edited or damaged file is
+    refused with one line naming the file and the key, before any of it is used)."""
     path = exp_dir / "cfg.json"
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
+        saved = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ExperimentError(
             f"{path} is corrupted ({e}); repair it, or start over with --restart_behavior=restart"
         ) from None
+    why = "it is not a JSON object of flag values" if not isinstance(saved, dict) else _bad_saved_value(saved)
+    if why:
+        raise ExperimentError(f"{path}: {why}; repair it, or start over with --restart_behavior=restart")
+    return saved
+
+
+def _bad_saved_value(saved: dict) -> str | None:
+    """What is wrong with the first value of `saved` that its option's type does not allow (None: all fit)."""
+    for opt in all_options():
+        if opt.name not in saved:
+            continue
+        value = saved[opt.name]
+        if value is None:
+            ok = opt.default is None
+        elif opt.type is str2bool:
+            ok = isinstance(value, bool)
+        elif opt.type is int:
+            ok = type(value) is int
+        elif opt.type in (int_list, str_list):
+            item = int if opt.type is int_list else str
+            ok = isinstance(value, list) and all(type(x) is item for x in value)
+        elif opt.type is str:
+            ok = isinstance(value, str)
+        else:  # float, or a number written as a float
+            ok = type(value) in (int, float)
+        if not ok:
+            return f"key {opt.name!r} is {value!r}, not a {opt.type_name}{' (or null)' if opt.default is None else ''}"
+        if opt.choices is not None and value is not None and value not in opt.choices:
+            return f"key {opt.name!r} is {value!r}, not one of {', '.join(opt.choices)}"
+    return None
 
 
 def merge_for_resume(cfg: Config, saved: dict) -> list[str]:
@@ -314,18 +349,27 @@ def _prepare_locked(cfg: Config, d: Path, existed: bool, lock: ExperimentLock) -
         if saved is not None:
             overridden = merge_for_resume(cfg, saved)
             what = "resuming" + (f" (overriding {', '.join('--' + k for k in overridden)})" if overridden else "")
+            try:  # the saved values, with those typed now, pass the checks typed flags pass
+                finalize_cfg(cfg)
+            except ConfigError as e:
+                raise ExperimentError(f"{e} (with the saved values of {d / 'cfg.json'})") from None
     try:
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / ".cfg.json.tmp"
-        with open(tmp, "w") as f:
-            f.write(json.dumps(vars(cfg), indent=2, sort_keys=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, d / "cfg.json")
-        fsync_dir(d)
+        write_cfg_json(d, json.dumps(vars(cfg), indent=2, sort_keys=True).encode())
     except OSError as e:
         raise ExperimentError(f"cannot write the experiment folder {d}: {e.strerror}") from None
     return d, what, lock
+
+
+def write_cfg_json(d: Path, data: bytes) -> None:
+    """cfg.json replaced atomically and durably (temp file, fsync, rename, fsync of the folder)."""
+    tmp = d / ".cfg.json.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, d / "cfg.json")
+    fsync_dir(d)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -30,8 +30,16 @@ class RunLog:
                 os.dup2(devnull, 1)
                 os.close(devnull)
         if self.file is not None:
-            self.file.write(line + "\n")
-            self.file.flush()
+            try:
+                self.file.write(line + "\n")
+                self.file.flush()
+            except OSError as e:  # a full disk must not turn every line of the run's shutdown into an error
+                file, self.file = self.file, None
+                try:
+                    file.close()
+                except OSError:
+                    pass
+                self(f"WARNING: cannot write {file.name} ({e.strerror or e}): the log goes to the console only")
 
     def open(self, path: Path) -> None:
         self.close()

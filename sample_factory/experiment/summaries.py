@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import collections
 import os
+import socket
+import struct
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from tensorboardX import SummaryWriter
+from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.record_writer import masked_crc32c
+from tensorboardX.summary import scalar
 
 from sample_factory.config import Config
 from sample_factory.experiment.wandb_logging import WandbLogger
@@ -219,6 +224,65 @@ def _last_time(rows: list[str]) -> float:
     return 0.0
 
 
+class SummaryWriteError(RuntimeError):
+    """The run's summaries (TensorBoard files, progress.csv) cannot be written: the run stops (shown without a
+    traceback)."""
+
+    user_facing = True
+
+
+class EventFile:
+    """One TensorBoard event file, written in the caller's thread. tensorboardX's SummaryWriter writes from a
+    thread of its own through a bounded queue: on a full disk that thread dies and the next `add_scalar` blocks
+    forever (the run hangs, deaf to SIGINT and SIGTERM, holding the experiment lock). Here a failed write raises
+    OSError where it happens. The records are TensorBoard's: length, masked CRC, serialized Event, masked CRC."""
+
+    def __init__(self, logdir: Path, flush_secs: float, filename_suffix: str = ""):
+        logdir.mkdir(parents=True, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}{filename_suffix}"
+        self.path = logdir / name
+        self.file: Any = open(self.path, "ab")  # noqa: SIM115 - kept open, closed in close()
+        self.flush_secs = flush_secs
+        self.next_flush = 0.0  # the first record reaches the file at once
+        self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self._write(Event(wall_time=time.time(), step=int(step), summary=scalar(tag, value)))
+
+    def session_start(self, step: int) -> None:
+        """This session continues from `step`: TensorBoard drops the points past it written before (a killed
+        run's steps after its last checkpoint, which the resume trained again)."""
+        self._write(Event(wall_time=time.time(), step=int(step), session_log=SessionLog(status=SessionLog.START)))
+
+    def _write(self, event: Event) -> None:
+        data = event.SerializeToString()
+        header = struct.pack("Q", len(data))
+        self.file.write(header + struct.pack("I", masked_crc32c(header)) + data + struct.pack("I", masked_crc32c(data)))
+        if time.monotonic() >= self.next_flush:
+            self.flush()
+
+    def flush(self) -> None:
+        self.file.flush()
+        self.next_flush = time.monotonic() + self.flush_secs
+
+    def close(self) -> None:
+        if self.file is not None:
+            file, self.file = self.file, None
+            try:
+                file.flush()
+            finally:
+                file.close()
+
+
+def _counter(row: str) -> int | None:
+    """The env-step column of a progress.csv row (None: a partly written line)."""
+    fields = row.split(",")
+    try:
+        return int(fields[1]) if len(fields) > 1 else None
+    except ValueError:
+        return None
+
+
 # --progress_every_env_steps rows and points: at most this many a second (progress.csv of a fast env stays small).
 MAX_POINTS_PER_SEC = 4.0
 
@@ -263,15 +327,18 @@ class SummaryWriters:
         self.csv_path = exp_dir / "progress.csv"
         self.columns: list[str] = []
         self.wandb: WandbLogger | None = None  # --with_wandb: the writers also log every scalar to W&B
+        self.failed: str | None = None  # why writing failed: nothing more is written
+        self.exp_dir = exp_dir
+        self.event_files: list[EventFile] = []
         if not enabled:  # evaluation runs leave the training summaries alone
             self.writers, self.csv = [], None
             return
         # Event file names carry only seconds: a unique suffix keeps a quick resume from overwriting the last file.
         suffix = f".{os.getpid()}.{time.time_ns()}"
-        self.writers = [
-            SummaryWriter(str(exp_dir / ".summary" / str(p)), flush_secs=10, filename_suffix=suffix)
-            for p in range(num_policies)
+        self.event_files = [
+            EventFile(exp_dir / ".summary" / str(p), flush_secs=10, filename_suffix=suffix) for p in range(num_policies)
         ]
+        self.writers: list[Any] = list(self.event_files)
         if cfg is not None and cfg.with_wandb:
             self.wandb = WandbLogger(cfg, exp_dir, num_policies)
             self.writers = [self.wandb.tee(w, p) for p, w in enumerate(self.writers)]
@@ -291,8 +358,29 @@ class SummaryWriters:
     def add_train_stats(self, policy: int, stats: dict) -> None:
         self.pending_train[policy].append(stats)
 
+    def _failure(self, e: OSError) -> SummaryWriteError:
+        """Stop writing (every later call is a no-op, so the run's shutdown goes on) and say why, once."""
+        self.failed = e.strerror or str(e)
+        for f in [*self.event_files, self.csv]:
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass  # the same full disk: what was written stays
+        self.writers, self.event_files, self.csv, self.enabled = [], [], None, False
+        return SummaryWriteError(
+            f"could not write the summaries in {self.exp_dir} (TensorBoard files, progress.csv): {self.failed}; the "
+            f"run stops, its last checkpoint is kept: free space, then resume"
+        )
+
     def points(self, progress: ProgressTracker) -> None:
         """The curves' points (reward, episode length, FPS; ours and CleanRL's) at the current env steps."""
+        try:
+            self._points(progress)
+        except OSError as e:
+            raise self._failure(e) from None
+
+    def _points(self, progress: ProgressTracker) -> None:
         fps = progress.fps(10)
         per_agent_step = progress.cfg.frames_per_env_step
         for p, w in enumerate(self.writers):
@@ -307,7 +395,13 @@ class SummaryWriters:
                 w.add_scalar("charts/episodic_length", progress.length_mean(p), agent_steps)
 
     def write(self, progress: ProgressTracker) -> None:
-        self.points(progress)
+        try:
+            self._write_all(progress)
+        except OSError as e:
+            raise self._failure(e) from None
+
+    def _write_all(self, progress: ProgressTracker) -> None:
+        self._points(progress)
         for p, w in enumerate(self.writers):
             step = progress.env_steps[p]
             for k, v in progress.episode_stats_means(p).items():
@@ -325,6 +419,12 @@ class SummaryWriters:
     def progress_row(self, progress: ProgressTracker) -> None:
         if not self.enabled:
             return
+        try:
+            self._progress_row(progress)
+        except OSError as e:
+            raise self._failure(e) from None
+
+    def _progress_row(self, progress: ProgressTracker) -> None:
         P = len(self.writers)
         row = {
             "time_s": f"{self.time_offset + time.monotonic() - progress.start:.2f}",
@@ -353,14 +453,44 @@ class SummaryWriters:
         os.replace(tmp, self.csv_path)
         self.csv = open(self.csv_path, "a+")
 
+    def resume_at(self, env_steps: list[int]) -> int:
+        """The run resumes from these env steps per policy: progress.csv's rows past their total, and the curves'
+        points past each policy's, are from training that was lost (a kill after the last checkpoint), so the
+        env-step column would go back. Drops those rows, marks the session's start in each event file; returns
+        how many rows were dropped."""
+        if not self.enabled:
+            return 0
+        try:
+            for f, steps in zip(self.event_files, env_steps, strict=True):
+                f.session_start(steps)
+            self.csv.seek(0)
+            header, *rows = self.csv.read().splitlines()
+            kept = [r for r in rows if _counter(r) is not None and _counter(r) <= sum(env_steps)]
+            if len(kept) < len(rows):
+                tmp = self.csv_path.with_suffix(".csv.tmp")
+                tmp.write_text("".join(line + "\n" for line in [header, *kept]))
+                self.csv.close()
+                os.replace(tmp, self.csv_path)
+                self.csv = open(self.csv_path, "a+")  # noqa: SIM115 - closed in close()
+            self.csv.seek(0, os.SEEK_END)
+        except OSError as e:
+            raise self._failure(e) from None
+        return len(rows) - len(kept)
+
     def add_scalar(self, policy: int, tag: str, value: float, step: int) -> None:
         if self.enabled:
-            self.writers[policy].add_scalar(tag, value, step)
+            try:
+                self.writers[policy].add_scalar(tag, value, step)
+            except OSError as e:
+                raise self._failure(e) from None
 
     def close(self) -> None:
-        for w in self.writers:
-            w.close()
-        if self.wandb is not None:
-            self.wandb.finish()
-        if self.csv is not None:
-            self.csv.close()
+        try:
+            for f in [*self.event_files, self.csv]:
+                if f is not None:
+                    f.close()
+        except OSError as e:
+            raise self._failure(e) from None
+        finally:
+            if self.wandb is not None:
+                self.wandb.finish()

@@ -120,6 +120,10 @@ def squeue_states(job_ids: Sequence[str]) -> dict[str, tuple[str, str]] | None:
     return states
 
 
+# A rerun asks squeue which of the jobs it submitted before still run: tries, seconds between them.
+ATTACH_TRIES, ATTACH_RETRY_S = 3, 10.0
+
+
 class _Tracked:
     def __init__(self, job: Job, job_id: str, exit_file: Path, attached: bool = False):
         self.job, self.job_id, self.exit_file = job, job_id, exit_file
@@ -184,7 +188,17 @@ class SlurmRun:
     def attach(self, jobs: Sequence[Job]) -> tuple[list[_Tracked], list[Job]]:
         """Jobs an earlier launcher submitted that are still queued or running, and the rest (to submit)."""
         ids = {self.known[j.name]: j for j in jobs if j.name in self.known}
-        states = squeue_states(list(ids)) or {}
+        states = squeue_states(list(ids))
+        for _ in range(ATTACH_TRIES - 1):
+            if states is not None:
+                break
+            time.sleep(ATTACH_RETRY_S)
+            states = squeue_states(list(ids))
+        if states is None:  # not knowing is not "ended": submitting again would run them twice, unwatched
+            raise LauncherError(
+                f"squeue failed {ATTACH_TRIES} times: cannot tell whether the jobs an earlier launcher submitted "
+                f"({', '.join(sorted(ids))}) still run, so none is submitted again; rerun once Slurm answers"
+            )
         attached, rest = [], []
         for job in jobs:
             job_id = self.known.get(job.name)

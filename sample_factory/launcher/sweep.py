@@ -248,7 +248,32 @@ def load_yaml(path: str | Path) -> RunDescription:
         where = getattr(e, "problem_mark", None)
         at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
         raise SweepError(f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    if _expanded_size(data, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+        raise SweepError(
+            f"{path}: more than {MAX_YAML_VALUES:,} values once its aliases (*name) are expanded; a sweep needs no "
+            f"aliases nested this deep"
+        )
     return _from_mapping(data, str(path))
+
+
+# A sweep file's values, aliases expanded: a few hundred in a large sweep. Nested aliases ("billion laughs") load
+# as shared objects but expand exponentially in anything that walks them, which hung the launcher.
+MAX_YAML_VALUES = 100_000
+
+
+def _expanded_size(data: Any, limit: int) -> int:
+    """The number of values in `data` with every alias expanded, counted up to just past `limit` (a recursive
+    alias never ends otherwise)."""
+    count, stack = 0, [data]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return count
 
 
 def load_module(spec: str) -> RunDescription:

@@ -192,7 +192,8 @@ def process_main(
         component.report("timing", dict(component.timing))
         component.report("finished", exit_code)
     except Exception as e:
-        component.report("error", (f"{type(e).__name__} in finish: {e}", traceback.format_exc()))
+        quiet = getattr(e, "user_facing", False) and not os.environ.get("SF_DEBUG")  # a full disk: its one line
+        component.report("error", (f"{type(e).__name__} in finish: {e}", "" if quiet else traceback.format_exc()))
         exit_code = 1
     finally:
         sys.stdout.flush()

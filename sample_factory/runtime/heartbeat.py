@@ -86,7 +86,17 @@ class HeartbeatMonitor:
 
 def process_alive(pid: int) -> bool:
     """Children are forked by the fork server, not the runner, so the parent-death signal does not cover a
-    SIGKILLed runner: children poll the runner's pid instead."""
+    SIGKILLed runner: children poll the runner's pid instead. A zombie is dead: a killed runner whose parent has
+    not reaped it yet (a notebook's Popen, a container whose PID 1 does not reap) still answers `kill(pid, 0)`."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (or not readable): the signal probe
+        pass
+    else:
+        return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")  # the state after "(comm)"
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

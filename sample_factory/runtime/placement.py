@@ -12,7 +12,8 @@ GPU numbers are torch's: with CUDA_VISIBLE_DEVICES=2,3 the GPUs are 0 and 1 here
 from __future__ import annotations
 
 import copy
-import socket
+import multiprocessing.util
+import os
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -78,11 +79,11 @@ def group_backend(devices: list[str]) -> str:
 
 
 class RunPlacement(NamedTuple):
-    """The runner's decisions: devices, and per data-parallel policy its group's (rendezvous port, backend)."""
+    """The runner's decisions: devices, and per data-parallel policy its group's (rendezvous file, backend)."""
 
     learners: dict[tuple[int, int], str]
     policy_workers: dict[tuple[int, int], str]
-    groups: dict[int, tuple[int, str]]
+    groups: dict[int, tuple[str, str]]
 
     @staticmethod
     def cfg_for(cfg: Config, device: str) -> Config:
@@ -94,16 +95,15 @@ class RunPlacement(NamedTuple):
         return cfg
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the group's rank 0 binds it moments later)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def group_store(policy: int) -> str:
+    """The rendezvous file of policy `policy`'s learner group: in the runner's multiprocessing temp folder, which is
+    private to the user (mkdtemp, 0700), new for each run and removed with it (algo/data_parallel.py)."""
+    return os.path.join(multiprocessing.util.get_temp_dir(), f"learner_group_p{policy}")
 
 
 def place_components(cfg: Config, log: Callable[[str], None]) -> RunPlacement:
     """Devices of every learner rank and policy worker of the run (cfg.device already resolved), logged when they
-    are not all on --device, and a rendezvous port per data-parallel learner group."""
+    are not all on --device, and a rendezvous file per data-parallel learner group."""
     explicit = cfg.learner_devices or cfg.policy_worker_devices
     num_gpus = torch.cuda.device_count() if cfg.device != "cpu" or explicit else 0
     placement = place(cfg, cfg.device, num_gpus)
@@ -111,7 +111,7 @@ def place_components(cfg: Config, log: Callable[[str], None]) -> RunPlacement:
     if cfg.learners_per_policy > 1:
         for p in range(cfg.num_policies):
             devices = [placement.learners[p, r] for r in range(cfg.learners_per_policy)]
-            groups[p] = (free_port(), group_backend(devices))
+            groups[p] = (group_store(p), group_backend(devices))
     if explicit or cfg.learners_per_policy > 1 or num_gpus > 1:
         learners = ", ".join(f"{p}.{r}: {d}" for (p, r), d in placement.learners.items())
         workers = ", ".join(f"{p}.{i}: {d}" for (p, i), d in placement.policy_workers.items())

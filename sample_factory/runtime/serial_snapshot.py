@@ -78,9 +78,18 @@ def save_snapshot(exp_dir: Path, cfg: Config, components: list, channels: Any, b
     tmp = exp_dir / f".{SNAPSHOT_NAME}.tmp"
     key = _snapshot_key(create=True)
     assert key is not None  # create=True makes one when there is none
-    tmp.write_bytes(_MAGIC + hmac.digest(key, data, hashlib.sha256) + data)
-    os.replace(tmp, path)
+    signed = _MAGIC + hmac.digest(key, data, hashlib.sha256) + data
+    try:
+        tmp.write_bytes(signed)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a part-written file on a full disk holds the space the checkpoint needs
+        raise
     return path
+
+
+class SnapshotKeyError(RuntimeError):
+    """The snapshot key exists but is not private to the user: it is not used."""
 
 
 def snapshot_key_path() -> Path:
@@ -107,9 +116,20 @@ def _snapshot_key(create: bool) -> bytes | None:
         finally:
             tmp.unlink()
     try:
-        key = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
+    except OSError as e:  # a symlink (ELOOP) or unreadable: not a key of ours
+        raise SnapshotKeyError(f"the snapshot key {path} cannot be used ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        # a key others can read or write lets them sign a snapshot that this user's runs would unpickle
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise SnapshotKeyError(
+                f"the snapshot key {path} is not private to this user (owner uid {st.st_uid}, mode "
+                f"{st.st_mode & 0o777:o}): delete it (a new one is made) or chmod 600 it if it is yours"
+            )
+        key = f.read()
     return key if len(key) >= 32 else None
 
 
@@ -122,7 +142,10 @@ def load_snapshot(exp_dir: Path, cfg: Config, latest_checkpoint: tuple[int, int]
         data = path.read_bytes()
     except OSError as e:
         return None, f"serial snapshot unreadable ({e.strerror})"
-    key = _snapshot_key(create=False)
+    try:
+        key = _snapshot_key(create=False)
+    except SnapshotKeyError as e:
+        return None, f"{e}; the snapshot is not unpickled"
     mac, payload = data[len(_MAGIC) : len(_MAGIC) + 32], data[len(_MAGIC) + 32 :]
     if key is None or not data.startswith(_MAGIC) or not hmac.compare_digest(mac, hmac.digest(key, payload, "sha256")):
         return None, f"serial snapshot not signed with this user's key ({snapshot_key_path()}): not unpickled"

@@ -31,9 +31,12 @@ import collections
 import multiprocessing.forkserver
 import multiprocessing.util
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -41,7 +44,7 @@ import psutil
 from sample_factory.config import Config
 from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes, running
 from sample_factory.runtime.component import Component, ComponentKey, process_main
-from sample_factory.runtime.heartbeat import HeartbeatMonitor, dump_stacks
+from sample_factory.runtime.heartbeat import HeartbeatMonitor, dump_stacks, process_alive
 from sample_factory.runtime.messages import Channels, Resend, Stop
 from sample_factory.runtime.shared_buffers import TrajectoryBuffers
 
@@ -108,6 +111,34 @@ class ChildProcess:
             time.sleep(0.02)
 
 
+# In a runner's multiprocessing temp folder (pymp-*): the runner's pid. When every process of a run dies at once
+# (kill -9 of its process group, the OOM killer, a node reboot without /tmp on tmpfs), no one is left to remove the
+# folder and its fork-server socket; the next run of any experiment removes the folders whose runner is gone.
+RUN_MARKER = "sample_factory_runner.pid"
+
+
+def mark_temp_dir(tmpdir: str) -> None:
+    with open(os.path.join(tmpdir, RUN_MARKER), "w") as f:
+        f.write(str(os.getpid()))
+
+
+def remove_stale_temp_dirs() -> list[Path]:
+    """Remove this user's pymp-* folders marked by a runner that no longer runs (other programs' folders carry no
+    marker and are left alone; a runner pid taken by another process since keeps its folder, which is harmless)."""
+    removed = []
+    for d in Path(tempfile.gettempdir()).glob("pymp-*"):
+        try:
+            if d.stat().st_uid != os.getuid():
+                continue
+            pid = int((d / RUN_MARKER).read_text())
+        except (OSError, ValueError):
+            continue
+        if pid != os.getpid() and not process_alive(pid):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 class Supervisor:
     def __init__(
         self,
@@ -139,6 +170,10 @@ class Supervisor:
         # The fork server listens on a socket file in the runner's multiprocessing temp dir (pymp-*), which only the
         # runner's exit handlers remove: the components remove it when they find the runner gone.
         self.runner_tmpdir = multiprocessing.util.get_temp_dir() if ctx.get_start_method() == "forkserver" else None
+        if self.runner_tmpdir is not None:
+            for stale in remove_stale_temp_dirs():
+                log(f"removed {stale}: the temp folder of a run whose processes all died at once")
+            mark_temp_dir(self.runner_tmpdir)
 
     def start(self, component: Component) -> None:
         key = component.key

@@ -148,6 +148,8 @@ def _read(path: Path, key: dict[str, Any]) -> dict | None:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(record, dict):  # valid JSON, but not a record (a list, a number): searched again
+        return None
     same = json.dumps(record.get("key"), sort_keys=True, default=str) == json.dumps(key, sort_keys=True, default=str)
     return record if same and isinstance(record.get("changed"), dict) else None
 

@@ -91,7 +91,8 @@ def iter_records(path: Path, verify: bool = True):
 
 def read_scalars(event_dir: str | Path, verify: bool = True) -> dict[str, list[tuple[int, float]]]:
     """Every scalar in the event files of one summary folder: {tag: [(step, value), ...]} in the order written
-    (files by name, i.e. by creation time, so a resumed run continues after the first one)."""
+    (files by name, i.e. by creation time, so a resumed run continues after the first one). A session start
+    (SessionLog START at step S, written by a resumed run) drops the earlier points past S, as TensorBoard does."""
     from tensorboardX.proto import event_pb2  # tensorboardX is a core dependency; only the protobufs are used
 
     event_dir = Path(event_dir)
@@ -103,6 +104,11 @@ def read_scalars(event_dir: str | Path, verify: bool = True) -> dict[str, list[t
         for payload in iter_records(path, verify):
             event = event_pb2.Event()
             event.ParseFromString(payload)
+            if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+                # a resumed session starts at this step: points past it were lost with the weights (as TensorBoard)
+                for tag, points in scalars.items():
+                    scalars[tag] = [(step, value) for step, value in points if step <= event.step]
+                continue
             for v in event.summary.value:
                 if v.HasField("simple_value"):
                     value = float(v.simple_value)

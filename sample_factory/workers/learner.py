@@ -86,7 +86,7 @@ class Learner(Component):
         group: tuple[int, str] | None = None,
     ):
         """rank, group: this learner's rank in its policy's data-parallel group (--learners_per_policy) and the
-        group's (rendezvous port, torch.distributed backend); ranks >= 1 are `LearnerRank`s
+        group's (rendezvous file, torch.distributed backend); ranks >= 1 are `LearnerRank`s
         (workers/learner_group.py), keyed (policy_id, rank)."""
         index, inbox = (policy_id, channels.learner[policy_id]) if rank == 0 else ((policy_id, rank), None)
         super().__init__(index, inbox or channels.learner_ranks[policy_id, rank], channels.report)
@@ -132,10 +132,10 @@ class Learner(Component):
         if cfg.learners_per_policy > 1:  # torch.distributed is imported by data-parallel learners only
             from sample_factory.algo.data_parallel import init_group
 
-            port, backend = self.group
+            store, backend = self.group
             with self._alive_while("joining the learner group"):
                 n, timeout = cfg.learners_per_policy, cfg.collective_timeout_sec
-                self.dp = init_group(self.rank, n, port, backend, timeout, self.device)
+                self.dp = init_group(self.rank, n, store, backend, timeout, self.device)
             self.algo.dp = self.dp
         # after make_algorithm: copies it makes (DQN's target network) stay eager
         if compile_for_role(self.model, cfg, "learner", lambda line: self.report("note", line)):
@@ -373,13 +373,19 @@ class Learner(Component):
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
 
-    def save(self) -> None:
+    def save(self, weights_first: bool = False) -> None:
+        """`weights_first` (the final save): with a replay buffer in the checkpoint, the same checkpoint without it
+        is written first (seconds), then replaced by the whole one (minutes for gigabytes): a kill that comes before
+        the buffer is written (a launcher's or Slurm's wait running out) keeps the training, and only the buffer
+        refills on resume."""
         self.activity = "saving a checkpoint"
         with self.timing.add("save_checkpoint"), self._alive_while(self.activity):
             try:
-                path = save_checkpoint(
-                    self.ckpt_dir, self._state(), self.version, self.env_steps, self.cfg.keep_checkpoints
-                )
+                state, keep = self._state(), self.cfg.keep_checkpoints
+                if weights_first and "replay" in state["algo"]:
+                    light = {**state, "algo": {k: v for k, v in state["algo"].items() if k != "replay"}}
+                    save_checkpoint(self.ckpt_dir, light, self.version, self.env_steps, keep)
+                path = save_checkpoint(self.ckpt_dir, state, self.version, self.env_steps, keep)
             except CheckpointError:
                 self.failed_save = (self.version, self.env_steps)
                 raise
@@ -422,7 +428,7 @@ class Learner(Component):
             and not self.group_failed
             and self.failed_save != (self.version, self.env_steps)
         ):
-            self.save()
+            self.save(weights_first=True)
         if self.dp is not None:
             from sample_factory.algo.data_parallel import leave_group
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from sample_factory.algo.appo import APPOAlgorithm
-from sample_factory.runtime.placement import free_port
 from tests.algo import appo_fixture
 
 TIMEOUT = 240.0
@@ -37,11 +36,11 @@ def rows_of(batch: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
     return {k: rows_of(v, lo, hi) if isinstance(v, dict) else v[lo:hi].clone() for k, v in batch.items()}
 
 
-def run_ranks(target: Any, world: int, *args: Any) -> None:
-    """Run target(rank, world, port, *args) in `world` spawned processes; fail (and kill them) past TIMEOUT."""
+def run_ranks(target: Any, world: int, store: str, *args: Any) -> None:
+    """Run target(rank, world, store, *args) in `world` spawned processes (`store`: the group's rendezvous file);
+    fail (and kill them) past TIMEOUT."""
     ctx = multiprocessing.get_context("spawn")
-    port = free_port()
-    procs = [ctx.Process(target=target, args=(r, world, port, *args), daemon=True) for r in range(world)]
+    procs = [ctx.Process(target=target, args=(r, world, store, *args), daemon=True) for r in range(world)]
     for p in procs:
         p.start()
     try:
@@ -100,13 +99,21 @@ def dqn_scenario(name: str, dp: Any) -> dict[str, Any]:
     }
 
 
-def _rank(rank: int, world: int, port: int, out: str) -> None:
+def listening_addresses() -> list[str]:
+    """The addresses this process accepts TCP connections on."""
+    import psutil
+
+    return sorted({c.laddr.ip for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN})
+
+
+def _rank(rank: int, world: int, store: str, out: str) -> None:
     from sample_factory.algo.data_parallel import init_group, leave_group
 
     torch.set_num_threads(1)
-    dp = init_group(rank, world, port, "gloo", TIMEOUT)
+    dp = init_group(rank, world, store, "gloo", TIMEOUT)
     try:
-        results = {("appo", n): appo_scenario(n, dp) for n in APPO_CASES}
+        results: dict[Any, Any] = {"listening": listening_addresses()}
+        results.update({("appo", n): appo_scenario(n, dp) for n in APPO_CASES})
         results.update({("dqn", n): dqn_scenario(n, dp) for n in DQN_CASES})
     finally:
         leave_group()
@@ -117,9 +124,17 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> dict[tuple[str, str], dict[str, Any]]:
     """Rank 0's results of every scenario, trained by 2 gloo ranks."""
-    out = tmp_path_factory.mktemp("ranks") / "rank0.pt"
-    run_ranks(_rank, 2, str(out))
-    return torch.load(out, weights_only=False)
+    folder = tmp_path_factory.mktemp("ranks")
+    run_ranks(_rank, 2, str(folder / "store"), str(folder / "rank0.pt"))
+    return torch.load(folder / "rank0.pt", weights_only=False)
+
+
+@pytest.mark.timeout(400)
+def test_the_group_listens_on_loopback_only(two_ranks):
+    """Rank 0 hosted a TCP rendezvous store on every interface (IPv4 and IPv6) for the whole run, unauthenticated,
+    and ranks >= 1 unpickle what the group broadcasts. The store is a file now, and gloo's pairs use loopback."""
+    listening = two_ranks["listening"]
+    assert listening and all(ip in ("127.0.0.1", "::1") for ip in listening), listening
 
 
 def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], what: str) -> None:

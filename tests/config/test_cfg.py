@@ -500,3 +500,25 @@ def test_experiment_must_be_a_plain_folder_name(capsys, name, message):
 def test_ordinary_experiment_names_are_kept():
     for name in ("run1", "my run (2)", "a.b", "...", "x" * 200, "größe"):
         assert parse_cfg([*BASE, f"--experiment={name}"]).experiment == name
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--learning_rate=nan", "--learning_rate must be a number, got nan"),
+        ("--max_grad_norm=nan", "--max_grad_norm must be a number, got nan"),
+        ("--heartbeat_timeout_sec=0", "--heartbeat_timeout_sec must be > 0, got 0"),
+        ("--heartbeat_interval=-1", "--heartbeat_interval must be > 0, got -1"),
+    ],
+)
+def test_values_a_worker_would_fail_on_are_refused_at_parse_time(capsys, flag, message):
+    """NaN passed every range check (every comparison with it is False) and a zero heartbeat timeout was accepted:
+    both failed later in a worker with a traceback."""
+    err = _parse_error(capsys, [*BASE, flag])
+    assert message in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("name", ["a\nb", "tab\there", "esc\x1b[31m", "del\x7f"])
+def test_experiment_names_with_control_characters_are_refused(capsys, name):
+    err = _parse_error(capsys, [*BASE, f"--experiment={name}"])
+    assert "must not contain control characters" in err, err

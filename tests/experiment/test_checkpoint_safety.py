@@ -150,6 +150,8 @@ def test_a_truncated_newest_checkpoint_is_moved_aside_and_rotation_keeps_the_goo
     assert f"resumed from {good}" in out, out
     assert f"moved the unreadable checkpoint {broken.name} aside to {broken.name}.corrupt" in out, out
     assert (d / f"{broken.name}.corrupt").exists() and not broken.exists()
+    kept = (exp / "sf_log.txt").read_text()  # the experiment's own log says so too, not only the console
+    assert f"moved the unreadable checkpoint {broken.name} aside" in kept and f"{broken} failed to load" in kept, kept
     left = list_checkpoints(d)
     assert len(left) == 1 and left[0] != good and load_checkpoint_file(left[0])["env_steps"] > state["env_steps"]
 
@@ -170,10 +172,12 @@ def test_readers_do_not_move_files(tmp_path):
 
 
 # ---- item 8: a really full disk ------------------------------------------------------------------------------
-def mount_tiny(mnt: Path):
-    """A 1 MiB tmpfs at `mnt` for the test (root only; skipped where it cannot be mounted)."""
+def mount_tiny(mnt: Path, size: str = "1m"):
+    """A tmpfs of `size` (1 MiB) at `mnt` for the test (root only; skipped where it cannot be mounted)."""
     mnt.mkdir(parents=True)
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    p = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if p.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
     try:
@@ -287,3 +291,183 @@ def test_algo_change_is_refused_in_one_line(runs, tmp_path, capsys):
     lines = [ln for ln in out.splitlines() if "--algo=APPO" in ln]
     assert len(lines) == 1 and "cannot change on resume" in lines[0] and "Traceback" not in out, out
     assert sorted(os.listdir(tmp_path / "dqn" / "checkpoint_p0")) == before
+
+
+# ---- issue 51 item 4: what a checkpoint means cannot change on resume ----------------------------------------
+def test_dueling_cannot_change_on_resume(runs, tmp_path, capsys):
+    """--dueling has the same parameter shapes either way: a resume that flipped it read the advantages head as Q
+    and exited 0. Refused in one line; the checkpoints and cfg.json stay as they were."""
+    copy_run(runs, "dqn", tmp_path)
+    exp = tmp_path / "dqn"
+    saved_cfg = (exp / "cfg.json").read_bytes()
+    before = sorted(os.listdir(exp / "checkpoint_p0"))
+    capsys.readouterr()
+    assert train(tmp_path, "dqn", "--dueling=False", "--train_for_env_steps=6000") != 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if "--dueling=False" in ln]
+    assert len(lines) == 1 and "cannot change on resume" in lines[0] and "Traceback" not in out, out
+    assert sorted(os.listdir(exp / "checkpoint_p0")) == before and (exp / "cfg.json").read_bytes() == saved_cfg
+
+
+def test_a_model_flag_changed_behind_the_typed_flags_is_refused_in_one_line(runs, tmp_path, capsys):
+    """cfg.json's model no longer matches the checkpoint (edited, or written by another version): the checkpoint's
+    own cfg names the flag, in one line, instead of one load_state_dict line per parameter."""
+    copy_run(runs, "appo", tmp_path)
+    exp = tmp_path / "appo"
+    cfg = json.loads((exp / "cfg.json").read_text())
+    cfg["encoder_mlp_layers"] = [32]
+    (exp / "cfg.json").write_text(json.dumps(cfg))
+    (exp / SNAPSHOT_NAME).unlink()
+    capsys.readouterr()
+    assert train(tmp_path, "appo", "--train_for_env_steps=6000") != 0
+    out = capsys.readouterr().out
+    errors = [ln for ln in out.splitlines() if "ERROR" in ln]
+    assert len(errors) == 1 and "--encoder_mlp_layers=[32]" in errors[0], out
+    assert "cannot change on resume" in errors[0] and "Traceback" not in out and "size mismatch" not in out, out
+
+
+def test_check_model_fits_names_the_shape_flag_that_changed():
+    from sample_factory.envs.env_utils import probe_env
+    from sample_factory.experiment.checkpoints import check_model_fits
+    from sample_factory.model.actor_critic import ActorCritic
+
+    small = parse_cfg([*SERIAL, "--encoder_mlp_layers=32", "--use_rnn=False"])
+    big = parse_cfg([*SERIAL, "--encoder_mlp_layers=48", "--use_rnn=False"])
+    obs, act, _, _ = probe_env(small, False)
+    state = {"model": ActorCritic(small, obs, act).state_dict(), "policy_version": 3, "env_steps": 10}
+    # a checkpoint older than the record of its flags: only the shapes can tell
+    with pytest.raises(CheckpointError, match=r"does not fit the model of flags of this run: .* has shape \(32, 4\)"):
+        check_model_fits(big, ActorCritic(big, obs, act), state, Path("c.pth"))
+    trained = {**vars(big), "env_framestack": 1, "encoder_mlp_layers": [48]}
+    with pytest.raises(CheckpointError, match=r"--env_framestack=4 \(trained with 1\)"):
+        check_model_fits(big, ActorCritic(big, obs, act), {**state, "cfg": trained}, Path("c.pth"))
+    check_model_fits(small, ActorCritic(small, obs, act), state, Path("c.pth"))  # fits: nothing raised
+
+
+# ---- issue 51 item 10: a checkpoint that is not one of ours ----------------------------------------------------
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda s: s.pop("model"), "holds no model weights"),
+        (lambda s: s.update(env_steps="lots"), "env_steps is 'lots', not a count"),
+    ],
+)
+def test_a_checkpoint_without_weights_or_counts_is_refused_naming_the_file(runs, tmp_path, capsys, damage, message):
+    exp = copy_run(runs, "appo", tmp_path)
+    (exp / SNAPSHOT_NAME).unlink()
+    latest = list_checkpoints(exp / "checkpoint_p0")[-1]
+    state = load_checkpoint_file(latest)
+    damage(state)
+    torch.save(state, latest)
+    capsys.readouterr()
+    assert train(tmp_path, "appo", "--train_for_env_steps=6000") != 0
+    out = capsys.readouterr().out
+    errors = [ln for ln in out.splitlines() if "ERROR" in ln]
+    assert len(errors) == 1 and message in errors[0] and latest.name in errors[0], out
+    assert "Traceback" not in out and not list((exp / "checkpoint_p0").glob("*lots*")), out
+
+
+# ---- issue 51 item 19: a transient read error sets nothing aside ---------------------------------------------
+@pytest.mark.parametrize(
+    "error", [OSError(5, "Input/output error"), PermissionError(13, "Permission denied"), MemoryError()]
+)
+def test_a_transient_read_error_stops_the_start_and_moves_nothing(tmp_path, monkeypatch, error):
+    """A newest checkpoint that failed to load for a reason that may pass was renamed *.corrupt and the run resumed
+    from an older one, silently losing the newer training. Now the start stops with one line; nothing is moved."""
+    import sample_factory.experiment.checkpoints as checkpoints
+
+    d = tmp_path / "checkpoint_p0"
+    save_checkpoint(d, {"w": torch.zeros(2)}, 1, 10, keep=0)
+    newest = save_checkpoint(d, {"w": torch.ones(2)}, 2, 20, keep=0)
+    real = checkpoints.torch.load
+
+    def load(path, *args, **kwargs):
+        if Path(path) == newest:
+            raise error
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoints.torch, "load", load)
+    with pytest.raises(CheckpointError, match=rf"could not read checkpoint {newest}: .*it is left as it is") as e:
+        load_latest_checkpoint(d, set_aside=True, quiet=True)
+    assert "\n" not in str(e.value)
+    assert sorted(os.listdir(d)) == ["checkpoint_000000001_10.pth", "checkpoint_000000002_20.pth"]
+    # a really unreadable newest file is still set aside (truncated: EINVAL from the zip reader's seek, or garbage)
+    monkeypatch.setattr(checkpoints.torch, "load", real)
+    newest.write_bytes(newest.read_bytes()[:-5])
+    _, path = load_latest_checkpoint(d, set_aside=True, quiet=True)
+    assert path.name == "checkpoint_000000001_10.pth" and (d / f"{newest.name}.corrupt").exists()
+
+
+# ---- issue 51 item 17: the runner reads the weights, not the replay buffer ------------------------------------
+def test_the_runner_reads_the_weights_of_the_checkpoint_not_its_replay_buffer(runs, tmp_path):
+    """The runner loaded the whole newest checkpoint (a replay buffer of gigabytes included) only to publish the
+    weights, before the learner loaded it again. It maps the file now: what it reads is about the weights' size.
+    (rchar counts the bytes of read calls; pages of a mapped file that are never touched are never read.)"""
+    import sample_factory.runner as runner_module
+    from sample_factory.envs.env_utils import probe_env
+    from sample_factory.model.actor_critic import ActorCritic
+
+    exp = copy_run(runs, "appo", tmp_path)
+    latest = list_checkpoints(exp / "checkpoint_p0")[-1]
+    state = load_checkpoint_file(latest)
+    state["algo"]["replay"]["store"]["padding"] = torch.ones(16 * 2**20)  # 64 MiB standing in for a big buffer
+    torch.save(state, latest)
+    cfg = parse_cfg([*SERIAL, f"--train_dir={tmp_path}", "--experiment=appo"])
+    vars(cfg).update({k: v for k, v in json.loads((exp / "cfg.json").read_text()).items() if k in vars(cfg)})
+    obs, act, _, _ = probe_env(cfg, False)
+
+    def rchar() -> int:
+        return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])
+
+    before = rchar()
+    weights, steps = runner_module.initial_weights(cfg, ActorCritic(cfg, obs, act), obs, act)
+    read = rchar() - before
+    assert steps == [state["env_steps"]] and weights[0].version == state["policy_version"]
+    assert read < 16 * 2**20, f"read {read / 2**20:.1f} MiB of a {latest.stat().st_size / 2**20:.0f} MiB checkpoint"
+
+
+# ---- issue 51 item 20: the snapshot key must be private to its user -------------------------------------------
+def test_a_snapshot_key_others_can_read_is_not_used(tmp_path, monkeypatch):
+    """The key's mode and owner were not checked when it was read: a key readable (or written) by others lets them
+    sign a snapshot that this user's runs unpickle."""
+    from sample_factory.runtime.serial_snapshot import save_snapshot, snapshot_key_path
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    cfg = parse_cfg([*SERIAL, f"--train_dir={tmp_path}", "--experiment=x"])
+    exp = tmp_path / "x"
+    exp.mkdir()
+    save_snapshot(exp, cfg, [], None, None, {"checkpoint": (1, 10), "env_steps": [10]})
+    key = snapshot_key_path()
+    assert key.stat().st_mode & 0o777 == 0o600
+    state, why = load_snapshot(exp, cfg, (1, 10))
+    assert state is not None, why
+    key.chmod(0o644)
+    state, why = load_snapshot(exp, cfg, (1, 10))
+    assert state is None and "is not private to this user" in why and "mode 644" in why, why
+    with pytest.raises(RuntimeError, match="not private"):  # nor signs a new one (the runner warns and goes on)
+        save_snapshot(exp, cfg, [], None, None, {"checkpoint": (1, 10), "env_steps": [10]})
+
+
+# ---- issue 51 item 16: a final save cut short by a kill keeps the training -------------------------------------
+def test_a_final_save_killed_while_writing_the_replay_buffer_keeps_the_weights(tmp_path, monkeypatch, capsys):
+    """With --save_replay_buffer the final save takes minutes for gigabytes, longer than the launcher's stop wait
+    (60 s) or Slurm's KillWait (30 s): a kill during it lost everything since the last periodic save. The final
+    save now writes the checkpoint without the buffer first; here the write of the whole one is cut short."""
+    import sample_factory.workers.learner as learner_module
+
+    real, calls = learner_module.save_checkpoint, []
+
+    def save_checkpoint(directory, state, version, env_steps, keep):
+        calls.append("replay" in state["algo"])
+        if calls == [False, True]:  # the final save's second write: the kill
+            raise RuntimeError("killed while writing the replay buffer")
+        return real(directory, state, version, env_steps, keep)
+
+    monkeypatch.setattr(learner_module, "save_checkpoint", save_checkpoint)
+    dqn = ["--algo=DQN", "--batch_size=64", "--learning_starts=500", "--encoder_mlp_layers=32"]
+    train(tmp_path, "dqn", *dqn, "--train_for_env_steps=3000", "--save_replay_buffer=True")
+    out = capsys.readouterr().out
+    assert calls == [False, True], calls  # no periodic save in a run this short: the final one only
+    (final,) = list_checkpoints(tmp_path / "dqn" / "checkpoint_p0")
+    state = load_checkpoint_file(final)
+    assert "replay" not in state["algo"] and state["env_steps"] > 0, out

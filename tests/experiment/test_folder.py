@@ -123,3 +123,35 @@ def test_a_live_runner_is_refused_at_once(tmp_path):
         ExperimentLock(tmp_path / "exp").acquire(wait_s=30.0)
     assert time.monotonic() - t0 < 5
     held.release()
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c.update(num_envs_per_worker="8"), "key 'num_envs_per_worker' is '8', not a int"),
+        (lambda c: c.update(rollout=None), "key 'rollout' is None, not a int"),
+        (lambda c: c.update(use_rnn="yes"), "key 'use_rnn' is 'yes', not a bool"),
+        (lambda c: c.update(encoder_mlp_layers=[64, "x"]), "key 'encoder_mlp_layers' is [64, 'x'], not a int list"),
+        (lambda c: c.update(rollout=0), "--rollout must be >= 1, got 0 (with the saved values of"),
+        (lambda c: [1, 2], "it is not a JSON object of flag values"),
+    ],
+)
+def test_saved_values_are_checked_with_one_line_naming_file_and_key(tmp_path, edit, message):
+    """cfg.json's values were used unchecked on resume: a string num_envs_per_worker, a null rollout or a list file
+    failed later with errors that named neither the file nor the key."""
+    import json
+
+    from sample_factory.config import parse_cfg
+    from sample_factory.experiment.folder import ExperimentError, prepare_experiment_dir
+
+    argv = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=x"]
+    _, _, lock = prepare_experiment_dir(parse_cfg(argv))
+    lock.release()
+    path = tmp_path / "x" / "cfg.json"
+    saved = json.loads(path.read_text())
+    edited = edit(saved)
+    path.write_text(json.dumps(saved if edited is None else edited))
+    with pytest.raises(ExperimentError) as e:
+        prepare_experiment_dir(parse_cfg(argv))
+    assert str(path) in str(e.value) and message in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import re
+import threading
 import time
 
 import pytest
@@ -182,3 +183,71 @@ def test_no_eta_while_stalled(clock):
     clock[0] += 60  # nothing in the last 10 s: the 10 s FPS is 0
     line = progress.line()
     assert "ETA" not in line and "env steps: 1000 (1.0%)" in line, line
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    from tests.experiment.test_checkpoint_safety import mount_tiny
+
+    yield from mount_tiny(tmp_path / "tiny")
+
+
+@pytest.mark.timeout(120)
+def test_a_full_disk_stops_the_summaries_with_one_error_instead_of_blocking(tiny_fs):
+    """tensorboardX's writer thread died on ENOSPC and the next add_scalar blocked forever (the run hung, deaf to
+    signals, holding its lock). Here the write that fails raises one SummaryWriteError, later calls are no-ops
+    (the run's shutdown goes on) and nothing blocks."""
+    from tests.experiment.test_checkpoint_safety import fill
+
+    cfg = parse_cfg(["--env=CartPole-v1"])
+    writers = SummaryWriters(tiny_fs, 1, cfg=cfg)
+    progress = ProgressTracker(cfg)
+    progress.add_samples(0, 100, [(10.0, 10)])
+    writers.write(progress)
+    fill(tiny_fs, leave=0)
+    errors: list[Exception] = []
+
+    def keep_writing() -> None:
+        try:
+            for i in range(5000):
+                writers.add_scalar(0, "train/x", float(i), i)
+                writers.progress_row(progress)
+        except Exception as e:
+            errors.append(e)
+
+    t = threading.Thread(target=keep_writing, daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "writing the summaries on a full disk blocked"
+    assert len(errors) == 1 and isinstance(errors[0], summaries.SummaryWriteError), errors
+    assert "No space left on device" in str(errors[0]) and str(tiny_fs) in str(errors[0])
+    writers.progress_row(progress)  # after the failure: no-ops
+    writers.write(progress)
+    writers.add_scalar(0, "train/x", 1.0, 1)
+    writers.close()
+
+
+def test_a_resume_drops_the_rows_and_points_past_its_checkpoint(tmp_path):
+    """After kill -9 the rows and points recorded past the last checkpoint stayed, and the resumed run's env steps
+    went back below them. resume_at drops those rows and marks the session start (TensorBoard's purge), so both
+    go forward only."""
+    from sample_factory.tools.plot import read_scalars
+
+    cfg = parse_cfg(["--env=CartPole-v1"])
+    progress = ProgressTracker(cfg)
+    writers = SummaryWriters(tmp_path, 1, cfg=cfg)
+    for steps in (500, 500, 500):  # the killed session: 500, 1000, 1500 env steps
+        progress.add_samples(0, steps, [(1.0, 10)])
+        writers.progress_row(progress)
+        writers.add_scalar(0, "reward/mean", 1.0, progress.env_steps[0])
+    writers.close()
+    resumed = ProgressTracker(cfg)
+    resumed.resume(0, 1000)  # its last checkpoint
+    writers = SummaryWriters(tmp_path, 1, cfg=cfg)
+    assert writers.resume_at([1000]) == 1
+    resumed.add_samples(0, 100, [(2.0, 10)])
+    writers.progress_row(resumed)
+    writers.add_scalar(0, "reward/mean", 2.0, resumed.env_steps[0])
+    writers.close()
+    assert [int(r["env_steps"]) for r in _rows(tmp_path / "progress.csv")] == [500, 1000, 1100]
+    assert [step for step, _ in read_scalars(tmp_path / ".summary" / "0")["reward/mean"]] == [500, 1000, 1100]

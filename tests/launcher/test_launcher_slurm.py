@@ -194,3 +194,24 @@ def test_a_job_cut_by_its_time_limit_is_unfinished(tmp_path):
     t.state = "FAILED"
     slurm._finish(t)
     assert t.result.status == "failed"
+
+
+def test_a_rerun_whose_squeue_fails_submits_nothing_again(tmp_path, monkeypatch):
+    """A failing squeue read as "no job of the earlier launcher is running": the rerun submitted them again, two
+    copies of each experiment ran into one folder and the first one's result was no longer watched. Now squeue is
+    asked again, and if it keeps failing the rerun stops with one line, submitting nothing."""
+    from sample_factory.launcher import slurm
+
+    calls = []
+    monkeypatch.setattr(slurm, "squeue_states", lambda ids: calls.append(list(ids)))  # always fails (None)
+    monkeypatch.setattr(slurm.time, "sleep", lambda s: None)
+    run = SlurmRun.__new__(SlurmRun)  # no Slurm tools needed for attach
+    run.known, run.dir = {"e1": "41"}, tmp_path / "slurm"
+    with pytest.raises(LauncherError, match=r"squeue failed 3 times: .*\(41\) still run, so none is submitted again"):
+        run.attach([_job(tmp_path)])
+    assert calls == [["41"]] * 3
+    # squeue answering on a retry: the running job is attached, not submitted again
+    answers = iter([None, {"41": ("RUNNING", "node1")}])
+    monkeypatch.setattr(slurm, "squeue_states", lambda ids: next(answers))
+    attached, rest = run.attach([_job(tmp_path)])
+    assert [t.job_id for t in attached] == ["41"] and rest == []

@@ -286,3 +286,31 @@ def test_run_status_from_exit_codes():
     assert run_status(130, stop_sent=False) == run_status(143, stop_sent=False) == "interrupted"
     assert run_status(130, stop_sent=True) == run_status(None, stop_sent=True) == "cancelled"
     assert run_status(1, stop_sent=False) == run_status(137, stop_sent=False) == run_status(None, False) == "failed"
+
+
+# aliases of aliases, 9 levels of 10: 10^9 seeds once expanded
+NESTED_ALIASES = (
+    "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+    + "name: laughs\nexperiments:\n  - name: e\n    cmd: python train.py --env=CartPole-v1\n    grid: {seed: *i}\n"
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_sweep_of_nested_aliases_is_one_line_not_a_hang(tmp_path, capsys):
+    """A 'billion laughs' file (aliases of aliases: 10^9 values once expanded, 1 KB on disk) loads as shared objects
+    but hung the launcher with no output when the sweep was expanded."""
+    from sample_factory.launcher.__main__ import main
+
+    sweep = tmp_path / "laughs.yaml"
+    sweep.write_text(NESTED_ALIASES + "\n")
+    rc = main([f"--run={sweep}", f"--train_dir={tmp_path / 'td'}"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "once its aliases (*name) are expanded" in lines[0], lines
+    assert not (tmp_path / "td").exists()
+    # a sweep's ordinary use of an alias stays fine
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(
+        "seeds: &s [0, 1]\nname: x\nexperiments:\n  - name: a\n    cmd: python train.py\n    grid: {seed: *s}\n"
+    )
+    assert len(expand(load_run(str(ok)), "/td", python="/py")) == 2

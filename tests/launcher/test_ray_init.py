@@ -80,8 +80,9 @@ class _FakeRay:
         self.calls.append(kwargs)
 
 
-def test_a_local_start_binds_loopback_and_a_cluster_address_is_joined_as_given(monkeypatch):
+def test_a_local_start_binds_loopback_and_a_cluster_address_is_joined_as_given(monkeypatch, tmp_path):
     monkeypatch.setattr(ray_init, "loopback_only", lambda: None)  # (its effect is what the test above checks)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the auth token it makes
     ray = _FakeRay()
     ray_init.init_ray(ray, None, num_cpus=2, log_to_driver=False)
     assert ray.calls[-1] == {
@@ -102,3 +103,23 @@ def test_pbt_and_remote_samplers_start_ray_through_init_ray(monkeypatch):
     assert callers == ["benchmarks/benchmark_remote.py", "sample_factory/launcher/ray_init.py"], callers
     for module in ("launcher/ray_backend.py", "pbt/ray_backend.py", "distributed/remote_samplers.py"):
         assert "init_ray(ray, " in (REPO / "sample_factory" / module).read_text(), module
+
+
+def test_a_local_start_keeps_the_ray_auth_token_private(monkeypatch, tmp_path):
+    """Ray writes ~/.ray/auth_token for a new local cluster with the default umask: readable by every user of the
+    machine, who could then submit work to this user's Ray. It is made private first; an existing one is narrowed."""
+    monkeypatch.setattr(ray_init, "loopback_only", lambda: None)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    ray_init.init_ray(_FakeRay(), None)
+    token = tmp_path / ".ray" / "auth_token"
+    assert token.stat().st_mode & 0o777 == 0o600 and len(token.read_text()) == 64
+    first = token.read_text()
+    token.chmod(0o644)  # as Ray itself left it
+    ray_init.init_ray(_FakeRay(), None)
+    assert token.stat().st_mode & 0o777 == 0o600 and token.read_text() == first  # narrowed, never replaced
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    token.unlink()
+    ray_init.init_ray(_FakeRay(), None)
+    assert not token.exists()  # no token where Ray uses none

@@ -9,6 +9,8 @@ window of 6 s holds at most 2 of them)."""
 from __future__ import annotations
 
 import collections
+import fcntl
+import os
 import random
 import re
 import threading
@@ -93,3 +95,40 @@ def test_random_kills_leave_a_run_that_finishes_cleanly(tmp_path, start_run):
     named, written = summary_checkpoint(run), run.checkpoints()
     assert written and named == str(written[-1]), f"summary names {named}, written: {written}\n{run.describe()}"
     print(f"chaos: {dict(killed)} killed over {took:.0f} s")
+
+
+@pytest.fixture
+def tiny_train_dir(tmp_path):
+    from tests.experiment.test_checkpoint_safety import mount_tiny
+
+    yield from mount_tiny(tmp_path / "td", size="3m")
+
+
+@pytest.mark.timeout(170)
+def test_a_disk_that_fills_mid_run_ends_it_with_an_error_and_frees_the_lock(tiny_train_dir, start_run):
+    """The run's whole --train_dir is a 3 MB tmpfs, filled to the last byte once the first checkpoint is written.
+    tensorboardX's writer thread died on ENOSPC and the runner blocked in add_scalar for good (deaf to SIGINT and
+    SIGTERM, the lock held). Now the first write that fails (a summary or the next checkpoint) stops the run: a
+    non-zero exit naming the full disk, no traceback, no process left, the lock free, the last checkpoint kept."""
+    from sample_factory.experiment.checkpoints import load_checkpoint_file
+    from tests.experiment.test_checkpoint_safety import fill
+
+    args = [*CARTPOLE, "--train_for_seconds=90", "--save_every_sec=3", "--experiment_summaries_interval=1"]
+    run = start_run(args, tiny_train_dir)
+    assert run.wait_until(lambda: bool(run.checkpoints()), timeout=90), run.describe()
+    fill(tiny_train_dir, leave=0)
+    filled = time.monotonic()
+    rc = run.wait(timeout=60)
+    out = run.output
+    assert rc not in (0, None), run.describe()
+    assert "No space left on device" in out and "Traceback" not in out, run.describe()
+    run.assert_no_leftovers()
+    lock = run.exp_dir / ".lock"
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the next run is not refused
+    finally:
+        os.close(fd)
+    kept = run.checkpoints()
+    assert kept and "model" in load_checkpoint_file(kept[-1]), kept
+    print(f"full disk: the run exited {rc} {time.monotonic() - filled:.1f} s after the disk filled")

@@ -8,10 +8,13 @@ Timings are generous: the reference machine has 2 cores and other sessions may s
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import signal
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -220,6 +223,89 @@ def test_sigkill_of_the_runner_leaves_no_orphans(tmp_path, start_run):
     gone, alive = psutil.wait_procs(tracked, timeout=10)
     assert not alive, f"children still alive 10 s after the runner was SIGKILLed: {alive}"
     run.assert_no_leftovers()  # also: no /dev/shm object and no multiprocessing temp dir of the run is left
+
+
+@pytest.mark.timeout(150)
+def test_the_temp_folder_of_a_run_killed_whole_is_removed_by_the_next_run(tmp_path, start_run):
+    """kill -9 of the run's whole process group leaves no process to remove its multiprocessing temp folder (the
+    fork server's socket). The next run, of any experiment, removes it."""
+    run = start_run([*CARTPOLE, "--train_for_seconds=60"], tmp_path / "td")
+    assert run.wait_until(lambda: progress_time(run) >= 1 and run.mp_tmpdirs, timeout=60), run.describe()
+    run.signal(9, group=True)
+    run.wait(timeout=10)
+    time.sleep(1)
+    stale = run.leftover_tmpdirs()
+    assert stale, "the case of the test: the killed run's temp folder is left"
+    other = start_run([*CARTPOLE, "--train_for_seconds=2"], tmp_path / "td", experiment="y")
+    assert other.wait(timeout=90) == 0, other.describe()
+    assert not any(d.exists() for d in stale), stale
+    assert f"removed {stale[0]}: the temp folder of a run whose processes all died at once" in other.output
+
+
+# A parent that never reaps its child (a notebook's Popen, a container's PID 1): prints the child's pid, then sleeps.
+NOT_REAPING = (
+    "import subprocess, sys, time; p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); time.sleep(300)"
+)
+
+
+@pytest.mark.timeout(150)
+def test_components_of_a_killed_runner_that_stays_a_zombie_stop(tmp_path):
+    """SIGKILL of a runner whose parent does not reap it leaves a zombie that `kill(pid, 0)` calls alive: its
+    components trained on for 30 s and more, writing checkpoints and holding the lock. They must stop (the learner
+    after its final save) within the heartbeat timeout, and free the lock."""
+    from tests.reliability.conftest import PACE_SEC, hook_env
+
+    td = tmp_path / "td"
+    argv = ["--env=CartPole-v1", f"--train_dir={td}", "--experiment=x", *CARTPOLE, "--train_for_seconds=120"]
+    env = {**os.environ, **hook_env(SF_TEST_ENV_GROUP_STEP_SEC=str(PACE_SEC)), "PYTHONUNBUFFERED": "1"}
+    env.pop("SF_DEBUG", None)
+    log = open(tmp_path / "run.log", "w")  # noqa: SIM115 - closed below
+    parent = subprocess.Popen(
+        [sys.executable, "-c", NOT_REAPING, sys.executable, "train.py", *argv],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        start_new_session=True,
+    )
+    components: list[psutil.Process] = []
+    try:
+        runner = psutil.Process(int(parent.stdout.readline()))
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not list((td / "x").glob("checkpoint_p0/*.pth")):
+            names = {c.name() for c in runner.children(recursive=True) if c.is_running()}
+            if {"sf_actor_0", "sf_learner_0", "sf_policy_0_0"} <= names and (td / "x" / "progress.csv").exists():
+                break
+            time.sleep(0.2)
+        components = [c for c in runner.children(recursive=True) if c.name().startswith("sf_")]
+        assert {c.name() for c in components} >= {"sf_actor_0", "sf_learner_0"}, components
+        runner.kill()
+        killed = time.monotonic()
+        while runner.status() != psutil.STATUS_ZOMBIE and time.monotonic() - killed < 10:
+            time.sleep(0.05)
+        assert runner.status() == psutil.STATUS_ZOMBIE  # not reaped: the case of the test
+        _, alive = psutil.wait_procs(components, timeout=30)
+        assert not alive, f"components still running {time.monotonic() - killed:.0f} s after the runner died: {alive}"
+        # the rest (the resource tracker unlinks the run's semaphores once the last component is gone)
+        helpers = [c for c in psutil.Process(parent.pid).children(recursive=True) if c.pid != runner.pid]
+        _, alive = psutil.wait_procs(helpers, timeout=15)
+        assert not alive, alive
+        fd = os.open(td / "x" / ".lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free for the next run
+        finally:
+            os.close(fd)
+    finally:
+        leftover = [*components, *psutil.Process(parent.pid).children(recursive=True)]
+        parent.kill()  # the zombie runner goes to init, which reaps it
+        parent.wait()
+        for p in leftover:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        log.close()
 
 
 @pytest.mark.timeout(120)

@@ -158,3 +158,29 @@ def test_what_a_killed_worker_started_is_killed_after_a_grace(monkeypatch):
         for p in psutil.process_iter(["cmdline"]):
             if p.info["cmdline"] == ["sleep", seconds]:
                 p.kill()
+
+
+def test_temp_folders_of_runs_that_died_whole_are_removed(tmp_path, monkeypatch):
+    """kill -9 of a run's whole process group left its pymp-* folder (the fork server's stale socket) for good: no
+    process of the run was left to remove it. The next run removes folders marked by a runner that is gone, and
+    leaves a live runner's and other programs' alone."""
+    import socket
+    import subprocess
+    import tempfile
+
+    from sample_factory.runtime import supervisor
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    folders = {}
+    for name, pid in (("dead", dead.pid), ("live", os.getppid()), ("other", None)):
+        d = tmp_path / f"pymp-{name}"
+        d.mkdir()
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(d / "listener-x"))  # the socket file a fork server leaves
+        if pid is not None:
+            (d / supervisor.RUN_MARKER).write_text(str(pid))
+        folders[name] = d
+    assert supervisor.remove_stale_temp_dirs() == [folders["dead"]]
+    assert not folders["dead"].exists() and folders["live"].exists() and folders["other"].exists()

@@ -145,3 +145,21 @@ def test_a_cached_pick_out_of_range_or_invalid_is_not_applied(tmp_path, capsys, 
     out, err = capsys.readouterr()
     assert json.loads(out.strip().splitlines()[-1]) == [], err
     assert why in err and "nothing of the pick applies" in err, err
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "3", '"x"', "null"])
+def test_a_cache_file_that_is_json_but_not_a_record_is_searched_again(tmp_path, capsys, monkeypatch, text):
+    """Valid JSON that is not an object gave a traceback (AttributeError: 'list' object has no attribute 'get')."""
+    argv = ["--env=CartPole-v1", "--auto_tune=True", f"--auto_tune_cache_dir={tmp_path}", "--num_workers", "2"]
+    path = cache_path(str(tmp_path), cache_key("CartPole-v1", ["--num_workers", "2"]))
+    path.write_text(text)
+
+    def fake_search(env, flags, seconds, max_trials, log):
+        start = {k: 1 for k in TUNED_ALL}
+        return TuneResult(env, 2, "train", 5.0, 1e5, [], {}, start, {**start, "worker_num_splits": 2}, 1.0, 2.0)
+
+    monkeypatch.setattr(auto_tune, "search", fake_search)
+    assert auto_tune.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1]) == ["--worker_num_splits=2"] and "Traceback" not in err, err
+    assert isinstance(json.loads(path.read_text()), dict)  # replaced by a real record
