@@ -254,6 +254,73 @@ PRESETS["atari_dqn"] = {
     "eval_epsilon": 0.05,
 }
 
+# MinAtar (MinAtar/<Game>-v1 and -v0; envs/minatar.py): bool [C, 10, 10] grids, games of thousands of cheap steps.
+# The network is the MinAtar paper's (Young & Tian 2019): one conv layer of 16 3x3 filters, stride 1, then a dense
+# layer of 128 units. The env steps cost microseconds, so a worker runs many envs and the learner is the bound.
+# APPO: the atari preset's PPO (clip 0.1, entropy 0.01, 4 minibatches of 256, 2 epochs) with that network; rewards
+# are small counts (a point per brick, fish or alien) and stay unclipped. Starting values, not tuned by learning runs.
+PRESETS["minatar"] = {
+    "num_envs_per_worker": 32,
+    "worker_num_splits": 2,
+    "rollout": 32,
+    "batch_size": 256,
+    "num_batches_per_epoch": 4,
+    "num_epochs": 2,
+    "use_rnn": False,
+    "encoder_conv_architecture": "convnet_minatar",
+    "encoder_mlp_layers": [128],
+    "nonlinearity": "relu",
+    "learning_rate": 2.5e-4,
+    "gamma": 0.99,
+    "ppo_clip_ratio": 0.1,
+    "ppo_clip_value": 1.0,
+    "exploration_loss_coeff": 0.01,
+    "max_grad_norm": 0.5,
+    "learner_main_loop_num_cores": 1,  # a network this small gains nothing from a second learner thread
+}
+
+# DQN on MinAtar: the MinAtar paper's DQN (replay of 100k transitions, first update after 5,000, minibatches of 32,
+# one update per agent step, target network copied every 1,000 agent steps, gamma 0.99, Huber loss, RMSProp at
+# lr 2.5e-4 with eps 0.01), in this framework's units and Ape-X's shape:
+#   training_intensity 32: one minibatch of 32 per sampled transition is 32 replayed per sampled, the paper's ratio;
+#     batch_size 32 as in the paper (the learner is the bound on a CPU at this ratio: the price of the per-frame
+#     sample efficiency that MinAtar's comparisons are about).
+#   target_network_update_freq 1,000 sampled transitions: the paper's 1,000 agent steps (= 1,000 SGD steps here).
+#   Adam at lr 1e-4 with eps 3.125e-4 (Rainbow's 0.01 / 32, for minibatches of 32) in place of the paper's RMSProp,
+#     whose eps of 0.01 on the root of the squared-gradient average damps its steps as Adam's larger eps does here.
+#   exploration: Ape-X's per-agent epsilons over 2 x 16 agents (the DQN defaults) instead of the paper's single
+#     epsilon annealed 1 -> 0.1 over 100k frames; the reported return is the least-exploring third's.
+#   n_step 3, double_q, dueling, prioritized replay: Ape-X's (the paper's DQN has none of them).
+PRESETS["minatar_dqn"] = {
+    **{
+        k: PRESETS["minatar"][k]
+        for k in (
+            "use_rnn",
+            "encoder_conv_architecture",
+            "encoder_mlp_layers",
+            "nonlinearity",
+            "gamma",
+            "learner_main_loop_num_cores",
+        )
+    },
+    "num_envs_per_worker": 16,
+    "worker_num_splits": 2,
+    "rollout": 32,
+    "batch_size": 32,
+    "num_batches_per_epoch": 16,  # iterations of 512 sampled transitions (16 x 32), trained with 512 SGD steps
+    "learning_rate": 1e-4,
+    "lr_schedule": "constant",
+    "adam_eps": 3.125e-4,
+    "training_intensity": 32.0,
+    "target_network_update_freq": 1000,
+    "n_step": 3,
+    "replay_buffer_capacity": 100_000,
+    "learning_starts": 5_000,
+    "max_grad_norm": 10.0,
+    "dueling": True,
+    "double_q": True,
+}
+
 # MuJoCo locomotion (gymnasium's MuJoCo ids and our mujoco_* names): PPO as in the PPO paper and CleanRL (64x64
 # tanh MLP, lr 3e-4 decayed linearly, GAE 0.95, both normalizers, no entropy bonus), run synchronously: these small
 # tasks learn per sample from many small SGD steps on fresh data, so policy lag costs more than the waiting does.
@@ -544,6 +611,8 @@ PRESET_ENVS = {
     "classic_control_dqn": ", ".join(CLASSIC_CONTROL_ENVS + LUNAR_LANDER_ENVS + SPARSE_CLASSIC_CONTROL_ENVS)
     + " with --algo=DQN",
     "atari_dqn": "atari_*, ALE/* with --algo=DQN",
+    "minatar": "MinAtar/*",
+    "minatar_dqn": "MinAtar/* with --algo=DQN",
     "mujoco": "HalfCheetah-v*, Hopper-v*, Walker2d-v*, mujoco_halfcheetah, mujoco_hopper, mujoco_walker",
     "vector_discrete": "gymnasium ids without a family preset: vector or index observations, discrete actions",
     "vector_continuous": "gymnasium ids without a family preset: vector or index observations, continuous actions",
@@ -559,6 +628,7 @@ _DQN_VARIANT = {
     "lunar_lander": "classic_control_dqn",
     "sparse_classic_control": "classic_control_dqn",
     "atari": "atari_dqn",
+    "minatar": "minatar_dqn",
 }
 
 
@@ -586,6 +656,8 @@ def _family_preset(env: str | None) -> str | None:
         return "sparse_continuous"
     if env and (env.startswith("atari_") or env.startswith("ALE/")):
         return "atari"
+    if env and env.startswith("MinAtar/"):
+        return "minatar"
     if env in DOOM_FRAME_ENVS:
         return "doom_frame"
     if env and MUJOCO_ENV_PATTERN.match(env):
