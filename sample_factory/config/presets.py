@@ -259,24 +259,23 @@ PRESETS["atari_dqn"] = {
 # layer of 128 units. The env steps cost microseconds, so a worker runs many envs and the learner is the bound.
 # APPO: the atari preset's PPO (clip 0.1, entropy 0.01, 4 minibatches of 256, 2 epochs) with that network; rewards
 # are small counts (a point per brick, fish or alien) and stay unclipped. Starting values, not tuned by learning runs.
-PRESETS["minatar"] = {
-    "num_envs_per_worker": 32,
-    "worker_num_splits": 2,
-    "rollout": 32,
-    "batch_size": 256,
-    "num_batches_per_epoch": 4,
-    "num_epochs": 2,
+_MINATAR_NETWORK = {
     "use_rnn": False,
     "encoder_conv_architecture": "convnet_minatar",
     "encoder_mlp_layers": [128],
     "nonlinearity": "relu",
-    "learning_rate": 2.5e-4,
-    "gamma": 0.99,
-    "ppo_clip_ratio": 0.1,
-    "ppo_clip_value": 1.0,
-    "exploration_loss_coeff": 0.01,
-    "max_grad_norm": 0.5,
     "learner_main_loop_num_cores": 1,  # a network this small gains nothing from a second learner thread
+}
+PRESETS["minatar"] = {
+    # neither the atari preset's reward clipping nor its ALE sticky actions (MinAtar has its own), nor its bf16: the
+    # network is too small to gain from it
+    **{
+        k: v
+        for k, v in PRESETS["atari"].items()
+        if k not in ("reward_clip", "env_sticky_actions", "learner_precision", "inference_precision")
+    },
+    **_MINATAR_NETWORK,
+    "num_envs_per_worker": 32,
 }
 
 # DQN on MinAtar: the MinAtar paper's DQN (replay of 100k transitions, first update after 5,000, minibatches of 32,
@@ -291,18 +290,14 @@ PRESETS["minatar"] = {
 #   exploration: Ape-X's per-agent epsilons over 2 x 16 agents (the DQN defaults) instead of the paper's single
 #     epsilon annealed 1 -> 0.1 over 100k frames; the reported return is the least-exploring third's.
 #   n_step 3, double_q, dueling, prioritized replay: Ape-X's (the paper's DQN has none of them).
+# The price on a 2-core CPU (docs/results.md, MinAtar row): the learner bounds the run at about 150-180 SGD steps of
+# 32 a second, i.e. as many frames a second (5.5 ms a step in `benchmark_learner --loop --algo=DQN
+# --env=MinAtar/Breakout-v1`; minibatches of 128 take 12 ms, of 256 24 ms: a bigger minibatch buys at most 2x the
+# replayed samples a second). `--training_intensity=8 --batch_size=128 --num_batches_per_epoch=4` collects 6x the
+# frames a second and learns less per frame (Breakout: 1.2 at 28k frames against 2.9 at 33k in one seed each).
 PRESETS["minatar_dqn"] = {
-    **{
-        k: PRESETS["minatar"][k]
-        for k in (
-            "use_rnn",
-            "encoder_conv_architecture",
-            "encoder_mlp_layers",
-            "nonlinearity",
-            "gamma",
-            "learner_main_loop_num_cores",
-        )
-    },
+    **_MINATAR_NETWORK,
+    "gamma": 0.99,
     "num_envs_per_worker": 16,
     "worker_num_splits": 2,
     "rollout": 32,
