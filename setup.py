@@ -23,6 +23,7 @@ EXTRAS_REQUIRE = {
     "atari": ["ale-py", "opencv-python-headless"],
     "mujoco": ["mujoco", "gymnasium[mujoco]"],
     "vizdoom": ["vizdoom"],
+    "minatar": ["minatar"],  # MinAtar/<Game>-v1 (envs/minatar.py)
     "envpool": ["envpool"],
     "pettingzoo": ["pettingzoo", "pygame-ce"],  # pygame-ce: PettingZoo's butterfly envs
     # pygame-ce: gymnasium's classic-control and Box2D envs draw their frames with it (enjoy.py --save_video)

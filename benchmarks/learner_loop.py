@@ -33,9 +33,12 @@ DEVICE_SIDE_ON_GPU = ("aten::_fused_adam_",)
 
 
 def spaces_for(env: str) -> tuple[gym.Space, gym.Space]:
-    """The model-facing spaces of the env families the measure knows: Atari frames or CartPole's vector."""
+    """The model-facing spaces of the env families the measure knows: Atari frames, MinAtar Breakout's grids or
+    CartPole's vector."""
     if env.startswith("atari_") or env.startswith("ALE/"):
         return gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6)
+    if env.startswith("MinAtar/"):
+        return gym.spaces.Box(0, 1, (4, 10, 10), bool), gym.spaces.Discrete(3)
     return gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
 
 
@@ -54,6 +57,8 @@ def make_batch(cfg: Config, obs_space: gym.Space, action_space: gym.Space, rows:
         obs = frames[:, idx]  # [rows, T+1, k, H, W]
         is_first[:, 0] = True
         dones.zero_()
+    elif isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == bool:
+        obs = torch.rand(rows, T + 1, *obs_space.shape, generator=g) < 0.1  # sparse object planes
     else:
         obs = torch.randn(rows, T + 1, *obs_space.shape, generator=g)
     return {

@@ -116,7 +116,8 @@ class OptionFields:
     # Model
     encoder_mlp_layers: list[int]  # default [512, 512]
     encoder_custom: str | None  # default None
-    encoder_conv_architecture: str  # default 'convnet_simple'; one of convnet_simple, convnet_nature, resnet_impala
+    # default 'convnet_simple'; one of convnet_simple, convnet_nature, convnet_minatar, resnet_impala
+    encoder_conv_architecture: str
     nonlinearity: str  # default 'elu'; one of elu, relu, tanh
     policy_initialization: str  # default 'orthogonal'; one of orthogonal, xavier_uniform, torch_default
     use_rnn: bool  # default True

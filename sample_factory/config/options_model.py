@@ -13,8 +13,9 @@ MODEL_OPTIONS: list[Option] = [
         str,
         "convnet_simple",
         "Conv net for image observations (then --encoder_mlp_layers): convnet_simple (3 conv layers), "
-        "convnet_nature (the DQN Nature paper's) or resnet_impala (IMPALA's 15-layer ResNet).",
-        choices=("convnet_simple", "convnet_nature", "resnet_impala"),
+        "convnet_nature (the DQN Nature paper's), convnet_minatar (the MinAtar paper's: 16 filters 3x3, stride 1, "
+        "for small grids) or resnet_impala (IMPALA's 15-layer ResNet).",
+        choices=("convnet_simple", "convnet_nature", "convnet_minatar", "resnet_impala"),
     ),
     Option("nonlinearity", str, "elu", "Activation function.", choices=("elu", "relu", "tanh")),
     Option(

@@ -7,6 +7,8 @@ import os
 import re
 from typing import Any
 
+from sample_factory.config.presets_dqn import DQN_VARIANT, dqn_presets
+
 # Per env-family presets: used unless the flag is given on the command line; recorded in cfg.json.
 # The classic-control preset is tuned for high FPS on small CPU machines: many cheap envs per worker so
 # each inference request carries a large batch, and several epochs because samples are cheap.
@@ -165,94 +167,32 @@ PRESETS["lunar_lander"] = {
     "exploration_loss_coeff": 0.01,
 }
 
-# --algo=DQN on an env without a family preset: DQN replays single transitions, so no recurrent core.
-PRESETS["dqn"] = {"use_rnn": False}
-
-# DQN on the classic-control envs: many envs (Ape-X's spread of epsilons over 128 agents), small replayed
-# minibatches, 8 replayed per sampled transition and a target network refreshed every 1000 sampled transitions
-# (~62 SGD steps). Tuned on CartPole-v1, 2 workers, 2 shared cores (load ~6), best mean reward of the least-exploring
-# third, one run each (2026-11-23), 300k env steps: lr 1e-3 / intensity 4 / target 2000: 350; lr 1e-3 / intensity 8
-# / target 1000: 456, rising; the same with a 64x64 MLP: 254 at 215k (slower per sample); lr 2e-3 / target 500: 412,
-# then unstable (395 at the end); + lr decayed linearly: 462. 400k env steps: lr 2e-3 decayed / target 500: 451 at
-# 287k, then fell to 311; lr 1e-3 decayed / target 1000 (this preset): 475 reached at 347k env steps (128 s).
-PRESETS["classic_control_dqn"] = {
-    "num_envs_per_worker": 64,
-    "worker_num_splits": 2,
-    "rollout": 32,
-    "batch_size": 128,
-    "num_batches_per_epoch": 8,
+# MinAtar (MinAtar/<Game>-v1 and -v0; envs/minatar.py): bool [C, 10, 10] grids, games of thousands of cheap steps.
+# The network is the MinAtar paper's (Young & Tian 2019): one conv layer of 16 3x3 filters, stride 1, then a dense
+# layer of 128 units. The env steps cost microseconds, so a worker runs many envs and the learner is the bound.
+# APPO: the atari preset's PPO (clip 0.1, entropy 0.01, 4 minibatches of 256, 2 epochs) with that network; rewards
+# are small counts (a point per brick, fish or alien) and stay unclipped. Starting values, not tuned by learning runs.
+_MINATAR_NETWORK = {
     "use_rnn": False,
-    "encoder_mlp_layers": [256, 256],
+    "encoder_conv_architecture": "convnet_minatar",
+    "encoder_mlp_layers": [128],
     "nonlinearity": "relu",
-    "learning_rate": 1e-3,
-    "lr_schedule": "linear_decay",
-    "gamma": 0.99,
-    "max_grad_norm": 10.0,
-    "adam_eps": 1e-5,
-    "replay_buffer_capacity": 100_000,
-    "learning_starts": 5_000,
-    "training_intensity": 8.0,
-    "n_step": 3,
-    "target_network_update_freq": 1000,
+    "learner_main_loop_num_cores": 1,  # a network this small gains nothing from a second learner thread
+}
+PRESETS["minatar"] = {
+    # neither the atari preset's reward clipping nor its ALE sticky actions (MinAtar has its own), nor its bf16: the
+    # network is too small to gain from it
+    **{
+        k: v
+        for k, v in PRESETS["atari"].items()
+        if k not in ("reward_clip", "env_sticky_actions", "learner_precision", "inference_precision")
+    },
+    **_MINATAR_NETWORK,
+    "num_envs_per_worker": 32,
 }
 
-# DQN on Atari, Ape-X / Rainbow style. The env side (envs per worker, rollout, clipped rewards, learner cores,
-# precision) is the atari preset's; the rest is chosen from the published setups, scaled to this framework's units
-# (--target_network_update_freq counts sampled transitions, --training_intensity is replayed / sampled). Not tuned by
-# learning runs here (a Pong DQN run takes hours on the 2-core reference machine): starting values, measured as they
-# are on Breakout, 2 cores, 2026-11-27: mean return 0.2 -> 5.6 in 2.64M frames (135 min), still climbing
-# (docs/results.md, "Ape-X DQN (`atari_dqn`) learns Breakout on 2 CPU cores").
-#   encoder convnet_nature + 512: the DQN Nature network that Rainbow and Ape-X use.
-#   learning_rate 6.25e-5, adam_eps 1.5e-4: Rainbow's Adam (Ape-X's lr too); the large eps (0.01 / Rainbow's batch
-#     of 32) keeps early steps small while the second-moment estimates are noisy.
-#   batch_size 256: between Rainbow's 32 and Ape-X's 512; larger minibatches amortize the per-step overhead of a
-#     conv net on a CPU or GPU learner.
-#   training_intensity 4: each sampled transition replayed 4 times on average (Rainbow replays 8: a minibatch of 32
-#     every 4 agent steps; Ape-X well under 1). The actors wait for the learner beyond it (backpressure).
-#   target_network_update_freq 16,000 sampled transitions: at intensity 4 that is 64k replayed transitions between
-#     copies, as in Rainbow (2,000 SGD steps of 32).
-#   n_step 3: Rainbow's and Ape-X's n-step returns.
-#   replay_buffer_capacity 500,000: 4.0 GB with frames stored once (7.98 GB per 1M, measured: docs/algorithms.md),
-#     which fits a 16 GB machine beside the workers; Rainbow keeps 1M, Ape-X 2M: raise it where memory allows.
-#   learning_starts 20,000 transitions: Rainbow's 80k frames, enough variety before the first SGD step.
-#   max_grad_norm 40: Ape-X's (and RLlib's) gradient clipping; the atari preset's 0.5 is PPO's.
-#   dueling and double_q on: both are part of Rainbow and Ape-X (and the DQN defaults; stated here on purpose).
-#   eval_epsilon 0.05: the Nature DQN evaluation's. Greedy, the Breakout agent of docs/results.md (1.37M frames) played
-#     two of three evaluation games to ALE's 108,000-frame limit without pressing FIRE after a lost life.
-#   prioritized replay with alpha 0.6, beta 0.4 -> 1, Ape-X epsilons 0.4 / alpha 7: the DQN defaults are Ape-X's.
-PRESETS["atari_dqn"] = {
-    **{
-        k: PRESETS["atari"][k]
-        for k in (
-            "num_envs_per_worker",
-            "worker_num_splits",
-            "rollout",
-            "num_batches_per_epoch",
-            "learner_precision",
-            "use_rnn",
-            "encoder_mlp_layers",
-            "nonlinearity",
-            "gamma",
-            "reward_clip",
-            "env_sticky_actions",
-            "learner_main_loop_num_cores",
-        )
-    },
-    "encoder_conv_architecture": "convnet_nature",
-    "learning_rate": 6.25e-5,
-    "lr_schedule": "constant",
-    "adam_eps": 1.5e-4,
-    "batch_size": 256,
-    "training_intensity": 4.0,
-    "target_network_update_freq": 16_000,
-    "n_step": 3,
-    "replay_buffer_capacity": 500_000,
-    "learning_starts": 20_000,
-    "max_grad_norm": 40.0,
-    "dueling": True,
-    "double_q": True,
-    "eval_epsilon": 0.05,
-}
+# The --algo=DQN variants of the family presets (config/presets_dqn.py).
+PRESETS.update(dqn_presets(PRESETS["atari"], _MINATAR_NETWORK))
 
 # MuJoCo locomotion (gymnasium's MuJoCo ids and our mujoco_* names): PPO as in the PPO paper and CleanRL (64x64
 # tanh MLP, lr 3e-4 decayed linearly, GAE 0.95, both normalizers, no entropy bonus), run synchronously: these small
@@ -544,21 +484,12 @@ PRESET_ENVS = {
     "classic_control_dqn": ", ".join(CLASSIC_CONTROL_ENVS + LUNAR_LANDER_ENVS + SPARSE_CLASSIC_CONTROL_ENVS)
     + " with --algo=DQN",
     "atari_dqn": "atari_*, ALE/* with --algo=DQN",
+    "minatar": "MinAtar/*",
+    "minatar_dqn": "MinAtar/* with --algo=DQN",
     "mujoco": "HalfCheetah-v*, Hopper-v*, Walker2d-v*, mujoco_halfcheetah, mujoco_hopper, mujoco_walker",
     "vector_discrete": "gymnasium ids without a family preset: vector or index observations, discrete actions",
     "vector_continuous": "gymnasium ids without a family preset: vector or index observations, continuous actions",
     "image": "gymnasium ids without a family preset: image observations",
-}
-
-
-# family preset -> its DQN variant (the PPO presets' horizons, entropy bonuses and minibatches mean nothing to DQN).
-# MountainCar-v0 (2026-11-27, seed 0, 2 cores): classic_control_dqn reached -107 after 260k env steps (113 s); its PPO
-# preset's values (lr 3e-3, minibatches of 2,048, rewards x 0.1) ended at -198 after 2.9M env steps in 240 s.
-_DQN_VARIANT = {
-    "classic_control": "classic_control_dqn",
-    "lunar_lander": "classic_control_dqn",
-    "sparse_classic_control": "classic_control_dqn",
-    "atari": "atari_dqn",
 }
 
 
@@ -568,8 +499,8 @@ def preset_name_for_env(env: str | None, algo: str = "APPO") -> str | None:
     base = _family_preset(env)
     if algo != "DQN":
         return base
-    if base in _DQN_VARIANT:
-        return _DQN_VARIANT[base]
+    if base in DQN_VARIANT:
+        return DQN_VARIANT[base]
     return base if base is not None and PRESETS[base].get("use_rnn") is False else "dqn"
 
 
@@ -586,6 +517,8 @@ def _family_preset(env: str | None) -> str | None:
         return "sparse_continuous"
     if env and (env.startswith("atari_") or env.startswith("ALE/")):
         return "atari"
+    if env and env.startswith("MinAtar/"):
+        return "minatar"
     if env in DOOM_FRAME_ENVS:
         return "doom_frame"
     if env and MUJOCO_ENV_PATTERN.match(env):

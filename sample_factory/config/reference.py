@@ -50,6 +50,9 @@ def markdown_reference() -> str:
     return "\n".join(lines)
 
 
+LINE_LENGTH = 120  # pyproject.toml's ruff line-length: the generated module is linted like the rest
+
+
 def fields_module() -> str:
     """The source of config/fields.py: one annotation per option, grouped as in the table, with its default."""
     lines = [
@@ -68,7 +71,11 @@ def fields_module() -> str:
         lines += ["", f"    # {group_name}"]
         for opt in options:
             choices = f"; one of {', '.join(opt.choices)}" if opt.choices else ""
-            lines.append(f"    {opt.name}: {opt.annotation}  # default {opt.default!r}{choices}")
+            field, comment = f"    {opt.name}: {opt.annotation}", f"# default {opt.default!r}{choices}"
+            if len(field) + 2 + len(comment) <= LINE_LENGTH:
+                lines.append(f"{field}  {comment}")
+            else:  # ruff's line length: the comment goes on the line above
+                lines += [f"    {comment}", field]
     return "\n".join(lines) + "\n"
 
 

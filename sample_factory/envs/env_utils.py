@@ -1,5 +1,5 @@
-"""Env creation (registry, gymnasium ids, the built-in families: Atari, MuJoCo, VizDoom, PettingZoo) and probing
-the spaces in a subprocess. Stepping envs in lockstep is envs/env_group.py."""
+"""Env creation (registry, gymnasium ids, the built-in families: Atari, MinAtar, MuJoCo, VizDoom, PettingZoo) and
+probing the spaces in a subprocess. Stepping envs in lockstep is envs/env_group.py."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from sample_factory.config.extras import install_hint
 from sample_factory.config.presets import MUJOCO_NAMES
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
+from sample_factory.envs.minatar import is_minatar_id, make_minatar_env, parse_minatar_id, unknown_minatar_message
 from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes
 from sample_factory.envs.spaces import with_dict_observations
 
@@ -48,6 +49,7 @@ _EXTRAS = (
         "mujoco",
     ),
     (("Vizdoom", "doom_"), "vizdoom"),
+    (("MinAtar/",), "minatar"),
 )
 
 
@@ -72,6 +74,8 @@ def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | Non
         doom_id = doom_env_id(name)
         if doom_id is not None:
             return make_doom_env(cfg, doom_id, render_mode)
+    if is_minatar_id(name):
+        return make_minatar_env(cfg, name, render_mode)
     if name.startswith("pettingzoo."):
         from sample_factory.envs.pettingzoo_env import make_pettingzoo_env
 
@@ -133,6 +137,8 @@ def unknown_env_message(name: str) -> str | None:
         from sample_factory.envs.doom import DOOM_ENVS
 
         return None if name in DOOM_ENVS else f"unknown env {name!r}{_did_you_mean(name, list(DOOM_ENVS))}"
+    if is_minatar_id(name):
+        return None if parse_minatar_id(name) else unknown_minatar_message(name)
     if name.startswith("Vizdoom"):
         return None  # vizdoom registers its ids when imported; make_env checks them
     return None if name in gym.registry else _unknown_gym_env(name)

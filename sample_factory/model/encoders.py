@@ -21,6 +21,8 @@ NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": Tanh}
 CONV_ARCHITECTURES = {
     "convnet_simple": [(32, 8, 4), (64, 4, 2), (128, 3, 2)],
     "convnet_nature": [(32, 8, 4), (64, 4, 2), (64, 3, 1)],
+    # the MinAtar paper's network for 10x10 grids (its dense layer of 128 is --encoder_mlp_layers=128)
+    "convnet_minatar": [(16, 3, 1)],
 }
 
 
@@ -99,7 +101,7 @@ class ConvEncoder(nn.Module):
         if min(h, w) < need:
             raise ValueError(
                 f"frames of {h}x{w} are smaller than --encoder_conv_architecture={architecture} takes (at least "
-                f"{need}x{need}); --encoder_conv_architecture=resnet_impala takes any size"
+                f"{need}x{need}); --encoder_conv_architecture=resnet_impala takes any size, convnet_minatar 3x3 and up"
             )
         convs: list[nn.Module] = []
         if architecture == "resnet_impala":

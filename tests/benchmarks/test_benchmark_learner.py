@@ -130,3 +130,14 @@ def test_sync_count_sees_a_read_back_per_step(monkeypatch):
     monkeypatch.setattr(APPOAlgorithm, "device_step", reading_step)
     result = learner_loop.measure("APPO", "CartPole-v1", torch.device("cpu"), 1)
     assert result["host_syncs_per_sgd_step"] >= 1.0
+
+
+def test_learner_loop_batches_of_minatar_are_bool_grids():
+    """--env=MinAtar/...: the minatar_dqn preset's model on bool [4, 10, 10] grids, as the env gives them."""
+    from sample_factory.config import parse_cfg
+
+    obs_space, action_space = learner_loop.spaces_for("MinAtar/Breakout-v1")
+    assert obs_space.shape == (4, 10, 10) and obs_space.dtype == bool and action_space.n == 3
+    cfg = parse_cfg(["--env=MinAtar/Breakout-v1", "--algo=DQN"])
+    obs = learner_loop.make_batch(cfg, obs_space, action_space, rows=2, seed=0)["obs"]["obs"]
+    assert obs.dtype == torch.bool and obs.shape == (2, cfg.rollout + 1, 4, 10, 10) and 0 < obs.float().mean() < 0.5

@@ -89,3 +89,14 @@ def test_gymnasium_image_env_smoke(tmp_path, train_run):
     assert "obs (96, 96, 3)" in run.output, run.describe()
     cfg = json.loads((run.train_dir / run.experiment / "cfg.json").read_text())
     assert cfg["preset"] == "image" and cfg["encoder_conv_architecture"] == "convnet_simple"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("algo", ["APPO", "DQN"])
+def test_minatar_smoke(tmp_path, train_run, algo):
+    pytest.importorskip("minatar", reason="MinAtar needs the [minatar] extra: pip install -e .[minatar]")
+    # bool [C, 10, 10] grids through the workers' buffers, the minatar presets' small conv net and, for DQN, the replay
+    extra = ("--algo=DQN", "--learning_starts=1024", "--training_intensity=4") if algo == "DQN" else ()
+    run = smoke(train_run, tmp_path, "MinAtar/Breakout-v1", extra)
+    cfg = json.loads((run.train_dir / run.experiment / "cfg.json").read_text())
+    assert cfg["preset"] == ("minatar_dqn" if algo == "DQN" else "minatar"), run.describe()
