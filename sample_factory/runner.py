@@ -17,6 +17,7 @@ import torch
 
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
+from sample_factory.config.parse import defaults_line
 from sample_factory.envs.env_utils import env_backend, episode_limit_note, probe_env, set_step_units
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.best_checkpoints import BestCheckpoints
@@ -113,6 +114,7 @@ class Runner:
             self.exp_dir, what, self.lock = prepare_experiment_dir(cfg, log)
             log.open(self.exp_dir / "sf_log.txt")
         log(f"{what}: {self.exp_dir}")
+        log(defaults_line(cfg))
         set_step_units(cfg)  # before any component copies cfg
         if cfg.env_backend == "auto":  # cfg.json keeps auto; every component gets the resolved backend
             cfg.env_backend = env_backend(cfg)

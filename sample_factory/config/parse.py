@@ -18,7 +18,6 @@ from sample_factory.config.presets import (
     GPU_PRESETS,
     fit_to_cores,
     gpu_expected,
-    gymnasium_spaces,
     preset_name_for_env,
     preset_values,
     space_preset,
@@ -91,23 +90,39 @@ def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
 
 
 def preset_for(
-    env: str | None, algo: str, device: str, max_episode_steps: int | None = None
-) -> tuple[str | None, dict[str, Any]]:
-    """The preset a run of `env` gets here and its values: the env family's (with its GPU changes where training
-    will run on a GPU), else, for a gymnasium id trained with PPO (DQN always gets a preset here), the one its spaces
-    choose (the env is made once to read them; gamma follows --max_episode_steps where typed, else the env's own
-    limit); (None, {}) where neither applies."""
+    env: str | None, algo: str, device: str, cfg: Config | None = None
+) -> tuple[str | None, dict[str, Any], str]:
+    """The preset a run of `env` gets here, its values and why: the env family's (with its GPU changes where training
+    will run on a GPU), else, for any other env trained with PPO (DQN always gets a preset here), the one its spaces
+    choose: a gymnasium id, `module:EnvId` or a name given to register_env is made once with `cfg` (the defaults
+    where None) to read them, and gamma follows --max_episode_steps where given, else the env's own limit.
+    (None, {}, why) where neither applies."""
     preset = preset_name_for_env(env, algo)
     if preset:
         gpu = preset in GPU_PRESETS and gpu_expected(device)
-        return preset, preset_values(preset, usable_cores(), gpu)
+        return preset, preset_values(preset, usable_cores(), gpu), f"{env}'s family" + (" on a GPU" if gpu else "")
     if env is None:
-        return None, {}
-    spaces = gymnasium_spaces(env)
-    if spaces and max_episode_steps:
-        spaces = (spaces[0], spaces[1], max_episode_steps)
-    chosen = space_preset(*spaces) if spaces else None
-    return (chosen[0], fit_to_cores(chosen[1], usable_cores())) if chosen else (None, {})
+        return None, {}, "no --env"
+    from sample_factory.envs.env_utils import describe_space, env_spaces  # gymnasium only, no torch
+
+    if cfg is None:
+        cfg = Config.from_dict({"env": env, "algo": algo, "device": device})
+    spaces = env_spaces(cfg)
+    if isinstance(spaces, str):
+        return None, {}, f"no defaults chosen from {env}'s spaces: {spaces}"
+    shown = f"{describe_space(spaces[0])} observations, {describe_space(spaces[1])} actions"
+    chosen = space_preset(*spaces)
+    if chosen is None:
+        return None, {}, f"{env}'s spaces ({shown}) fit no space defaults"
+    return chosen[0], fit_to_cores(chosen[1], usable_cores()), f"chosen from {env}'s spaces: {shown}"
+
+
+def defaults_line(cfg: Config) -> str:
+    """The run's start line on its defaults: which preset filled the flags not typed, and why."""
+    if cfg.preset:
+        return f"defaults: the {cfg.preset} preset ({cfg.preset_reason}) for the flags not typed"
+    why = f" ({cfg.preset_reason})" if cfg.preset_reason else ""
+    return f"defaults: the global defaults{why}"
 
 
 def build_parser(
@@ -123,7 +138,7 @@ def build_parser(
     `listed` (None: all) are accepted but left out of the help."""
     env, algo = _env_and_algo(help_argv) if help_argv else (None, "APPO")
     device = next((a.split("=", 1)[1] for a in help_argv if a.startswith("--device=")), "auto")
-    preset, preset_vals = preset_for(env, algo, device) if env else (None, {})  # what a run with these flags gets
+    preset, preset_vals, _ = preset_for(env, algo, device) if env else (None, {}, "")  # what a run gets
     if env and not preset:
         description += f" --env={env} has no preset: the defaults apply."
     p = _OneLineErrorParser(
@@ -198,7 +213,7 @@ def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     enjoy_only = [opt for opt in OPTIONS[ENJOY_ONLY_GROUP] if opt.name in typed]
     if enjoy_only:
         parser.error(_enjoy_only_message(enjoy_only[0]))
-    cfg.preset, values = preset_for(cfg.env, cfg.algo, cfg.device, cfg.max_episode_steps)
+    cfg.preset, values, cfg.preset_reason = preset_for(cfg.env, cfg.algo, cfg.device, cfg)
     for k, v in values.items():
         if k not in typed:
             setattr(cfg, k, v)

@@ -409,25 +409,6 @@ def horizon_gamma(max_episode_steps: int | None) -> float:
     return min(0.999, 1.0 - 10.0 / max_episode_steps)
 
 
-def gymnasium_spaces(env: str) -> tuple[Any, Any, int | None] | None:
-    """(observation space, action space, max episode steps) of a gymnasium id or a mujoco_* name, from the env made
-    once (gymnasium only, no torch); None for names gymnasium does not know (our families, custom envs) and envs that
-    cannot be made (make_env then says why)."""
-    import gymnasium as gym
-
-    name = MUJOCO_NAMES.get(env, env)
-    if name not in gym.registry:
-        return None
-    try:
-        made = gym.make(name)
-    except Exception:  # noqa: BLE001 - a missing package or a broken env: make_env reports it with its hint
-        return None
-    try:
-        return made.observation_space, made.action_space, gym.spec(name).max_episode_steps
-    finally:
-        made.close()
-
-
 def _is_vector(space: Any) -> bool:
     import gymnasium as gym
 
@@ -545,9 +526,9 @@ PRESET_ENVS = {
     + " with --algo=DQN",
     "atari_dqn": "atari_*, ALE/* with --algo=DQN",
     "mujoco": "HalfCheetah-v*, Hopper-v*, Walker2d-v*, mujoco_halfcheetah, mujoco_hopper, mujoco_walker",
-    "vector_discrete": "gymnasium ids without a family preset: vector or index observations, discrete actions",
-    "vector_continuous": "gymnasium ids without a family preset: vector or index observations, continuous actions",
-    "image": "gymnasium ids without a family preset: image observations",
+    "vector_discrete": "envs without a family preset (gymnasium ids, module:EnvId, register_env): vector or index observations, discrete actions",
+    "vector_continuous": "envs without a family preset (gymnasium ids, module:EnvId, register_env): vector or index observations, continuous actions",
+    "image": "envs without a family preset (gymnasium ids, module:EnvId, register_env): image observations",
 }
 
 

@@ -138,6 +138,38 @@ def unknown_env_message(name: str) -> str | None:
     return None if name in gym.registry else _unknown_gym_env(name)
 
 
+def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space, int | None] | str:
+    """(observation space, action space, episode limit) of `cfg.env` made once here, for the defaults chosen from
+    its spaces: a gymnasium id, `module:EnvId` (the module imported first) or a name given to register_env (in the
+    script running this); the env families (Atari, VizDoom, PettingZoo) have presets of their own. Where the env
+    cannot be made here, why (make_env then says it in full)."""
+    name = MUJOCO_NAMES.get(cfg.env, cfg.env)
+    if atari_env_id(name) is not None or name.startswith(("doom_", "Vizdoom", "pettingzoo.")):
+        return "an env family without a preset"
+    try:
+        env = make_env(cfg)
+    except Exception as e:  # noqa: BLE001 - a missing package, an unknown name or a broken env: reported by make_env
+        return f"it could not be made here ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    try:
+        limit = cfg.max_episode_steps or (env.spec.max_episode_steps if env.spec is not None else None)
+        return env.observation_space, env.action_space, limit
+    finally:
+        env.close()
+
+
+def describe_space(space: gym.Space) -> str:
+    """A space in a few characters: Box(4,), Discrete(2), Dict(image: Box(7, 7, 3), direction: Discrete(4))."""
+    if isinstance(space, gym.spaces.Dict):
+        return "Dict(" + ", ".join(f"{k}: {describe_space(v)}" for k, v in space.spaces.items()) + ")"
+    if isinstance(space, gym.spaces.Tuple):
+        return "Tuple(" + ", ".join(describe_space(v) for v in space.spaces) + ")"
+    if isinstance(space, gym.spaces.Discrete):
+        return f"Discrete({space.n})"
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
+        return f"{type(space).__name__}{tuple(space.shape)}"
+    return type(space).__name__
+
+
 def episode_limit_note(cfg: Config) -> str | None:
     """A line for the log when `cfg.env` is a gymnasium id that registers no step limit and --max_episode_steps is
     not given: an agent that never reaches the end (CliffWalking-v1's goal) then plays one endless episode."""

@@ -354,14 +354,27 @@ def test_options_have_no_class_level_value():
     # the option out of vars(cfg), hence out of cfg.json.
     for opt in all_options():
         assert not hasattr(Config, opt.name), opt.name
-    assert set(vars(parse_cfg(BASE))) == {opt.name for opt in all_options()} | {"preset", "command_line", "cli_flags"}
+    assert set(vars(parse_cfg(BASE))) == {opt.name for opt in all_options()} | {
+        "preset",
+        "preset_reason",
+        "command_line",
+        "cli_flags",
+    }
 
 
 def test_derived_fields_are_declared_with_defaults_and_docs():
     derived = typing.get_type_hints(Config).keys() - typing.get_type_hints(OptionFields).keys()
-    assert derived == {"preset", "command_line", "cli_flags", "evaluation_run", "reward_shaping", "frames_per_env_step"}
+    assert derived == {
+        "preset",
+        "preset_reason",
+        "command_line",
+        "cli_flags",
+        "evaluation_run",
+        "reward_shaping",
+        "frames_per_env_step",
+    }
     cfg = Config.from_dict({})
-    assert cfg.preset is None and cfg.command_line == "" and tuple(cfg.cli_flags) == ()
+    assert cfg.preset is None and cfg.preset_reason == "" and cfg.command_line == "" and tuple(cfg.cli_flags) == ()
     assert cfg.frames_per_env_step == 1
     assert cfg.evaluation_run is False and cfg.reward_shaping is None
     # Unset derived fields stay out of vars(cfg): cfg.json only has what code set.
