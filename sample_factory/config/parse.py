@@ -18,6 +18,7 @@ from sample_factory.config.presets import (
     GPU_PRESETS,
     fit_to_cores,
     gpu_expected,
+    is_atari_name,
     preset_name_for_env,
     preset_values,
     space_preset,
@@ -460,7 +461,7 @@ def _check_max_episode_steps(cfg: Config) -> None:
         return
     if cfg.max_episode_steps < 1:
         raise ConfigError(f"--max_episode_steps must be >= 1, got {cfg.max_episode_steps}")
-    if cfg.env.startswith(_OWN_EPISODE_LIMITS):
+    if cfg.env.startswith(_OWN_EPISODE_LIMITS) or is_atari_name(cfg.env):
         raise ConfigError(
             f"--max_episode_steps applies to gymnasium ids and custom envs; {cfg.env} keeps its own episode limit "
             "(Atari: ALE's 108,000 frames; VizDoom: the scenario's timeout)"

@@ -516,7 +516,7 @@ def fit_to_cores(values: dict[str, Any], cpu_count: int) -> dict[str, Any]:
 PRESET_ENVS = {
     "classic_control": ", ".join(CLASSIC_CONTROL_ENVS),
     "continuous_control": ", ".join(CONTINUOUS_CONTROL_ENVS),
-    "atari": "atari_*, ALE/*",
+    "atari": "atari_*, ALE/*, *NoFrameskip-v4",
     "lunar_lander": ", ".join(LUNAR_LANDER_ENVS),
     "sparse_classic_control": ", ".join(SPARSE_CLASSIC_CONTROL_ENVS),
     "sparse_continuous": ", ".join(SPARSE_CONTINUOUS_ENVS),
@@ -524,11 +524,11 @@ PRESET_ENVS = {
     "dqn": "--algo=DQN on envs without a family preset",
     "classic_control_dqn": ", ".join(CLASSIC_CONTROL_ENVS + LUNAR_LANDER_ENVS + SPARSE_CLASSIC_CONTROL_ENVS)
     + " with --algo=DQN",
-    "atari_dqn": "atari_*, ALE/* with --algo=DQN",
+    "atari_dqn": "atari_*, ALE/*, *NoFrameskip-v4 with --algo=DQN",
     "mujoco": "HalfCheetah-v*, Hopper-v*, Walker2d-v*, mujoco_halfcheetah, mujoco_hopper, mujoco_walker",
-    "vector_discrete": "envs without a family preset (gymnasium ids, module:EnvId, register_env): vector or index observations, discrete actions",
-    "vector_continuous": "envs without a family preset (gymnasium ids, module:EnvId, register_env): vector or index observations, continuous actions",
-    "image": "envs without a family preset (gymnasium ids, module:EnvId, register_env): image observations",
+    "vector_discrete": "envs without a family preset: vector or index observations, discrete actions",
+    "vector_continuous": "envs without a family preset: vector or index observations, continuous actions",
+    "image": "envs without a family preset: image observations",
 }
 
 
@@ -554,6 +554,16 @@ def preset_name_for_env(env: str | None, algo: str = "APPO") -> str | None:
     return base if base is not None and PRESETS[base].get("use_rnn") is False else "dqn"
 
 
+# CleanRL's and SB3's Atari ids (BreakoutNoFrameskip-v4): the same game as ALE/Breakout-v5 with v4's protocol (no
+# sticky actions, which the atari preset sets anyway), made by envs/atari.py like our other Atari names.
+ATARI_V4_ID = re.compile(r"^([A-Z][A-Za-z]*)NoFrameskip-v4$")
+
+
+def is_atari_name(env: str | None) -> bool:
+    """atari_<game>, ALE/<Game>-v5 or <Game>NoFrameskip-v4: the names envs/atari.py makes."""
+    return bool(env) and (env.startswith(("atari_", "ALE/")) or ATARI_V4_ID.match(env) is not None)
+
+
 def _family_preset(env: str | None) -> str | None:
     if env in CLASSIC_CONTROL_ENVS:
         return "classic_control"
@@ -565,7 +575,7 @@ def _family_preset(env: str | None) -> str | None:
         return "continuous_control"
     if env in SPARSE_CONTINUOUS_ENVS:
         return "sparse_continuous"
-    if env and (env.startswith("atari_") or env.startswith("ALE/")):
+    if is_atari_name(env):
         return "atari"
     if env in DOOM_FRAME_ENVS:
         return "doom_frame"

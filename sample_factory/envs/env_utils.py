@@ -15,7 +15,7 @@ import gymnasium as gym
 
 from sample_factory.config import Config
 from sample_factory.config.extras import install_hint
-from sample_factory.config.presets import MUJOCO_NAMES
+from sample_factory.config.presets import ATARI_V4_ID, MUJOCO_NAMES, is_atari_name
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
 from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes
@@ -31,7 +31,7 @@ def register_env(name: str, make_env_fn: Callable[..., gym.Env]) -> None:
 
 # Env families whose package comes with an extra of ours: (name prefixes/fragments, extra).
 _EXTRAS = (
-    (("ALE/", "atari_"), "atari"),
+    (("ALE/", "atari_", "NoFrameskip-v4"), "atari"),
     (
         (
             "HalfCheetah",
@@ -115,6 +115,24 @@ def _atari_names() -> list[str]:
     return ["atari_" + re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", g).lower() for g in games]
 
 
+# ALE's other ids (Breakout-v5, Breakout-v4, BreakoutDeterministic-v4, Pong-ram-v0): named by the game's title
+_ALE_ID = re.compile(r"^([A-Z][A-Za-z]*?)(NoFrameskip|Deterministic)?(-ram)?-v\d+$")
+
+
+def _atari_near_miss(name: str) -> str | None:
+    """For a name of an ALE game in another scheme than ours (Breakout-v5, Breakout-v4: ALE's ids whose frame skip
+    or sticky actions differ from what our Atari pipeline applies), the names that make that game here."""
+    m = _ALE_ID.match(name)
+    if m is None or (name in gym.registry and not str(gym.spec(name).entry_point).startswith("ale_py")):
+        return None
+    if not register_ale_envs():
+        return None
+    game = m.group(1)
+    if f"ALE/{game}-v5" not in gym.registry:
+        return None
+    return f"{game}NoFrameskip-v4 (CleanRL's and SB3's id: no sticky actions) or ALE/{game}-v5"
+
+
 def unknown_env_message(name: str) -> str | None:
     """Why `name` is no env we can make (one line, with the closest names in the same naming scheme), None when it
     may be one. Creates no env and imports no torch: train.py checks --env with it before starting anything. Names
@@ -124,11 +142,15 @@ def unknown_env_message(name: str) -> str | None:
         return None
     if name.startswith("mujoco_"):
         return f"unknown env {name!r}{_did_you_mean(name, list(MUJOCO_NAMES))}"
-    if name.startswith(("atari_", "ALE/")):
+    if is_atari_name(name):
         if not register_ale_envs() or atari_env_id(name) in gym.registry:
             return None  # without ale_py, make_atari_env names the missing extra
-        ale_ids = [i for i in gym.registry if i.startswith("ALE/")]
-        return f"unknown env {name!r}{_did_you_mean(name, _atari_names() if name.startswith('atari_') else ale_ids)}"
+        if name.startswith("atari_"):
+            return f"unknown env {name!r}{_did_you_mean(name, _atari_names())}"
+        ids = [i for i in gym.registry if i.startswith("ALE/") or ATARI_V4_ID.match(i)]
+        return f"unknown env {name!r}{_did_you_mean(name, ids)}"
+    if near := _atari_near_miss(name):
+        return f"unknown env {name!r}; did you mean {near}?"
     if name.startswith("doom_"):
         from sample_factory.envs.doom import DOOM_ENVS
 

@@ -23,6 +23,7 @@ import torch
 
 from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config, parse_cfg
+from sample_factory.config.presets import is_atari_name
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role
 
@@ -34,7 +35,7 @@ DEVICE_SIDE_ON_GPU = ("aten::_fused_adam_",)
 
 def spaces_for(env: str) -> tuple[gym.Space, gym.Space]:
     """The model-facing spaces of the env families the measure knows: Atari frames or CartPole's vector."""
-    if env.startswith("atari_") or env.startswith("ALE/"):
+    if is_atari_name(env):
         return gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6)
     return gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
 

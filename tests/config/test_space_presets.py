@@ -102,7 +102,11 @@ def test_max_episode_steps_sets_the_space_presets_gamma_and_is_refused_where_the
     assert cfg.preset == "vector_discrete" and cfg.gamma == pytest.approx(1 - 10 / 5000)
     assert parse_cfg(["--env=BipedalWalker-v3", "--max_episode_steps=500"]).gamma == pytest.approx(0.99)
     assert parse_cfg(["--env=CliffWalking-v1", "--max_episode_steps=5000", "--gamma=0.9"]).gamma == 0.9
-    for argv in (["--env=CliffWalking-v1", "--max_episode_steps=0"], ["--env=atari_pong", "--max_episode_steps=9"]):
+    for argv in (
+        ["--env=CliffWalking-v1", "--max_episode_steps=0"],
+        ["--env=atari_pong", "--max_episode_steps=9"],
+        ["--env=PongNoFrameskip-v4", "--max_episode_steps=9"],
+    ):
         with pytest.raises(SystemExit):
             parse_cfg(argv)
 

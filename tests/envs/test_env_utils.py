@@ -304,6 +304,13 @@ def test_probe_env_subprocess_unknown_env():
         ("mujoco_hoper", "unknown env 'mujoco_hoper'; did you mean mujoco_hopper"),
         ("doom_basik", "unknown env 'doom_basik'; did you mean doom_basic?"),
         ("CartPol-v1", "unknown env 'CartPol-v1'; did you mean CartPole-v1"),
+        ("BreakoutNoFrameskip-v4", None),  # CleanRL's and SB3's ids
+        ("PongNoFrameskip-v4", None),
+        ("BreakotNoFrameskip-v4", "unknown env 'BreakotNoFrameskip-v4'; did you mean BreakoutNoFrameskip-v4"),
+        # ALE's ids with another frame skip or sticky actions: the names that make the game here
+        ("Breakout-v5", "unknown env 'Breakout-v5'; did you mean BreakoutNoFrameskip-v4 (CleanRL's and SB3's id"),
+        ("Pong-v4", "unknown env 'Pong-v4'; did you mean PongNoFrameskip-v4 (CleanRL's and SB3's id: no sticky "),
+        ("BreakoutDeterministic-v4", "unknown env 'BreakoutDeterministic-v4'; did you mean BreakoutNoFrameskip-v4"),
     ],
 )
 def test_unknown_env_message(name, expected):
