@@ -1,6 +1,7 @@
 # Developer / CI entry points. Works from a fresh clone with only python3 + pip available.
 #   make venv       create .venv and install the package (editable) with every extra (dev, onnx, plot, video,
-#                   box2d, atari, mujoco, vizdoom, envpool, pettingzoo, wandb, ray), pinned by constraints.txt
+#                   box2d, atari, mujoco, vizdoom, envpool, pettingzoo, minigrid, popgym, wandb, ray), pinned by
+#                   constraints.txt
 #   make test       lint (ruff format --check, ruff check) + pytest, without the tests marked slow (CI runs this);
 #                   TEST_WORKERS test files at a time (default 2; 0: one process)
 #   make test-slow  only the tests marked slow: learning-quality claims of minutes each (presets reaching a score)
@@ -41,7 +42,7 @@ $(VENV_PY):
 # successful install, so an interrupted install is retried on the next run.
 $(STAMP): $(VENV_PY) setup.py constraints.txt
 	$(VENV_PY) -m pip install $(PIP_FLAGS) --upgrade pip -c constraints.txt
-	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot,video,box2d,atari,mujoco,vizdoom,envpool,pettingzoo,wandb,ray]'
+	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot,video,box2d,atari,mujoco,vizdoom,envpool,pettingzoo,minigrid,popgym,wandb,ray]'
 	touch $@
 
 lint: venv

@@ -139,7 +139,10 @@ class Runner:
             if what == "new experiment":  # leave nothing of ours behind for a run that never started
                 remove_created(self.exp_dir, before)
             raise
-        self.obs_space, self.action_space, self.num_agents, reward_shaping = env_info
+        self.obs_space, self.action_space, self.num_agents, reward_shaping, left_out = env_info
+        if left_out:
+            reads = ", ".join(self.obs_space.spaces)
+            log(f"observation keys left out: {', '.join(left_out)}; the model reads {reads} (--obs_keys chooses)")
         # The initial weights are made once here, so policy workers and learners start identical.
         model = ActorCritic(cfg, self.obs_space, self.action_space)
         resolve_auto_precision(cfg, model, self.obs_space, log)  # before any component gets a copy of cfg

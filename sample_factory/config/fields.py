@@ -43,6 +43,7 @@ class OptionFields:
     env_frameskip: int  # default 4
     env_episodic_life: bool  # default True
     env_framestack: int  # default 4
+    obs_keys: list[str]  # default []
     env_sticky_actions: float  # default 0.25
     env_seed_offset: int  # default 0
     max_episode_steps: int | None  # default None

@@ -209,6 +209,14 @@ OPTIONS: dict[str, list[Option]] = {
             "and episode rewards are always reported per whole game.",
         ),
         Option("env_framestack", int, 4, "Atari: stacked frames per observation."),
+        Option(
+            "obs_keys",
+            str_list,
+            [],
+            "Dict observations: the keys the model reads, comma-separated (gymnasium's FilterObservation). Empty: "
+            "every key an encoder takes (Box, Discrete, MultiBinary, MultiDiscrete); others, such as MiniGrid's text "
+            "mission, are left out and the run says which at start.",
+        ),
         Option("env_sticky_actions", float, 0.25, "Atari: probability of repeating the previous action."),
         Option("env_seed_offset", int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env)."),
         Option(

@@ -11,18 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from sample_factory.config.cfg import Config
+from sample_factory.config.env_defaults import defaults_line, preset_for, set_spaces_reader  # noqa: F401
 from sample_factory.config.extras import install_hint
 from sample_factory.config.machine import usable_cores
 from sample_factory.config.options import ENJOY_ONLY_GROUP, OPTIONS, ConfigError, Option, all_options, int_list
-from sample_factory.config.presets import (
-    GPU_PRESETS,
-    fit_to_cores,
-    gpu_expected,
-    is_atari_name,
-    preset_name_for_env,
-    preset_values,
-    space_preset,
-)
+from sample_factory.config.presets import is_atari_name
 
 TRAIN_USAGE = "train.py --env=ENV [--experiment=NAME] [--option=value ...]"
 TRAIN_DESCRIPTION = (
@@ -88,42 +81,6 @@ def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
             p.add_argument(*opt.flags, dest=opt.name, default=opt.default)
     args, _ = p.parse_known_args(normalize_flags(argv))
     return args.env, args.algo
-
-
-def preset_for(
-    env: str | None, algo: str, device: str, cfg: Config | None = None
-) -> tuple[str | None, dict[str, Any], str]:
-    """The preset a run of `env` gets here, its values and why: the env family's (with its GPU changes where training
-    will run on a GPU), else, for any other env trained with PPO (DQN always gets a preset here), the one its spaces
-    choose: a gymnasium id, `module:EnvId` or a name given to register_env is made once with `cfg` (the defaults
-    where None) to read them, and gamma follows --max_episode_steps where given, else the env's own limit.
-    (None, {}, why) where neither applies."""
-    preset = preset_name_for_env(env, algo)
-    if preset:
-        gpu = preset in GPU_PRESETS and gpu_expected(device)
-        return preset, preset_values(preset, usable_cores(), gpu), f"{env}'s family" + (" on a GPU" if gpu else "")
-    if env is None:
-        return None, {}, "no --env"
-    from sample_factory.envs.env_utils import describe_space, env_spaces  # gymnasium only, no torch
-
-    if cfg is None:
-        cfg = Config.from_dict({"env": env, "algo": algo, "device": device})
-    spaces = env_spaces(cfg)
-    if isinstance(spaces, str):
-        return None, {}, f"no defaults chosen from {env}'s spaces: {spaces}"
-    shown = f"{describe_space(spaces[0])} observations, {describe_space(spaces[1])} actions"
-    chosen = space_preset(*spaces)
-    if chosen is None:
-        return None, {}, f"{env}'s spaces ({shown}) fit no space defaults"
-    return chosen[0], fit_to_cores(chosen[1], usable_cores()), f"chosen from {env}'s spaces: {shown}"
-
-
-def defaults_line(cfg: Config) -> str:
-    """The run's start line on its defaults: which preset filled the flags not typed, and why."""
-    if cfg.preset:
-        return f"defaults: the {cfg.preset} preset ({cfg.preset_reason}) for the flags not typed"
-    why = f" ({cfg.preset_reason})" if cfg.preset_reason else ""
-    return f"defaults: the global defaults{why}"
 
 
 def build_parser(

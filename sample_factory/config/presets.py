@@ -415,37 +415,43 @@ def _is_vector(space: Any) -> bool:
     return isinstance(space, gym.spaces.Discrete) or (isinstance(space, gym.spaces.Box) and len(space.shape) == 1)
 
 
-def space_preset(obs_space: Any, action_space: Any, max_episode_steps: int | None) -> tuple[str, dict[str, Any]] | None:
-    """The SPACE_PRESETS entry for an env with these gymnasium spaces, with gamma from its episode length; None for
-    spaces none fits (dict or tuple observations with images or nested parts, multi-discrete actions: the global
-    defaults apply)."""
+def _is_image(space: Any) -> bool:
     import gymnasium as gym
 
-    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3:
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 3
+
+
+def space_preset(obs_space: Any, action_space: Any, max_episode_steps: int | None) -> tuple[str, dict[str, Any]] | None:
+    """The SPACE_PRESETS entry for an env with these gymnasium spaces, with gamma from its episode length: `image`
+    where an image is among the observations (a frame, or a Dict or Tuple of frames and vectors: MiniGrid's image and
+    direction), else `vector_*` by the actions. None for spaces none fits (nested Dicts or Tuples, multi-discrete
+    actions: the global defaults apply)."""
+    import gymnasium as gym
+
+    if isinstance(obs_space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        # Blackjack's Tuple of Discretes (made a Dict by the env layer), a Dict of vectors and an action mask
+        parts = list(obs_space.values() if isinstance(obs_space, gym.spaces.Dict) else obs_space)
+    else:
+        parts = [obs_space]
+    if not parts or not all(_is_vector(s) or _is_image(s) for s in parts):
+        return None
+    frames = [s.shape for s in parts if _is_image(s)]
+    if frames:
         if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
             return None
         name = "image"
-    elif _is_vector(obs_space) or (
-        # Blackjack's Tuple of Discretes (made a Dict by the env layer), a Dict of vectors and an action mask
-        isinstance(obs_space, (gym.spaces.Tuple, gym.spaces.Dict))
-        and len(obs_space)
-        and all(_is_vector(s) for s in (obs_space.values() if isinstance(obs_space, gym.spaces.Dict) else obs_space))
-    ):
-        if isinstance(action_space, gym.spaces.Discrete):
-            name = "vector_discrete"
-        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-            name = "vector_continuous"
-        else:
-            return None
+    elif isinstance(action_space, gym.spaces.Discrete):
+        name = "vector_discrete"
+    elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        name = "vector_continuous"
     else:
         return None
     values = {**PRESETS[name], "gamma": horizon_gamma(max_episode_steps)}
-    if name == "image":
-        shape = obs_space.shape
-        height_width = shape[:2] if channels_last_frames(shape) else shape[1:]
-        if min(height_width) < SMALL_FRAME:
+    if frames:
+        smallest = min(min(shape[:2] if channels_last_frames(shape) else shape[1:]) for shape in frames)
+        if smallest < SMALL_FRAME:
             # the atari conv net's 8x8 stride-4 first layer needs 36 pixels; IMPALA's ResNet pads and pools, so it
-            # takes any size
+            # takes any size (MiniGrid's 7x7 view, MinAtar's 10x10 board)
             values["encoder_conv_architecture"] = "resnet_impala"
     return name, values
 

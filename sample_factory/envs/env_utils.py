@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import multiprocessing
 import re
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -15,11 +17,12 @@ import gymnasium as gym
 
 from sample_factory.config import Config
 from sample_factory.config.extras import install_hint
+from sample_factory.config.parse import set_spaces_reader
 from sample_factory.config.presets import ATARI_V4_ID, MUJOCO_NAMES, is_atari_name
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
 from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes
-from sample_factory.envs.spaces import with_dict_observations
+from sample_factory.envs.spaces import left_out_keys, with_dict_observations
 
 _ENV_REGISTRY: dict[str, Callable[..., gym.Env]] = {}
 
@@ -48,6 +51,8 @@ _EXTRAS = (
         "mujoco",
     ),
     (("Vizdoom", "doom_"), "vizdoom"),
+    (("MiniGrid-", "BabyAI-"), "minigrid"),
+    (("popgym-",), "popgym"),
 )
 
 
@@ -84,19 +89,49 @@ def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | Non
         config = dict(env_config or {})
         if render_mode is not None:
             config["render_mode"] = render_mode
-        env = with_dict_observations(_ENV_REGISTRY[name](cfg, config))
+        env = with_dict_observations(_ENV_REGISTRY[name](cfg, config), cfg.obs_keys)
         return gym.wrappers.TimeLimit(env, limit) if limit else env
+    import_env_package(name)
     if name not in gym.registry:
         raise ValueError(_unknown_gym_env(name))
     kwargs: dict[str, Any] = {"render_mode": render_mode} if render_mode else {}
     if limit:
         kwargs["max_episode_steps"] = limit  # replaces the registered limit
     try:
-        return with_dict_observations(gym.make(name, **kwargs))
+        return with_dict_observations(gym.make(name, **kwargs), cfg.obs_keys)
     except gym.error.DependencyNotInstalled as e:
         # gymnasium's message names its own pip command; where an extra of ours brings the package, ours alone
         hint = _missing_extra_hint(name)
         raise ValueError(f"env {name!r} cannot be created: {'a package is missing' if hint else e}{hint}") from None
+
+
+# Env packages whose module is not their ids' prefix in lower case
+_ID_PACKAGES = {"babyai": "minigrid"}
+
+
+def import_env_package(name: str) -> str | None:
+    """Import the installed package a gymnasium id belongs to when gymnasium knows the id only after that import
+    (MiniGrid-Empty-5x5-v0: minigrid, popgym-RepeatPreviousEasy-v0: popgym): the module named by the id's prefix in
+    lower case. Its name where the import registered the id, else None (standard-library modules are never
+    tried)."""
+    if name in gym.registry:
+        return None
+    m = re.match(r"^([A-Za-z][A-Za-z0-9_]*)[-/]", name)
+    module = _ID_PACKAGES.get(m.group(1).lower(), m.group(1).lower()) if m else None
+    if module is None or module in sys.stdlib_module_names or not _installed(module):
+        return None
+    try:
+        importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - a broken package: the id stays unknown, and the error names the way around
+        return None
+    return module if name in gym.registry else None
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _did_you_mean(name: str, candidates: list[str]) -> str:
@@ -106,7 +141,9 @@ def _did_you_mean(name: str, candidates: list[str]) -> str:
 
 def _unknown_gym_env(name: str) -> str:
     hint = _missing_extra_hint(name) or _did_you_mean(name, list(_ENV_REGISTRY) + list(gym.registry.keys()))
-    return f"unknown env {name!r}{hint}"
+    # gymnasium knows an env package's ids once the package is imported
+    package = f"; an id of an env package: --env=PACKAGE:{name} imports the package first"
+    return f"unknown env {name!r}{hint or package}"
 
 
 def _atari_names() -> list[str]:
@@ -157,6 +194,7 @@ def unknown_env_message(name: str) -> str | None:
         return None if name in DOOM_ENVS else f"unknown env {name!r}{_did_you_mean(name, list(DOOM_ENVS))}"
     if name.startswith("Vizdoom"):
         return None  # vizdoom registers its ids when imported; make_env checks them
+    import_env_package(name)
     return None if name in gym.registry else _unknown_gym_env(name)
 
 
@@ -179,17 +217,7 @@ def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space, int | None] | str:
         env.close()
 
 
-def describe_space(space: gym.Space) -> str:
-    """A space in a few characters: Box(4,), Discrete(2), Dict(image: Box(7, 7, 3), direction: Discrete(4))."""
-    if isinstance(space, gym.spaces.Dict):
-        return "Dict(" + ", ".join(f"{k}: {describe_space(v)}" for k, v in space.spaces.items()) + ")"
-    if isinstance(space, gym.spaces.Tuple):
-        return "Tuple(" + ", ".join(describe_space(v) for v in space.spaces) + ")"
-    if isinstance(space, gym.spaces.Discrete):
-        return f"Discrete({space.n})"
-    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
-        return f"{type(space).__name__}{tuple(space.shape)}"
-    return type(space).__name__
+set_spaces_reader(env_spaces)  # the defaults chosen from an env's spaces apply to every env make_env makes
 
 
 def episode_limit_note(cfg: Config) -> str | None:
@@ -234,6 +262,7 @@ class EnvInfo(NamedTuple):
     action_space: gym.Space
     num_agents: int
     reward_shaping: dict[str, float] | None = None  # the env's default coefficients, if PBT may tune them
+    left_out_keys: tuple[str, ...] = ()  # Dict observation keys no encoder takes (or not in --obs_keys), with kinds
 
 
 def default_reward_shaping(env: gym.Env) -> dict[str, float] | None:
@@ -268,7 +297,13 @@ def _env_info(cfg: Config) -> EnvInfo:
         return EnvInfo(*vector_spaces(cfg), 1)
     env = make_env(cfg)
     try:
-        return EnvInfo(env.observation_space, env.action_space, env_num_agents(env), default_reward_shaping(env))
+        return EnvInfo(
+            env.observation_space,
+            env.action_space,
+            env_num_agents(env),
+            default_reward_shaping(env),
+            tuple(left_out_keys(env)),
+        )
     finally:
         env.close()
 

@@ -26,6 +26,7 @@ UNSAFE_ON_RESUME = (
     "algo",  # the checkpoints hold one algorithm's state (DQN: the target network and the replay buffer)
     "encoder_mlp_layers",
     "encoder_custom",
+    "obs_keys",  # the model's inputs
     "nonlinearity",
     "use_rnn",
     "rnn_type",

@@ -141,6 +141,7 @@ def test_mujoco_preset_is_synchronous_and_valid_on_a_big_machine(env, monkeypatc
     """The synchronous mujoco preset must parse on a machine with many cores (the default num_workers is one per
     core, and 16 workers' rounds would not divide its 2,048-sample iteration); a typed worker count still wins."""
     monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: 16)
+    monkeypatch.setattr("sample_factory.config.env_defaults.usable_cores", lambda: 16)
     cfg = parse_cfg([f"--env={env}"])
     assert cfg.preset == "mujoco" and not cfg.async_rl and not cfg.use_rnn
     assert cfg.num_workers == 2
@@ -183,7 +184,7 @@ def test_dqn_on_mountain_car_gets_the_classic_dqn_preset_not_the_ppo_values():
 def test_preset_learner_threads_are_capped_at_half_the_cores(cores, threads, monkeypatch):
     """The atari preset's 2 learner threads would compete with the samplers on a 2-core machine (presets.py,
     preset_values); a typed value is taken as given."""
-    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: cores)
+    monkeypatch.setattr("sample_factory.config.env_defaults.usable_cores", lambda: cores)
     assert parse_cfg(["--env=atari_pong", "--num_workers=2"]).learner_main_loop_num_cores == threads
     typed = parse_cfg(["--env=atari_pong", "--num_workers=2", "--learner_main_loop_num_cores=2"])
     assert typed.learner_main_loop_num_cores == 2

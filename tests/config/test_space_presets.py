@@ -8,6 +8,7 @@ import pytest
 
 from sample_factory.config import parse_cfg
 from sample_factory.config.presets import PRESET_ENVS, PRESETS, SPACE_PRESETS, horizon_gamma, space_preset
+from sample_factory.envs import env_utils  # noqa: F401 - as train.py: the spaces of every env make_env makes
 from sample_factory.tools.learning_suites import SUITES
 
 
@@ -60,8 +61,12 @@ def test_space_preset_reads_the_spaces():
     parts = {"a": vector, "b": gym.spaces.Discrete(4), "action_mask": gym.spaces.Box(0, 1, (3,), np.int8)}
     assert space_preset(gym.spaces.Dict(parts), gym.spaces.Discrete(3), 200)[0] == "vector_discrete"
     assert space_preset(gym.spaces.Tuple((vector, vector)), gym.spaces.Box(-1, 1, (2,)), 200)[0] == "vector_continuous"
-    # images among the parts, nested or empty containers: the global defaults
-    assert space_preset(gym.spaces.Dict({"a": vector, "screen": image}), gym.spaces.Discrete(3), 200) is None
+    # frames among the parts (MiniGrid's image and direction): the image defaults, with a conv net that takes the
+    # smallest frame (issue 53); nested or empty containers: the global defaults
+    assert space_preset(gym.spaces.Dict({"a": vector, "screen": image}), gym.spaces.Discrete(3), 200)[0] == "image"
+    small = gym.spaces.Dict({"direction": gym.spaces.Discrete(4), "image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8)})
+    name, values = space_preset(small, gym.spaces.Discrete(7), None)
+    assert name == "image" and values["encoder_conv_architecture"] == "resnet_impala"
     assert space_preset(gym.spaces.Tuple((gym.spaces.Tuple((vector,)),)), gym.spaces.Discrete(3), 200) is None
     assert space_preset(gym.spaces.Dict({}), gym.spaces.Discrete(3), 200) is None
     assert [horizon_gamma(t) for t in (None, 100, 1000, 2000, 100_000)] == [0.99, 0.99, 0.99, 0.995, 0.999]
@@ -124,7 +129,7 @@ def test_space_preset_learner_threads_are_capped_at_half_the_cores(cores, thread
     it got uncapped on 2 cores before."""
     if "SfTestFrames-v0" not in gym.registry:
         gym.register("SfTestFrames-v0", entry_point=_Frames, max_episode_steps=100)
-    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: cores)
+    monkeypatch.setattr("sample_factory.config.env_defaults.usable_cores", lambda: cores)
     cfg = parse_cfg(["--env=SfTestFrames-v0"])
     assert cfg.preset == "image" and cfg.learner_main_loop_num_cores == threads
 

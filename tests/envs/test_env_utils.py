@@ -237,7 +237,7 @@ def test_register_env(registered_env):
     with pytest.raises(ValueError, match=name):
         make_env(Config.from_dict(dict(env="sf_test_three_stp")))
     # In-process probing works with registered envs.
-    obs_space, action_space, num_agents, _ = probe_env(cfg, False)
+    obs_space, action_space, num_agents = probe_env(cfg, False)[:3]
     assert num_agents == 1
     assert obs_space.shape == (2,) and action_space == gym.spaces.Discrete(3)
 
@@ -254,7 +254,7 @@ def test_registered_env_overrides_gymnasium_id():
 
 def test_probe_env_subprocess():
     cfg = Config.from_dict(dict(env="CartPole-v1", probe_env_timeout_sec=20.0))
-    obs_space, action_space, num_agents, _ = probe_env(cfg)
+    obs_space, action_space, num_agents = probe_env(cfg)[:3]
     assert num_agents == 1
     assert isinstance(obs_space, gym.spaces.Box) and obs_space.shape == (4,)
     assert obs_space.dtype == np.float32
