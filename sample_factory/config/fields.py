@@ -21,6 +21,7 @@ class OptionFields:
     # Sampling
     num_workers: int | None  # default None
     num_envs_per_worker: int  # default 2
+    num_envs: int | None  # default None
     worker_num_splits: int  # default 2
     policy_workers_per_policy: int  # default 1
     num_policies: int  # default 1

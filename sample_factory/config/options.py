@@ -76,6 +76,13 @@ OPTIONS: dict[str, list[Option]] = {
         ),
         Option("num_envs_per_worker", int, 2, "Envs stepped by one actor worker."),
         Option(
+            "num_envs",
+            int,
+            None,
+            "CleanRL's: the total number of envs, spread evenly over the workers (sets --num_envs_per_worker; "
+            "without a typed --num_workers, the workers are the most cores that divide it).",
+        ),
+        Option(
             "worker_num_splits",
             int,
             2,

@@ -318,6 +318,7 @@ def finalize_cfg(cfg: Config) -> Config:
         raise ConfigError(f"--experiment={shown!r} {why}")
     if cfg.num_workers is None:
         cfg.num_workers = max(1, usable_cores())
+    _spread_num_envs(cfg)
     positive = [
         "num_workers",
         "num_envs_per_worker",
@@ -407,6 +408,30 @@ def finalize_cfg(cfg: Config) -> Config:
     if cfg.num_minibatches_to_accumulate < 0:
         cfg.num_minibatches_to_accumulate = cfg.num_batches_per_epoch if cfg.async_rl else 0
     return cfg
+
+
+def _spread_num_envs(cfg: Config) -> None:
+    """CleanRL's --num_envs (all the envs) as --num_envs_per_worker: the workers (the most up to --num_workers that
+    divide it, where --num_workers is not typed) get equal shares, in one split where a share is odd."""
+    if cfg.num_envs is None:
+        return
+    typed = set(cfg.cli_flags)
+    n = cfg.num_envs
+    if "num_envs_per_worker" in typed:
+        raise ConfigError(
+            "--num_envs (all the envs, CleanRL's) and --num_envs_per_worker count the same envs: give one"
+        )
+    if n < 1:
+        raise ConfigError(f"--num_envs must be >= 1, got {n}")
+    if "num_workers" not in typed:
+        cfg.num_workers = max(w for w in range(1, min(cfg.num_workers, n) + 1) if n % w == 0)
+    if n % cfg.num_workers:
+        raise ConfigError(
+            f"--num_envs={n} is not a multiple of --num_workers={cfg.num_workers}: every worker steps as many envs"
+        )
+    cfg.num_envs_per_worker = n // cfg.num_workers
+    if cfg.num_envs_per_worker % cfg.worker_num_splits and "worker_num_splits" not in typed:
+        cfg.worker_num_splits = 1
 
 
 # Env families whose episodes our own wrappers or the engine limit (ALE's 108,000 frames, a scenario's timeout).

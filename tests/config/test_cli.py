@@ -125,3 +125,24 @@ def test_total_timesteps_or_train_for_env_steps_one_budget_wins_on_resume(capsys
     merge_for_resume(cfg, {"train_for_env_steps": 7000, "total_timesteps": 7000})
     set_step_units(cfg)
     assert cfg.train_for_env_steps == 8000
+
+
+def test_num_envs_is_cleanrls_total_spread_over_the_workers(monkeypatch, capsys):
+    """--num-envs was refused, with a suggestion that never named --num_envs_per_worker (issue 53)."""
+    cfg = parse_cfg(["--env=CartPole-v1", "--num-envs=8", "--num_workers=2"])
+    assert (cfg.num_workers, cfg.num_envs_per_worker, cfg.num_envs) == (2, 4, 8)
+    # an odd share: one split (the preset's 2 would not divide it)
+    cfg = parse_cfg(["--env=LunarLander-v3", "--num_envs=6", "--num_workers=2"])
+    assert (cfg.num_envs_per_worker, cfg.worker_num_splits) == (3, 1)
+    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: 4)
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_envs=6"])  # workers not typed: the most of 4 that divide 6
+    assert (cfg.num_workers, cfg.num_envs_per_worker) == (3, 2)
+    assert parse_cfg(["--env=CartPole-v1", "--num_envs=1"]).num_workers == 1
+    for argv, why in (
+        (["--num_envs=5", "--num_workers=2"], "--num_envs=5 is not a multiple of --num_workers=2"),
+        (["--num_envs=8", "--num_envs_per_worker=4"], "count the same envs: give one"),
+        (["--num_envs=0"], "--num_envs must be >= 1"),
+    ):
+        with pytest.raises(SystemExit):
+            parse_cfg(["--env=CartPole-v1", *argv])
+        assert why in capsys.readouterr().err
