@@ -114,6 +114,9 @@ class Runner:
             self.exp_dir, what, self.lock = prepare_experiment_dir(cfg, log)
             log.open(self.exp_dir / "sf_log.txt")
         log(f"{what}: {self.exp_dir}")
+        if "experiment" not in cfg.cli_flags and not cfg.evaluation_run:
+            name = cfg.experiment
+            log(f"no --experiment: this run is {name}; the same command resumes it (or --experiment={name})")
         log(defaults_line(cfg))
         set_step_units(cfg)  # before any component copies cfg
         if cfg.env_backend == "auto":  # cfg.json keeps auto; every component gets the resolved backend

@@ -10,7 +10,7 @@ class OptionFields:
 
     # Basic
     env: str | None  # default None
-    experiment: str  # default 'default_experiment'
+    experiment: str | None  # default None
     train_dir: str  # default './train_dir'
     device: str  # default 'auto'; one of auto, gpu, cpu
     seed: int | None  # default None

@@ -36,9 +36,10 @@ OPTIONS: dict[str, list[Option]] = {
         Option(
             "experiment",
             str,
-            "default_experiment",
+            None,
             "Experiment name; its folder is <train_dir>/<experiment>. A plain folder name: not '.' or '..', no '/', "
-            "at most 200 bytes.",
+            "at most 200 bytes. Not given: <env>__<algo>__<seed> (CleanRL's run name without its start time, so the "
+            "same command resumes the run).",
             aliases=("exp_name",),
         ),
         Option("train_dir", str, "./train_dir", "Root folder for experiments."),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib.util
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -308,10 +309,19 @@ def experiment_name_problem(name: str) -> str | None:
     return None
 
 
+def run_name(cfg: Config) -> str:
+    """The folder name of a run that names no --experiment: CleanRL's run name (env__exp_name__seed) without its
+    start time, so that a run on another env or seed gets a folder of its own and the same command resumes it."""
+    env = re.sub(r"[/:\0]", "_", cfg.env)[:120]
+    return "__".join([env, cfg.algo.lower(), *([str(cfg.seed)] if cfg.seed is not None else [])])
+
+
 def finalize_cfg(cfg: Config) -> Config:
     """Fill derived values and validate combinations (raises ConfigError with a one-line message)."""
     if not cfg.env:
         raise ConfigError("--env is required (e.g. --env=CartPole-v1)")
+    if cfg.experiment is None:
+        cfg.experiment = run_name(cfg)
     why = experiment_name_problem(cfg.experiment)
     if why:
         shown = cfg.experiment if len(cfg.experiment) <= 60 else cfg.experiment[:57] + "..."

@@ -45,6 +45,7 @@ def test_defaults_parse():
         "num_minibatches_to_accumulate",
         "train_for_env_steps",
         "exp_replayer",
+        "experiment",
     }
     for name, default in defaults.items():
         if name not in derived:
@@ -55,6 +56,17 @@ def test_defaults_parse():
     assert cfg.num_minibatches_to_accumulate == cfg.num_batches_per_epoch == 1  # async: one iteration
     assert cfg.train_for_env_steps == 10**10 and isinstance(cfg.train_for_env_steps, int)
     assert cfg.command_line == " ".join(BASE)
+    assert cfg.experiment == "SomeCustomEnv-v0__appo"  # no --experiment, no --seed: env__algo
+
+
+def test_a_run_without_experiment_gets_a_folder_of_its_own():
+    """CleanRL's run name (env__exp_name__seed) without its start time: another env or seed is another folder (all
+    went to default_experiment, so a second run on another env was refused), the same command resumes (issue 53)."""
+    assert parse_cfg(["--env=CartPole-v1", "--seed=1"]).experiment == "CartPole-v1__appo__1"
+    assert parse_cfg(["--env=ALE/Pong-v5", "--seed=3", "--algo=DQN"]).experiment == "ALE_Pong-v5__dqn__3"
+    assert parse_cfg(["--env=my.mod:Env-v0"]).experiment == "my.mod_Env-v0__appo"
+    assert parse_cfg(["--env=CartPole-v1", "--experiment=mine"]).experiment == "mine"  # SF2's
+    assert parse_cfg(["--env=CartPole-v1", "--exp-name=mine"]).experiment == "mine"
 
 
 def test_num_workers_defaults_to_usable_cores(monkeypatch):

@@ -62,16 +62,21 @@ def test_minigrid_gets_image_defaults_that_fit_its_frames_and_leaves_the_text_mi
 
 @pytest.mark.timeout(120)
 def test_minigrid_trains_with_no_flag_but_the_env(tmp_path):
-    """The run starts, says which keys it left out, and updates its policy (a serial run: no processes left)."""
+    """The run starts and says which keys it left out (a serial run: no processes left). Without --experiment it
+    gets CleanRL's run name, says how to resume, and enjoy.py finds it by the same flags."""
     needs("minigrid")
+    from sample_factory.evaluation.enjoy import load_experiment_cfg
     from sample_factory.runner import Runner
 
-    argv = [f"--env={MINIGRID}", "--serial_mode=True", "--num_workers=1", "--train_for_env_steps=3000"]
-    cfg = parse_cfg([*argv, f"--train_dir={tmp_path}", "--experiment=mg", "--seed=0"])
+    argv = [f"--env={MINIGRID}", "--seed=0", f"--train_dir={tmp_path}"]
+    cfg = parse_cfg([*argv, "--serial_mode=True", "--num_workers=1", "--train_for_env_steps=3000"])
     assert Runner(cfg).run() == 0
-    log = (tmp_path / "mg" / "sf_log.txt").read_text()
+    name = "MiniGrid-Empty-5x5-v0__appo__0"
+    log = (tmp_path / name / "sf_log.txt").read_text()
     assert "defaults: the image preset (chosen from MiniGrid-Empty-5x5-v0's spaces" in log
     assert "observation keys left out: mission (MissionSpace); the model reads direction, image" in log
+    assert f"no --experiment: this run is {name}; the same command resumes it (or --experiment={name})" in log
+    assert load_experiment_cfg(argv).experiment == name
 
 
 class _Mission(gym.Env):
