@@ -51,6 +51,7 @@ _EXTRAS = (
         "mujoco",
     ),
     (("Vizdoom", "doom_"), "vizdoom"),
+    (("LunarLander", "BipedalWalker", "CarRacing"), "box2d"),  # gymnasium's own message names swig and its extra
     (("MiniGrid-", "BabyAI-"), "minigrid"),
     (("popgym-",), "popgym"),
 )
@@ -116,8 +117,7 @@ def import_env_package(name: str) -> str | None:
     tried)."""
     if name in gym.registry:
         return None
-    m = re.match(r"^([A-Za-z][A-Za-z0-9_]*)[-/]", name)
-    module = _ID_PACKAGES.get(m.group(1).lower(), m.group(1).lower()) if m else None
+    module = _id_package(name)
     if module is None or module in sys.stdlib_module_names or not _installed(module):
         return None
     try:
@@ -125,6 +125,11 @@ def import_env_package(name: str) -> str | None:
     except Exception:  # noqa: BLE001 - a broken package: the id stays unknown, and the error names the way around
         return None
     return module if name in gym.registry else None
+
+
+def _id_package(name: str) -> str | None:
+    m = re.match(r"^([A-Za-z][A-Za-z0-9_]*)[-/]", name)
+    return _ID_PACKAGES.get(m.group(1).lower(), m.group(1).lower()) if m else None
 
 
 def _installed(module: str) -> bool:
@@ -140,7 +145,9 @@ def _did_you_mean(name: str, candidates: list[str]) -> str:
 
 
 def _unknown_gym_env(name: str) -> str:
-    hint = _missing_extra_hint(name) or _did_you_mean(name, list(_ENV_REGISTRY) + list(gym.registry.keys()))
+    package = _id_package(name)
+    extra = "" if package and _installed(package) else _missing_extra_hint(name)  # installed: a misspelt id
+    hint = extra or _did_you_mean(name, list(_ENV_REGISTRY) + list(gym.registry.keys()))
     # gymnasium knows an env package's ids once the package is imported
     package = f"; an id of an env package: --env=PACKAGE:{name} imports the package first"
     return f"unknown env {name!r}{hint or package}"

@@ -1,11 +1,12 @@
 import os
+import sys
 
 import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
 
-from sample_factory.config import Config
+from sample_factory.config import Config, parse_cfg
 from sample_factory.envs import env_utils, process_tree
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env, probe_env, register_env
@@ -317,3 +318,24 @@ def test_unknown_env_message(name, expected):
     pytest.importorskip("ale_py")
     msg = env_utils.unknown_env_message(name)
     assert msg == expected if expected is None else msg.startswith(expected), msg
+
+
+@pytest.mark.parametrize("env_id", ["LunarLander-v3", "BipedalWalker-v3", "CarRacing-v3"])
+def test_a_missing_box2d_names_our_extra(env_id, monkeypatch):
+    """gymnasium's own message asks for swig and gymnasium[box2d] (issue 53); ours names the box2d extra."""
+    for name in [m for m in sys.modules if m.startswith("gymnasium.envs.box2d")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "Box2D", None)  # import Box2D fails as where it is not installed
+    with pytest.raises(ValueError) as exc:
+        env_utils.make_env(parse_cfg([f"--env={env_id}"]))
+    msg = str(exc.value)
+    assert msg.endswith("-c constraints.txt -e '.[box2d]'") and "swig" not in msg, msg
+
+
+@pytest.mark.parametrize(
+    ("env_id", "extra"), [("MiniGrid-NoSuchEnv-v0", "minigrid"), ("popgym-NoSuchEnv-v0", "popgym")]
+)
+def test_an_env_package_not_installed_names_our_extra(env_id, extra, monkeypatch):
+    monkeypatch.setattr(env_utils, "_installed", lambda module: False)
+    msg = env_utils.unknown_env_message(env_id)
+    assert msg.endswith(f"-e '.[{extra}]'"), msg
