@@ -146,3 +146,10 @@ def test_num_envs_is_cleanrls_total_spread_over_the_workers(monkeypatch, capsys)
         with pytest.raises(SystemExit):
             parse_cfg(["--env=CartPole-v1", *argv])
         assert why in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("sf2", "ours"), [("convnet_impala", "resnet_impala"), ("convnet_atari", "convnet_nature")])
+def test_sample_factory_2_encoder_names_are_aliases(sf2, ours):
+    """They were refused (issue 53)."""
+    assert parse_cfg(["--env=atari_pong", f"--encoder_conv_architecture={sf2}"]).encoder_conv_architecture == ours
+    assert parse_cfg(["--env=atari_pong", f"--encoder-conv-architecture={ours}"]).encoder_conv_architecture == ours
