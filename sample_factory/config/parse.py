@@ -396,10 +396,10 @@ def finalize_cfg(cfg: Config) -> Config:
     if cfg.with_wandb and not cfg.evaluation_run and not module_available("wandb"):
         raise ConfigError(f"--with_wandb needs the wandb package: {install_hint('wandb')}")
     if cfg.capture_video and not cfg.evaluation_run:
-        if cfg.eval_every_env_steps <= 0:
+        if cfg.eval_every_env_steps <= 0 and "eval_every_env_steps" in cfg.cli_flags:
             raise ConfigError(
-                "--capture_video records the periodic evaluations: give --eval_every_env_steps too "
-                "(e.g. --eval_every_env_steps=100000)"
+                "--capture_video records the periodic evaluations: give --eval_every_env_steps > 0, or leave it out "
+                "for ten recordings over the budget"
             )
         if not module_available("imageio_ffmpeg"):
             raise ConfigError(f"--capture_video needs imageio and imageio-ffmpeg: {install_hint('video')}")
