@@ -65,13 +65,27 @@ def _show(value: Any) -> str:
     return "unset" if value is None else str(value)
 
 
-def _help_text(opt: Option, preset: str | None, preset_vals: dict[str, Any], env: str | None) -> str:
-    """The option's help, its default (unless the help says it: "(default: number of CPU cores)") and the
-    preset's value."""
+def _values_text(opt: Option, preset: str | None, preset_vals: dict[str, Any], env: str | None) -> str:
+    """The option's default (unless its help says it: "(default: number of CPU cores)") and the preset's value."""
     shown = [] if "(default" in opt.help else [f"default: {_show(opt.default)}"]
     if preset and opt.name in preset_vals:
         shown.append(f"{preset} preset for --env={env}: {_show(preset_vals[opt.name])}")
-    return (opt.help + (f" ({'; '.join(shown)})" if shown else "")).replace("%", "%%")
+    return f"({'; '.join(shown)})" if shown else ""
+
+
+class _ValuesOnOptionLine(argparse.HelpFormatter):
+    """An option's default and preset value on the option's own line (`--help | grep rollout` shows them), its
+    help wrapped below: argparse would wrap them anywhere in the help text."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        values = getattr(action, "values_text", "")
+        if not values or action.help is argparse.SUPPRESS:
+            return super()._format_action(action)
+        help_position = min(self._action_max_length + 2, self._max_help_position)
+        lines = [f"{' ' * self._current_indent}{self._format_action_invocation(action)}  {values}"]
+        width = max(self._width - help_position, 11)
+        lines += [" " * help_position + line for line in self._split_lines(self._expand_help(action), width)]
+        return "\n".join(lines) + "\n"
 
 
 def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
@@ -104,6 +118,7 @@ def build_parser(
         prog=prog,
         usage=usage,
         description=description,
+        formatter_class=_ValuesOnOptionLine,
         allow_abbrev=False,
         argument_default=None if defaults else argparse.SUPPRESS,
     )
@@ -120,8 +135,9 @@ def build_parser(
             if defaults:
                 kwargs["default"] = opt.default
             visible = listed is None or opt.name in listed
-            help_text = _help_text(opt, preset, preset_vals, env) if visible else argparse.SUPPRESS
-            g.add_argument(*opt.flags, dest=opt.name, type=opt.type, help=help_text, **kwargs)
+            help_text = opt.help.replace("%", "%%") if visible else argparse.SUPPRESS
+            action = g.add_argument(*opt.flags, dest=opt.name, type=opt.type, help=help_text, **kwargs)
+            action.values_text = _values_text(opt, preset, preset_vals, env)
     return p
 
 

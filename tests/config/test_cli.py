@@ -25,9 +25,9 @@ def _help(capsys, argv, parse=parse_cfg) -> str:
 def test_help_shows_every_default_grouped(capsys):
     out = _help(capsys, ["--help"])
     assert out.count("(default") == len(all_options())  # a few say it in their own words
-    assert "--num_envs_per_worker INT Envs stepped by one actor worker. (default: 2)" in out
-    assert "--learning_rate FLOAT Adam learning rate. (default: 0.0001)" in out
-    assert "--encoder_mlp_layers INT_LIST Hidden layer sizes of the MLP encoder, e.g. 64,64. (default: 512,512)" in out
+    assert "--num_envs_per_worker INT (default: 2) Envs stepped by one actor worker." in out
+    assert "--learning_rate FLOAT (default: 0.0001) Adam learning rate." in out
+    assert "--encoder_mlp_layers INT_LIST (default: 512,512) Hidden layer sizes of the MLP encoder, e.g. 64,64." in out
     assert "give --env=NAME with --help to see the preset's values" in out
     positions = [out.index(f" {group}: ") for group in OPTIONS]  # the groups, in the table's order
     assert positions == sorted(positions)
@@ -38,8 +38,22 @@ def test_help_with_env_shows_the_presets_values(capsys):
     assert "(default: 2; classic_control preset for --env=CartPole-v1: 64)" in out
     assert "(default: 0.0001; classic_control preset for --env=CartPole-v1: 0.003)" in out
     assert "(default: True; classic_control preset for --env=CartPole-v1: False)" in out  # use_rnn
-    assert "--gae_lambda FLOAT GAE lambda (used when --with_vtrace=False). (default: 0.95)" in out  # not in it
+    assert "--gae_lambda FLOAT (default: 0.95) GAE lambda (used when --with_vtrace=False)." in out  # not in it
     assert "has no preset: the defaults apply" in _help(capsys, ["--env=MyEnv-v0", "--help"])
+
+
+def test_help_keeps_the_default_and_the_presets_value_on_the_options_line(capsys, monkeypatch):
+    """`train.py --env=atari_pong --help | grep rollout` showed the preset's value wrapped onto the next line
+    (issue 53)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        parse_cfg(["--env=atari_pong", "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    rollout = next(line for line in lines if line.startswith("  --rollout"))
+    assert rollout == "  --rollout INT, --num_steps INT  (default: 32; atari preset for --env=atari_pong: 32)"
+    for flag, default, preset in (("--batch_size", 1024, 256), ("--learning_rate", "0.0001", "0.00025")):
+        line = next(line for line in lines if line.startswith(f"  {flag}"))
+        assert line.endswith(f"(default: {default}; atari preset for --env=atari_pong: {preset})"), line
 
 
 def test_version(capsys):
