@@ -348,7 +348,7 @@ OPTIONS: dict[str, list[Option]] = {
             "an unbiased estimate of the KL's for any action space, with no extra buffers. Reported as kl_loss.",
         ),
         Option("max_grad_norm", float, 4.0, "Gradient norm clipping (<= 0 disables)."),
-        Option("learning_rate", float, 1e-4, "Adam learning rate."),
+        Option("learning_rate", float, 1e-4, "Adam learning rate.", aliases=("lr",)),
         Option(
             "lr_schedule",
             str,

@@ -26,7 +26,7 @@ def test_help_shows_every_default_grouped(capsys):
     out = _help(capsys, ["--help"])
     assert out.count("(default") == len(all_options())  # a few say it in their own words
     assert "--num_envs_per_worker INT (default: 2) Envs stepped by one actor worker." in out
-    assert "--learning_rate FLOAT (default: 0.0001) Adam learning rate." in out
+    assert "--learning_rate FLOAT, --lr FLOAT (default: 0.0001) Adam learning rate." in out
     assert "--encoder_mlp_layers INT_LIST (default: 512,512) Hidden layer sizes of the MLP encoder, e.g. 64,64." in out
     assert "give --env=NAME with --help to see the preset's values" in out
     positions = [out.index(f" {group}: ") for group in OPTIONS]  # the groups, in the table's order
@@ -113,6 +113,12 @@ def test_dashed_flags_and_cleanrl_names():
     assert (cfg.rollout, cfg.num_epochs, cfg.num_batches_per_epoch, cfg.ppo_clip_ratio) == (16, 3, 2, 0.2)
     assert (cfg.normalize_advantage, cfg.with_wandb, cfg.wandb_project) == (False, False, "proj")
     assert cfg.total_timesteps == 5000 and cfg.capture_video is True
+
+
+def test_lr_is_learning_rate():
+    """--lr was unknown, with the suggestion --help, --algo (issue 53)."""
+    assert parse_cfg(["--env=CartPole-v1", "--lr=1e-3"]).learning_rate == 1e-3
+    assert parse_cfg(["--env=CartPole-v1", "--lr", "2e-3"]).learning_rate == 2e-3
 
 
 def test_track_is_with_wandb():
