@@ -1,6 +1,7 @@
 # Developer / CI entry points. Works from a fresh clone with only python3 + pip available.
 #   make venv       create .venv and install the package (editable) with every extra (dev, onnx, plot, video,
-#                   box2d, atari, mujoco, vizdoom, minatar, envpool, pettingzoo, wandb, ray), pinned by constraints.txt
+#                   box2d, atari, mujoco, vizdoom, minatar, envpool, pettingzoo, minigrid, popgym, wandb, ray), pinned
+#                   by constraints.txt
 #   make check      the edit-test loop (minutes): lint + the unit tests, those that start no process (pytest --unit:
 #                   tests/conftest.py marks the others `process` and fails a unit test that starts one)
 #   make test       lint (ruff format --check, ruff check, mypy) + every test but those marked slow (CI runs this);
@@ -44,7 +45,7 @@ $(VENV_PY):
 # successful install, so an interrupted install is retried on the next run.
 $(STAMP): $(VENV_PY) setup.py constraints.txt
 	$(VENV_PY) -m pip install $(PIP_FLAGS) --upgrade pip -c constraints.txt
-	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot,video,box2d,atari,mujoco,vizdoom,minatar,envpool,pettingzoo,wandb,ray]'
+	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot,video,box2d,atari,mujoco,vizdoom,minatar,envpool,pettingzoo,minigrid,popgym,wandb,ray]'
 	touch $@
 
 # mypy type-checks algo/, config/ and runtime/ (pyproject.toml, [tool.mypy]).

@@ -2,7 +2,14 @@
 
 import sys
 
-from sample_factory.evaluation.enjoy import main
+from sample_factory import missing_dependency
+
+try:
+    from sample_factory.evaluation.enjoy import main
+except ModuleNotFoundError as e:  # `python3 enjoy.py` without the virtualenv: one line, not a traceback
+    if (line := missing_dependency(e, "enjoy.py")) is None:
+        raise
+    sys.exit(line)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,6 +26,9 @@ EXTRAS_REQUIRE = {
     "minatar": ["minatar"],  # MinAtar/<Game>-v1 (envs/minatar.py)
     "envpool": ["envpool"],
     "pettingzoo": ["pettingzoo", "pygame-ce"],  # pygame-ce: PettingZoo's butterfly envs
+    # gymnasium env packages used as they come (tests/envs/test_env_packages.py): their ids register on import
+    "minigrid": ["minigrid"],  # grid worlds: a Dict of a 7x7 image, a direction and a text mission
+    "popgym": ["popgym"],  # partially observable puzzles and control tasks, pure python
     # pygame-ce: gymnasium's classic-control and Box2D envs draw their frames with it (enjoy.py --save_video)
     "video": ["imageio", "imageio-ffmpeg", "pygame-ce"],
     "plot": ["matplotlib"],

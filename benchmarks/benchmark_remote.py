@@ -48,7 +48,7 @@ def filled_buffers(env: str, num_envs: int | None):
     flags = [f"--env={env}", "--num_workers=1", *([f"--num_envs_per_worker={num_envs}"] if num_envs else [])]
     cfg = parse_cfg(flags)
     cfg.frames_per_env_step = frames_per_env_step(cfg)
-    obs_space, action_space, num_agents, _ = probe_env(cfg, False)
+    obs_space, action_space, num_agents = probe_env(cfg, False)[:3]
     model = ActorCritic(cfg, obs_space, action_space)
     spec = make_buffer_spec(cfg, obs_space, action_space, model.rnn_state_size, num_agents)
     b = TrajectoryBuffers(spec, share=True)

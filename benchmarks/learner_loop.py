@@ -23,6 +23,7 @@ import torch
 
 from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config, parse_cfg
+from sample_factory.config.presets import is_atari_name
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role
 
@@ -35,7 +36,7 @@ DEVICE_SIDE_ON_GPU = ("aten::_fused_adam_",)
 def spaces_for(env: str) -> tuple[gym.Space, gym.Space]:
     """The model-facing spaces of the env families the measure knows: Atari frames, MinAtar Breakout's grids or
     CartPole's vector."""
-    if env.startswith("atari_") or env.startswith("ALE/"):
+    if is_atari_name(env):
         return gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6)
     if env.startswith("MinAtar/"):
         return gym.spaces.Box(0, 1, (4, 10, 10), bool), gym.spaces.Discrete(3)

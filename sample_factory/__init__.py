@@ -3,11 +3,14 @@
 The user API, importable from the top: register an env (`register_env`), an encoder (`register_encoder`) and
 callbacks (`Callbacks`, `register_callbacks`), train (`train_main`, what train.py runs; `parse_cfg` and `Config` for
 the flags as an object) and load a trained policy (`load_policy`, `Policy`). Each name is imported when first used,
-so `import sample_factory` stays cheap (no torch) and the launcher and the checks before start stay fast."""
+so `import sample_factory` stays cheap (no torch) and imports no dependency: train.py and enjoy.py can tell a
+missing install (`missing_dependency`) from a bug."""
 
 from __future__ import annotations
 
 import importlib
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -55,3 +58,13 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
+
+
+def missing_dependency(error: ModuleNotFoundError, script: str) -> str | None:
+    """The line to exit with when `script` (train.py, enjoy.py) runs under a Python without the project's
+    dependencies (`python3 train.py` outside the virtualenv); None when the missing module is ours (a bug to show)."""
+    if not error.name or error.name.split(".")[0] == "sample_factory":
+        return None
+    venv = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "python"
+    how = f"run .venv/bin/python {script}" if venv.exists() else f"run make venv, then .venv/bin/python {script}"
+    return f"{script}: error: {error.name} is not installed for {sys.executable}: {how}"

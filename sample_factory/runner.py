@@ -17,6 +17,7 @@ import torch
 
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config
+from sample_factory.config.parse import defaults_line
 from sample_factory.envs.env_utils import env_backend, episode_limit_note, probe_env, set_step_units
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.best_checkpoints import BestCheckpoints
@@ -135,6 +136,10 @@ class Runner:
                 self.folder_before = before if what == "new experiment" else None
             log.open(self.exp_dir / "sf_log.txt")
         log(f"{what}: {self.exp_dir}")
+        if "experiment" not in cfg.cli_flags and not cfg.evaluation_run:
+            name = cfg.experiment
+            log(f"no --experiment: this run is {name}; the same command resumes it (or --experiment={name})")
+        log(defaults_line(cfg))
         set_step_units(cfg)  # before any component copies cfg
         if cfg.env_backend == "auto":  # cfg.json keeps auto; every component gets the resolved backend
             cfg.env_backend = env_backend(cfg)
@@ -154,7 +159,10 @@ class Runner:
         # Through the same context: this also starts the fork server, which preloads torch for all children.
         env_info = probe_env(cfg, False if cfg.serial_mode else self.ctx)
         algorithm_class(cfg).check_spaces(cfg, env_info[0], env_info[1])
-        self.obs_space, self.action_space, self.num_agents, reward_shaping = env_info
+        self.obs_space, self.action_space, self.num_agents, reward_shaping, left_out = env_info
+        if left_out:
+            reads = ", ".join(self.obs_space.spaces)
+            log(f"observation keys left out: {', '.join(left_out)}; the model reads {reads} (--obs_keys chooses)")
         # The initial weights are made once here, so policy workers and learners start identical.
         model = ActorCritic(cfg, self.obs_space, self.action_space)
         resolve_auto_precision(cfg, model, self.obs_space, log)  # before any component gets a copy of cfg

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sample_factory.config import Config, parse_cfg
 from sample_factory.config.parse import normalize_flags
+from sample_factory.envs import env_utils  # noqa: F401 - its reader of env spaces: the defaults of any env's spaces
 from sample_factory.runtime import fork_server
 
 

@@ -19,6 +19,11 @@ def test_custom_env_example_learns(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     cfg = (tmp_path / "g" / "cfg.json").read_text()
     assert '"encoder_custom": "tiny"' in cfg and '"env": "guess_the_sign"' in cfg
+    # registered in the script, it still gets the defaults of its spaces (issue 53), and the run says so at start
+    assert '"preset": "vector_discrete"' in cfg
+    assert (
+        "defaults: the vector_discrete preset (chosen from guess_the_sign's spaces: Box(4,) observations" in out.stdout
+    )
     # rows before the first episode ends read nan (a loaded machine reports before then): max() of a list that starts
     # with nan is nan
     rows = csv.DictReader(open(tmp_path / "g" / "progress.csv"))

@@ -114,7 +114,7 @@ def plan(text: str) -> Command:
     if script != "enjoy.py":  # train.py and the examples: training runs
         tokens.append(f"--train_for_seconds={CAP_S}")
     named = re.search(r"--experiment=(\S+)", text)
-    cmd.experiment = named.group(1) if named else "default_experiment"
+    cmd.experiment = named.group(1) if named else "<env>__<algo>__<seed>"  # train.py names such a run so
     env_prefix = tokens[0].count("=") == 1 and not tokens[0].startswith("-")
     cmd.argv = ["bash", "-c", shlex.join(tokens)] if env_prefix else tokens
     return cmd

@@ -69,3 +69,16 @@ def test_locked_experiment_is_answered_before_anything_starts(tmp_path):
     assert f"is already being trained by pid {os.getpid()}" in proc.stderr, proc.stderr
     assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == [".lock"]
     assert elapsed < ANSWER_WITHIN_SEC, elapsed
+
+
+@pytest.mark.parametrize("script", ["train.py", "enjoy.py"])
+def test_without_the_virtualenv_the_scripts_say_so_in_one_line(script):
+    """`python3 train.py` under a Python without the dependencies printed a 14-line traceback (issue 53)."""
+    repo = Path(__file__).resolve().parents[1]
+    hide = "import runpy, sys; sys.modules.update(gymnasium=None, torch=None, numpy=None)"  # as if not installed
+    code = f"{hide}; sys.argv = [{script!r}, '--env=CartPole-v1']; runpy.run_path({script!r}, run_name='__main__')"
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stdout == "", out
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{script}: error: "), out.stderr
+    assert "is not installed for" in lines[0] and f".venv/bin/python {script}" in lines[0], lines[0]

@@ -29,6 +29,7 @@ from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, lea
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
 from sample_factory.algo.transfer import DeferredReads, PinnedStaging, host_read
 from sample_factory.config import Config, ConfigError
+from sample_factory.config.presets import is_atari_name
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 
 # The per-step statistics an iteration averages over its applied SGD steps, in sgd_step's order.
@@ -94,7 +95,7 @@ def _rows(x: Any, lo: int, hi: int) -> Any:
 
 def frame_stacked_keys(cfg: Config, obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, int]:
     """Observation keys the replay stores as single frames: Atari's uint8 [--env_framestack, H, W] stacks."""
-    if not (cfg.env.startswith("atari_") or cfg.env.startswith("ALE/")) or cfg.env_framestack < 2:
+    if not is_atari_name(cfg.env) or cfg.env_framestack < 2:
         return {}
     return {
         k: shape[0]

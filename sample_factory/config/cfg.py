@@ -28,6 +28,8 @@ class Config(OptionFields, argparse.Namespace):
 
     preset: str | None = None
     """The env-family preset applied to the flags not typed (config/presets.py); None: the env has none."""
+    preset_reason: str = ""
+    """Why the run got `preset` (the env's family, its spaces) or none; logged at start."""
     command_line: str = ""
     """This run's command-line arguments, joined by spaces."""
     cli_flags: Sequence[str] = ()

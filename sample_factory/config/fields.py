@@ -10,7 +10,7 @@ class OptionFields:
 
     # Basic
     env: str | None  # default None
-    experiment: str  # default 'default_experiment'
+    experiment: str | None  # default None
     train_dir: str  # default './train_dir'
     device: str  # default 'auto'; one of auto, gpu, cpu
     tuned_for: str  # default 'auto'; one of auto, gpu, cpu
@@ -22,6 +22,7 @@ class OptionFields:
     # Sampling
     num_workers: int | None  # default None
     num_envs_per_worker: int  # default 2
+    num_envs: int | None  # default None
     worker_num_splits: int  # default 2
     policy_workers_per_policy: int  # default 1
     num_policies: int  # default 1
@@ -44,6 +45,7 @@ class OptionFields:
     env_frameskip: int  # default 4
     env_episodic_life: bool  # default True
     env_framestack: int  # default 4
+    obs_keys: list[str]  # default []
     env_sticky_actions: float  # default 0.25
     env_seed_offset: int  # default 0
     max_episode_steps: int | None  # default None

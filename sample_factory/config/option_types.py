@@ -49,6 +49,15 @@ def _num(v: str) -> float:
 
 
 # Parse function -> (its name in the reference's type column, the Python type of the values it returns).
+# Sample Factory 2's encoder names -> ours (the same networks)
+CONV_ARCHITECTURE_ALIASES = {"convnet_impala": "resnet_impala", "convnet_atari": "convnet_nature"}
+
+
+def conv_architecture(v: str) -> str:
+    """--encoder_conv_architecture: ours, or Sample Factory 2's name for the same network."""
+    return CONV_ARCHITECTURE_ALIASES.get(v, v)
+
+
 _VALUE_TYPES: dict[Callable[[str], Any], tuple[str, str]] = {
     str: ("str", "str"),
     int: ("int", "int"),
@@ -57,6 +66,7 @@ _VALUE_TYPES: dict[Callable[[str], Any], tuple[str, str]] = {
     int_list: ("int list", "list[int]"),
     str_list: ("str list", "list[str]"),
     _num: ("number", "float"),
+    conv_architecture: ("str", "str"),
 }
 
 

@@ -36,9 +36,10 @@ OPTIONS: dict[str, list[Option]] = {
         Option(
             "experiment",
             str,
-            "default_experiment",
+            None,
             "Experiment name; its folder is <train_dir>/<experiment>. A plain folder name: not '.' or '..', no '/', "
-            "at most 200 bytes.",
+            "at most 200 bytes. Not given: <env>__<algo>__<seed> (CleanRL's run name without its start time, so the "
+            "same command resumes the run).",
             aliases=("exp_name",),
         ),
         Option("train_dir", str, "./train_dir", "Root folder for experiments."),
@@ -84,6 +85,13 @@ OPTIONS: dict[str, list[Option]] = {
             "taskset, capped by a cgroup CPU quota).",
         ),
         Option("num_envs_per_worker", int, 2, "Envs stepped by one actor worker."),
+        Option(
+            "num_envs",
+            int,
+            None,
+            "CleanRL's: the total number of envs, spread evenly over the workers (sets --num_envs_per_worker; "
+            "without a typed --num_workers, the workers are the most cores that divide it).",
+        ),
         Option(
             "worker_num_splits",
             int,
@@ -218,6 +226,14 @@ OPTIONS: dict[str, list[Option]] = {
             "and episode rewards are always reported per whole game.",
         ),
         Option("env_framestack", int, 4, "Atari: stacked frames per observation."),
+        Option(
+            "obs_keys",
+            str_list,
+            [],
+            "Dict observations: the keys the model reads, comma-separated (gymnasium's FilterObservation). Empty: "
+            "every key an encoder takes (Box, Discrete, MultiBinary, MultiDiscrete); others, such as MiniGrid's text "
+            "mission, are left out and the run says which at start.",
+        ),
         Option("env_sticky_actions", float, 0.25, "Atari: probability of repeating the previous action."),
         Option("env_seed_offset", int, 0, "Added to the per-env seed (seed * 1000 + worker * envs + env)."),
         Option(
@@ -341,7 +357,7 @@ OPTIONS: dict[str, list[Option]] = {
             "an unbiased estimate of the KL's for any action space, with no extra buffers. Reported as kl_loss.",
         ),
         Option("max_grad_norm", float, 4.0, "Gradient norm clipping (<= 0 disables)."),
-        Option("learning_rate", float, 1e-4, "Adam learning rate."),
+        Option("learning_rate", float, 1e-4, "Adam learning rate.", aliases=("lr",)),
         Option(
             "lr_schedule",
             str,

@@ -36,7 +36,8 @@ EVAL_OPTIONS: list[Option] = [
         str2bool,
         False,
         "CleanRL's name: record every periodic evaluation (--eval_every_env_steps) as one mp4, "
-        "<experiment>/videos/eval_<env steps>_p<policy>.mp4 (needs the [video] extra).",
+        "<experiment>/videos/eval_<env steps>_p<policy>.mp4 (needs the [video] extra). Without "
+        "--eval_every_env_steps: ten over the budget, or one every 100,000 agent steps.",
     ),
 ]
 

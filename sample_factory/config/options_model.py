@@ -3,18 +3,19 @@ options.py."""
 
 from __future__ import annotations
 
-from sample_factory.config.option_types import Option, int_list, str2bool
+from sample_factory.config.option_types import Option, conv_architecture, int_list, str2bool
 
 MODEL_OPTIONS: list[Option] = [
     Option("encoder_mlp_layers", int_list, [512, 512], "Hidden layer sizes of the MLP encoder, e.g. 64,64."),
     Option("encoder_custom", str, None, "Name of an encoder registered with register_encoder (custom models)."),
     Option(
         "encoder_conv_architecture",
-        str,
+        conv_architecture,
         "convnet_simple",
         "Conv net for image observations (then --encoder_mlp_layers): convnet_simple (3 conv layers), "
-        "convnet_nature (the DQN Nature paper's), convnet_minatar (the MinAtar paper's: 16 filters 3x3, stride 1, "
-        "for small grids) or resnet_impala (IMPALA's 15-layer ResNet).",
+        "convnet_nature (the DQN Nature paper's; Sample Factory 2's convnet_atari), convnet_minatar (the MinAtar "
+        "paper's: 16 filters 3x3, stride 1, for small grids) or resnet_impala (IMPALA's 15-layer ResNet; Sample "
+        "Factory 2's convnet_impala).",
         choices=("convnet_simple", "convnet_nature", "convnet_minatar", "resnet_impala"),
     ),
     Option("nonlinearity", str, "elu", "Activation function.", choices=("elu", "relu", "tanh")),

@@ -7,23 +7,17 @@ import argparse
 import difflib
 import importlib.util
 import math
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from sample_factory.config.cfg import Config
+from sample_factory.config.env_defaults import defaults_line, preset_for, set_spaces_reader  # noqa: F401
 from sample_factory.config.extras import install_hint
 from sample_factory.config.machine import usable_cores
 from sample_factory.config.options import ENJOY_ONLY_GROUP, OPTIONS, ConfigError, Option, all_options, int_list
-from sample_factory.config.presets import (
-    GPU_PRESETS,
-    fit_to_cores,
-    gpu_expected,
-    gymnasium_spaces,
-    preset_name_for_env,
-    preset_values,
-    space_preset,
-)
+from sample_factory.config.presets import is_atari_name
 
 TRAIN_USAGE = "train.py --env=ENV [--experiment=NAME] [--option=value ...]"
 TRAIN_DESCRIPTION = (
@@ -72,13 +66,27 @@ def _show(value: Any) -> str:
     return "unset" if value is None else str(value)
 
 
-def _help_text(opt: Option, preset: str | None, preset_vals: dict[str, Any], env: str | None) -> str:
-    """The option's help, its default (unless the help says it: "(default: number of CPU cores)") and the
-    preset's value."""
+def _values_text(opt: Option, preset: str | None, preset_vals: dict[str, Any], env: str | None) -> str:
+    """The option's default (unless its help says it: "(default: number of CPU cores)") and the preset's value."""
     shown = [] if "(default" in opt.help else [f"default: {_show(opt.default)}"]
     if preset and opt.name in preset_vals:
         shown.append(f"{preset} preset for --env={env}: {_show(preset_vals[opt.name])}")
-    return (opt.help + (f" ({'; '.join(shown)})" if shown else "")).replace("%", "%%")
+    return f"({'; '.join(shown)})" if shown else ""
+
+
+class _ValuesOnOptionLine(argparse.HelpFormatter):
+    """An option's default and preset value on the option's own line (`--help | grep rollout` shows them), its
+    help wrapped below: argparse would wrap them anywhere in the help text."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        values = getattr(action, "values_text", "")
+        if not values or action.help is argparse.SUPPRESS:
+            return super()._format_action(action)
+        help_position = min(self._action_max_length + 2, self._max_help_position)
+        lines = [f"{' ' * self._current_indent}{self._format_action_invocation(action)}  {values}"]
+        width = max(self._width - help_position, 11)
+        lines += [" " * help_position + line for line in self._split_lines(self._expand_help(action), width)]
+        return "\n".join(lines) + "\n"
 
 
 def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
@@ -89,26 +97,6 @@ def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
             p.add_argument(*opt.flags, dest=opt.name, default=opt.default)
     args, _ = p.parse_known_args(normalize_flags(argv))
     return args.env, args.algo
-
-
-def preset_for(
-    env: str | None, algo: str, device: str, max_episode_steps: int | None = None, tuned_for: str = "auto"
-) -> tuple[str | None, dict[str, Any]]:
-    """The preset a run of `env` gets here and its values: the env family's (with its GPU changes where training
-    will run on a GPU, or as --tuned_for says), else, for a gymnasium id trained with PPO (DQN always gets a preset
-    here), the one its spaces choose (the env is made once to read them; gamma follows --max_episode_steps where
-    typed, else the env's own limit); (None, {}) where neither applies."""
-    preset = preset_name_for_env(env, algo)
-    if preset:
-        gpu = preset in GPU_PRESETS and (tuned_for == "gpu" or (tuned_for == "auto" and gpu_expected(device)))
-        return preset, preset_values(preset, usable_cores(), gpu)
-    if env is None:
-        return None, {}
-    spaces = gymnasium_spaces(env)
-    if spaces and max_episode_steps:
-        spaces = (spaces[0], spaces[1], max_episode_steps)
-    chosen = space_preset(*spaces) if spaces else None
-    return (chosen[0], fit_to_cores(chosen[1], usable_cores())) if chosen else (None, {})
 
 
 def build_parser(
@@ -125,15 +113,14 @@ def build_parser(
     env, algo = _env_and_algo(help_argv) if help_argv else (None, "APPO")
     device = next((a.split("=", 1)[1] for a in help_argv if a.startswith("--device=")), "auto")
     tuned_for = next((a.split("=", 1)[1] for a in help_argv if a.startswith("--tuned_for=")), "auto")
-    preset, preset_vals = (
-        preset_for(env, algo, device, tuned_for=tuned_for) if env else (None, {})
-    )  # what a run with these flags gets
+    preset, preset_vals, _ = preset_for(env, algo, device, tuned_for=tuned_for) if env else (None, {}, "")
     if env and not preset:
         description += f" --env={env} has no preset: the defaults apply."
     p = _OneLineErrorParser(
         prog=prog,
         usage=usage,
         description=description,
+        formatter_class=_ValuesOnOptionLine,
         allow_abbrev=False,
         argument_default=None if defaults else argparse.SUPPRESS,
     )
@@ -150,8 +137,9 @@ def build_parser(
             if defaults:
                 kwargs["default"] = opt.default
             visible = listed is None or opt.name in listed
-            help_text = _help_text(opt, preset, preset_vals, env) if visible else argparse.SUPPRESS
-            g.add_argument(*opt.flags, dest=opt.name, type=opt.type, help=help_text, **kwargs)
+            help_text = opt.help.replace("%", "%%") if visible else argparse.SUPPRESS
+            action = g.add_argument(*opt.flags, dest=opt.name, type=opt.type, help=help_text, **kwargs)
+            action.values_text = _values_text(opt, preset, preset_vals, env)  # type: ignore[attr-defined]  # the help formatter reads it
     return p
 
 
@@ -202,7 +190,7 @@ def parse_cfg(argv: Sequence[str] | None = None) -> Config:
     enjoy_only = [opt for opt in OPTIONS[ENJOY_ONLY_GROUP] if opt.name in typed]
     if enjoy_only:
         parser.error(_enjoy_only_message(enjoy_only[0]))
-    cfg.preset, values = preset_for(cfg.env, cfg.algo, cfg.device, cfg.max_episode_steps, cfg.tuned_for)
+    cfg.preset, values, cfg.preset_reason = preset_for(cfg.env, cfg.algo, cfg.device, cfg, cfg.tuned_for)
     for k, v in values.items():
         if k not in typed:
             setattr(cfg, k, v)
@@ -341,16 +329,26 @@ def experiment_name_problem(name: str) -> str | None:
     return None
 
 
+def run_name(cfg: Config) -> str:
+    """The folder name of a run that names no --experiment: CleanRL's run name (env__exp_name__seed) without its
+    start time, so that a run on another env or seed gets a folder of its own and the same command resumes it."""
+    env = re.sub(r"[/:\0]", "_", cfg.env or "")[:120]
+    return "__".join([env, cfg.algo.lower(), *([str(cfg.seed)] if cfg.seed is not None else [])])
+
+
 def finalize_cfg(cfg: Config) -> Config:
     """Fill derived values and validate combinations (raises ConfigError with a one-line message)."""
     if not cfg.env:
         raise ConfigError("--env is required (e.g. --env=CartPole-v1)")
+    if cfg.experiment is None:
+        cfg.experiment = run_name(cfg)
     why = experiment_name_problem(cfg.experiment)
     if why:
         shown = cfg.experiment if len(cfg.experiment) <= 60 else cfg.experiment[:57] + "..."
         raise ConfigError(f"--experiment={shown!r} {why}")
     if cfg.num_workers is None:
         cfg.num_workers = max(1, usable_cores())
+    _spread_num_envs(cfg)
     positive = [
         "num_workers",
         "num_envs_per_worker",
@@ -429,10 +427,10 @@ def finalize_cfg(cfg: Config) -> Config:
     if cfg.with_wandb and not cfg.evaluation_run and not module_available("wandb"):
         raise ConfigError(f"--with_wandb needs the wandb package: {install_hint('wandb')}")
     if cfg.capture_video and not cfg.evaluation_run:
-        if cfg.eval_every_env_steps <= 0:
+        if cfg.eval_every_env_steps <= 0 and "eval_every_env_steps" in cfg.cli_flags:
             raise ConfigError(
-                "--capture_video records the periodic evaluations: give --eval_every_env_steps too "
-                "(e.g. --eval_every_env_steps=100000)"
+                "--capture_video records the periodic evaluations: give --eval_every_env_steps > 0, or leave it out "
+                "for ten recordings over the budget"
             )
         if not module_available("imageio_ffmpeg"):
             raise ConfigError(f"--capture_video needs imageio and imageio-ffmpeg: {install_hint('video')}")
@@ -465,6 +463,31 @@ def _check_kl_adaptive(cfg: Config) -> None:
         )
 
 
+def _spread_num_envs(cfg: Config) -> None:
+    """CleanRL's --num_envs (all the envs) as --num_envs_per_worker: the workers (the most up to --num_workers that
+    divide it, where --num_workers is not typed) get equal shares, in one split where a share is odd."""
+    if cfg.num_envs is None:
+        return
+    typed = set(cfg.cli_flags)
+    n = cfg.num_envs
+    if "num_envs_per_worker" in typed:
+        raise ConfigError(
+            "--num_envs (all the envs, CleanRL's) and --num_envs_per_worker count the same envs: give one"
+        )
+    if n < 1:
+        raise ConfigError(f"--num_envs must be >= 1, got {n}")
+    assert cfg.num_workers is not None  # finalize_cfg has set its default
+    if "num_workers" not in typed:
+        cfg.num_workers = max(w for w in range(1, min(cfg.num_workers, n) + 1) if n % w == 0)
+    if n % cfg.num_workers:
+        raise ConfigError(
+            f"--num_envs={n} is not a multiple of --num_workers={cfg.num_workers}: every worker steps as many envs"
+        )
+    cfg.num_envs_per_worker = n // cfg.num_workers
+    if cfg.num_envs_per_worker % cfg.worker_num_splits and "worker_num_splits" not in typed:
+        cfg.worker_num_splits = 1
+
+
 # Env families whose episodes our own wrappers or the engine limit (ALE's 108,000 frames, a scenario's timeout).
 _OWN_EPISODE_LIMITS = ("atari_", "ALE/", "doom_", "Vizdoom", "pettingzoo.")
 
@@ -474,7 +497,7 @@ def _check_max_episode_steps(cfg: Config) -> None:
         return
     if cfg.max_episode_steps < 1:
         raise ConfigError(f"--max_episode_steps must be >= 1, got {cfg.max_episode_steps}")
-    if (cfg.env or "").startswith(_OWN_EPISODE_LIMITS):
+    if (cfg.env or "").startswith(_OWN_EPISODE_LIMITS) or is_atari_name(cfg.env):
         raise ConfigError(
             f"--max_episode_steps applies to gymnasium ids and custom envs; {cfg.env} keeps its own episode limit "
             "(Atari: ALE's 108,000 frames; VizDoom: the scenario's timeout)"

@@ -349,62 +349,49 @@ def horizon_gamma(max_episode_steps: int | None) -> float:
     return min(0.999, 1.0 - 10.0 / max_episode_steps)
 
 
-def gymnasium_spaces(env: str) -> tuple[Any, Any, int | None] | None:
-    """(observation space, action space, max episode steps) of a gymnasium id or a mujoco_* name, from the env made
-    once (gymnasium only, no torch); None for names gymnasium does not know (our families, custom envs) and envs that
-    cannot be made (make_env then says why)."""
-    import gymnasium as gym
-
-    name = MUJOCO_NAMES.get(env, env)
-    if name not in gym.registry:
-        return None
-    try:
-        made = gym.make(name)
-    except Exception:  # noqa: BLE001 - a missing package or a broken env: make_env reports it with its hint
-        return None
-    try:
-        return made.observation_space, made.action_space, gym.spec(name).max_episode_steps
-    finally:
-        made.close()
-
-
 def _is_vector(space: Any) -> bool:
     import gymnasium as gym
 
     return isinstance(space, gym.spaces.Discrete) or (isinstance(space, gym.spaces.Box) and len(space.shape) == 1)
 
 
-def space_preset(obs_space: Any, action_space: Any, max_episode_steps: int | None) -> tuple[str, dict[str, Any]] | None:
-    """The SPACE_PRESETS entry for an env with these gymnasium spaces, with gamma from its episode length; None for
-    spaces none fits (dict or tuple observations with images or nested parts, multi-discrete actions: the global
-    defaults apply)."""
+def _is_image(space: Any) -> bool:
     import gymnasium as gym
 
-    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3:
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 3
+
+
+def space_preset(obs_space: Any, action_space: Any, max_episode_steps: int | None) -> tuple[str, dict[str, Any]] | None:
+    """The SPACE_PRESETS entry for an env with these gymnasium spaces, with gamma from its episode length: `image`
+    where an image is among the observations (a frame, or a Dict or Tuple of frames and vectors: MiniGrid's image and
+    direction), else `vector_*` by the actions. None for spaces none fits (nested Dicts or Tuples, multi-discrete
+    actions: the global defaults apply)."""
+    import gymnasium as gym
+
+    if isinstance(obs_space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        # Blackjack's Tuple of Discretes (made a Dict by the env layer), a Dict of vectors and an action mask
+        parts = list(obs_space.values() if isinstance(obs_space, gym.spaces.Dict) else obs_space)
+    else:
+        parts = [obs_space]
+    if not parts or not all(_is_vector(s) or _is_image(s) for s in parts):
+        return None
+    frames = [s.shape for s in parts if _is_image(s)]
+    if frames:
         if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
             return None
         name = "image"
-    elif _is_vector(obs_space) or (
-        # Blackjack's Tuple of Discretes (made a Dict by the env layer), a Dict of vectors and an action mask
-        isinstance(obs_space, (gym.spaces.Tuple, gym.spaces.Dict))
-        and len(obs_space)
-        and all(_is_vector(s) for s in (obs_space.values() if isinstance(obs_space, gym.spaces.Dict) else obs_space))
-    ):
-        if isinstance(action_space, gym.spaces.Discrete):
-            name = "vector_discrete"
-        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-            name = "vector_continuous"
-        else:
-            return None
+    elif isinstance(action_space, gym.spaces.Discrete):
+        name = "vector_discrete"
+    elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        name = "vector_continuous"
     else:
         return None
     values = {**PRESETS[name], "gamma": horizon_gamma(max_episode_steps)}
-    if name == "image":
-        shape = obs_space.shape
-        height_width = shape[:2] if channels_last_frames(shape) else shape[1:]
-        if min(height_width) < SMALL_FRAME:
+    if frames:
+        smallest = min(min(shape[:2] if channels_last_frames(shape) else shape[1:]) for shape in frames)
+        if smallest < SMALL_FRAME:
             # the atari conv net's 8x8 stride-4 first layer needs 36 pixels; IMPALA's ResNet pads and pools, so it
-            # takes any size
+            # takes any size (MiniGrid's 7x7 view, MinAtar's 10x10 board)
             values["encoder_conv_architecture"] = "resnet_impala"
     return name, values
 
@@ -475,7 +462,7 @@ def fit_to_cores(values: dict[str, Any], cpu_count: int) -> dict[str, Any]:
 PRESET_ENVS = {
     "classic_control": ", ".join(CLASSIC_CONTROL_ENVS),
     "continuous_control": ", ".join(CONTINUOUS_CONTROL_ENVS),
-    "atari": "atari_*, ALE/*",
+    "atari": "atari_*, ALE/*, *NoFrameskip-v4",
     "lunar_lander": ", ".join(LUNAR_LANDER_ENVS),
     "sparse_classic_control": ", ".join(SPARSE_CLASSIC_CONTROL_ENVS),
     "sparse_continuous": ", ".join(SPARSE_CONTINUOUS_ENVS),
@@ -483,13 +470,13 @@ PRESET_ENVS = {
     "dqn": "--algo=DQN on envs without a family preset",
     "classic_control_dqn": ", ".join(CLASSIC_CONTROL_ENVS + LUNAR_LANDER_ENVS + SPARSE_CLASSIC_CONTROL_ENVS)
     + " with --algo=DQN",
-    "atari_dqn": "atari_*, ALE/* with --algo=DQN",
+    "atari_dqn": "atari_*, ALE/*, *NoFrameskip-v4 with --algo=DQN",
     "minatar": "MinAtar/*",
     "minatar_dqn": "MinAtar/* with --algo=DQN",
     "mujoco": "HalfCheetah-v*, Hopper-v*, Walker2d-v*, mujoco_halfcheetah, mujoco_hopper, mujoco_walker",
-    "vector_discrete": "gymnasium ids without a family preset: vector or index observations, discrete actions",
-    "vector_continuous": "gymnasium ids without a family preset: vector or index observations, continuous actions",
-    "image": "gymnasium ids without a family preset: image observations",
+    "vector_discrete": "envs without a family preset: vector or index observations, discrete actions",
+    "vector_continuous": "envs without a family preset: vector or index observations, continuous actions",
+    "image": "envs without a family preset: image observations",
 }
 
 
@@ -504,6 +491,18 @@ def preset_name_for_env(env: str | None, algo: str = "APPO") -> str | None:
     return base if base is not None and PRESETS[base].get("use_rnn") is False else "dqn"
 
 
+# CleanRL's and SB3's Atari ids (BreakoutNoFrameskip-v4): the same game as ALE/Breakout-v5 with v4's protocol (no
+# sticky actions, which the atari preset sets anyway), made by envs/atari.py like our other Atari names.
+ATARI_V4_ID = re.compile(r"^([A-Z][A-Za-z]*)NoFrameskip-v4$")
+
+
+def is_atari_name(env: str | None) -> bool:
+    """atari_<game>, ALE/<Game>-v5 or <Game>NoFrameskip-v4: the names envs/atari.py makes."""
+    if not env:
+        return False
+    return env.startswith(("atari_", "ALE/")) or ATARI_V4_ID.match(env) is not None
+
+
 def _family_preset(env: str | None) -> str | None:
     if env in CLASSIC_CONTROL_ENVS:
         return "classic_control"
@@ -515,7 +514,7 @@ def _family_preset(env: str | None) -> str | None:
         return "continuous_control"
     if env in SPARSE_CONTINUOUS_ENVS:
         return "sparse_continuous"
-    if env and (env.startswith("atari_") or env.startswith("ALE/")):
+    if is_atari_name(env):
         return "atari"
     if env and env.startswith("MinAtar/"):
         return "minatar"

@@ -3,7 +3,10 @@
 work); plus episodic-life and fire-reset wrappers.
 Frames stay uint8 until the model scales them.
 
-Names: `atari_<game>` (atari_pong, atari_breakout, atari_space_invaders, ...) or any `ALE/<Game>-v5` id.
+Names: `atari_<game>` (atari_pong, atari_breakout, atari_space_invaders, ...), any `ALE/<Game>-v5` id, or CleanRL's
+and SB3's `<Game>NoFrameskip-v4` (v4's protocol: no sticky actions, which the atari preset sets for every name; the
+same ALE game, so it is made as ALE/<Game>-v5 with --env_sticky_actions). Training as CleanRL's PPO does: a lost life
+ends the training episode (EpisodicLife), episode returns are reported per whole game, evaluation plays whole games.
 
 Wrapper order: ALE -> AleFrameSkip -> EpisodicLife (training only) -> FireReset -> FrameStack.
 FireReset sits above EpisodicLife so that FIRE is pressed after every lost life, not only after a new game.
@@ -17,6 +20,7 @@ import gymnasium as gym
 
 from sample_factory.config import Config
 from sample_factory.config.extras import install_hint
+from sample_factory.config.presets import ATARI_V4_ID
 from sample_factory.envs.atari_frames import AleFrameSkip, FrameStack
 
 NOOP = 0  # ALE's minimal action sets start with NOOP (AtariPreprocessing checks it)
@@ -36,9 +40,11 @@ def register_ale_envs() -> bool:
 
 
 def atari_env_id(name: str) -> str | None:
-    """The ALE id for an atari_* or ALE/* name, None for other envs."""
+    """The ALE id for an atari_*, ALE/* or *NoFrameskip-v4 name, None for other envs."""
     if name.startswith("ALE/"):
         return name
+    if v4 := ATARI_V4_ID.match(name):
+        return f"ALE/{v4.group(1)}-v5"
     if name.startswith("atari_"):
         game = "".join(part.capitalize() for part in name[len("atari_") :].split("_"))
         # Sample Factory's names run the words together (atari_beamrider, atari_spaceinvaders): match ALE's

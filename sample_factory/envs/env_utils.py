@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import multiprocessing
 import re
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -15,12 +17,13 @@ import gymnasium as gym
 
 from sample_factory.config import Config
 from sample_factory.config.extras import install_hint
-from sample_factory.config.presets import MUJOCO_NAMES
+from sample_factory.config.parse import set_spaces_reader
+from sample_factory.config.presets import ATARI_V4_ID, MUJOCO_NAMES, is_atari_name
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
 from sample_factory.envs.minatar import is_minatar_id, make_minatar_env, parse_minatar_id, unknown_minatar_message
 from sample_factory.envs.process_tree import LEFT_BEHIND_GRACE_SEC, descendants, end_processes
-from sample_factory.envs.spaces import with_dict_observations
+from sample_factory.envs.spaces import left_out_keys, with_dict_observations
 
 _ENV_REGISTRY: dict[str, Callable[..., gym.Env]] = {}
 
@@ -32,7 +35,7 @@ def register_env(name: str, make_env_fn: Callable[..., gym.Env]) -> None:
 
 # Env families whose package comes with an extra of ours: (name prefixes/fragments, extra).
 _EXTRAS = (
-    (("ALE/", "atari_"), "atari"),
+    (("ALE/", "atari_", "NoFrameskip-v4"), "atari"),
     (
         (
             "HalfCheetah",
@@ -50,6 +53,9 @@ _EXTRAS = (
     ),
     (("Vizdoom", "doom_"), "vizdoom"),
     (("MinAtar/",), "minatar"),
+    (("LunarLander", "BipedalWalker", "CarRacing"), "box2d"),  # gymnasium's own message names swig and its extra
+    (("MiniGrid-", "BabyAI-"), "minigrid"),
+    (("popgym-",), "popgym"),
 )
 
 
@@ -88,19 +94,53 @@ def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | Non
         config = dict(env_config or {})
         if render_mode is not None:
             config["render_mode"] = render_mode
-        env = with_dict_observations(_ENV_REGISTRY[name](cfg, config))
+        env = with_dict_observations(_ENV_REGISTRY[name](cfg, config), cfg.obs_keys)
         return gym.wrappers.TimeLimit(env, limit) if limit else env
+    import_env_package(name)
     if name not in gym.registry:
         raise ValueError(_unknown_gym_env(name))
     kwargs: dict[str, Any] = {"render_mode": render_mode} if render_mode else {}
     if limit:
         kwargs["max_episode_steps"] = limit  # replaces the registered limit
     try:
-        return with_dict_observations(gym.make(name, **kwargs))
+        return with_dict_observations(gym.make(name, **kwargs), cfg.obs_keys)
     except gym.error.DependencyNotInstalled as e:
         # gymnasium's message names its own pip command; where an extra of ours brings the package, ours alone
         hint = _missing_extra_hint(name)
         raise ValueError(f"env {name!r} cannot be created: {'a package is missing' if hint else e}{hint}") from None
+
+
+# Env packages whose module is not their ids' prefix in lower case
+_ID_PACKAGES = {"babyai": "minigrid"}
+
+
+def import_env_package(name: str) -> str | None:
+    """Import the installed package a gymnasium id belongs to when gymnasium knows the id only after that import
+    (MiniGrid-Empty-5x5-v0: minigrid, popgym-RepeatPreviousEasy-v0: popgym): the module named by the id's prefix in
+    lower case. Its name where the import registered the id, else None (standard-library modules are never
+    tried)."""
+    if name in gym.registry:
+        return None
+    module = _id_package(name)
+    if module is None or module in sys.stdlib_module_names or not _installed(module):
+        return None
+    try:
+        importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - a broken package: the id stays unknown, and the error names the way around
+        return None
+    return module if name in gym.registry else None
+
+
+def _id_package(name: str) -> str | None:
+    m = re.match(r"^([A-Za-z][A-Za-z0-9_]*)[-/]", name)
+    return _ID_PACKAGES.get(m.group(1).lower(), m.group(1).lower()) if m else None
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _did_you_mean(name: str, candidates: list[str]) -> str:
@@ -109,14 +149,36 @@ def _did_you_mean(name: str, candidates: list[str]) -> str:
 
 
 def _unknown_gym_env(name: str) -> str:
-    hint = _missing_extra_hint(name) or _did_you_mean(name, list(_ENV_REGISTRY) + list(gym.registry.keys()))
-    return f"unknown env {name!r}{hint}"
+    package = _id_package(name)
+    extra = "" if package and _installed(package) else _missing_extra_hint(name)  # installed: a misspelt id
+    hint = extra or _did_you_mean(name, list(_ENV_REGISTRY) + list(gym.registry.keys()))
+    # gymnasium knows an env package's ids once the package is imported
+    package = f"; an id of an env package: --env=PACKAGE:{name} imports the package first"
+    return f"unknown env {name!r}{hint or package}"
 
 
 def _atari_names() -> list[str]:
     """Our atari_<game> names of ALE's v5 games (atari_space_invaders for ALE/SpaceInvaders-v5)."""
     games = [i[4:-3] for i in gym.registry if i.startswith("ALE/") and i.endswith("-v5") and "-ram" not in i]
     return ["atari_" + re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", g).lower() for g in games]
+
+
+# ALE's other ids (Breakout-v5, Breakout-v4, BreakoutDeterministic-v4, Pong-ram-v0): named by the game's title
+_ALE_ID = re.compile(r"^([A-Z][A-Za-z]*?)(NoFrameskip|Deterministic)?(-ram)?-v\d+$")
+
+
+def _atari_near_miss(name: str) -> str | None:
+    """For a name of an ALE game in another scheme than ours (Breakout-v5, Breakout-v4: ALE's ids whose frame skip
+    or sticky actions differ from what our Atari pipeline applies), the names that make that game here."""
+    m = _ALE_ID.match(name)
+    if m is None or (name in gym.registry and not str(gym.spec(name).entry_point).startswith("ale_py")):
+        return None
+    if not register_ale_envs():
+        return None
+    game = m.group(1)
+    if f"ALE/{game}-v5" not in gym.registry:
+        return None
+    return f"{game}NoFrameskip-v4 (CleanRL's and SB3's id: no sticky actions) or ALE/{game}-v5"
 
 
 def unknown_env_message(name: str) -> str | None:
@@ -128,11 +190,15 @@ def unknown_env_message(name: str) -> str | None:
         return None
     if name.startswith("mujoco_"):
         return f"unknown env {name!r}{_did_you_mean(name, list(MUJOCO_NAMES))}"
-    if name.startswith(("atari_", "ALE/")):
+    if is_atari_name(name):
         if not register_ale_envs() or atari_env_id(name) in gym.registry:
             return None  # without ale_py, make_atari_env names the missing extra
-        ale_ids = [i for i in gym.registry if i.startswith("ALE/")]
-        return f"unknown env {name!r}{_did_you_mean(name, _atari_names() if name.startswith('atari_') else ale_ids)}"
+        if name.startswith("atari_"):
+            return f"unknown env {name!r}{_did_you_mean(name, _atari_names())}"
+        ids = [i for i in gym.registry if i.startswith("ALE/") or ATARI_V4_ID.match(i)]
+        return f"unknown env {name!r}{_did_you_mean(name, ids)}"
+    if near := _atari_near_miss(name):
+        return f"unknown env {name!r}; did you mean {near}?"
     if name.startswith("doom_"):
         from sample_factory.envs.doom import DOOM_ENVS
 
@@ -141,7 +207,30 @@ def unknown_env_message(name: str) -> str | None:
         return None if parse_minatar_id(name) else unknown_minatar_message(name)
     if name.startswith("Vizdoom"):
         return None  # vizdoom registers its ids when imported; make_env checks them
+    import_env_package(name)
     return None if name in gym.registry else _unknown_gym_env(name)
+
+
+def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space, int | None] | str:
+    """(observation space, action space, episode limit) of `cfg.env` made once here, for the defaults chosen from
+    its spaces: a gymnasium id, `module:EnvId` (the module imported first) or a name given to register_env (in the
+    script running this); the env families (Atari, VizDoom, PettingZoo) have presets of their own. Where the env
+    cannot be made here, why (make_env then says it in full)."""
+    name = MUJOCO_NAMES.get(cfg.env, cfg.env)
+    if atari_env_id(name) is not None or name.startswith(("doom_", "Vizdoom", "pettingzoo.")):
+        return "an env family without a preset"
+    try:
+        env = make_env(cfg)
+    except Exception as e:  # noqa: BLE001 - a missing package, an unknown name or a broken env: reported by make_env
+        return f"it could not be made here ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    try:
+        limit = cfg.max_episode_steps or (env.spec.max_episode_steps if env.spec is not None else None)
+        return env.observation_space, env.action_space, limit
+    finally:
+        env.close()
+
+
+set_spaces_reader(env_spaces)  # the defaults chosen from an env's spaces apply to every env make_env makes
 
 
 def episode_limit_note(cfg: Config) -> str | None:
@@ -186,6 +275,7 @@ class EnvInfo(NamedTuple):
     action_space: gym.Space
     num_agents: int
     reward_shaping: dict[str, float] | None = None  # the env's default coefficients, if PBT may tune them
+    left_out_keys: tuple[str, ...] = ()  # Dict observation keys no encoder takes (or not in --obs_keys), with kinds
 
 
 def default_reward_shaping(env: gym.Env) -> dict[str, float] | None:
@@ -220,7 +310,13 @@ def _env_info(cfg: Config) -> EnvInfo:
         return EnvInfo(*vector_spaces(cfg), 1)
     env = make_env(cfg)
     try:
-        return EnvInfo(env.observation_space, env.action_space, env_num_agents(env), default_reward_shaping(env))
+        return EnvInfo(
+            env.observation_space,
+            env.action_space,
+            env_num_agents(env),
+            default_reward_shaping(env),
+            tuple(left_out_keys(env)),
+        )
     finally:
         env.close()
 

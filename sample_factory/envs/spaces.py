@@ -80,10 +80,55 @@ class TupleAsDict(gym.ObservationWrapper):
         return dict(zip(self._keys, observation))
 
 
-def with_dict_observations(env: gym.Env) -> gym.Env:
-    """`env`, its Tuple observations (if any) as a Dict (TupleAsDict); nested Tuples stay unsupported (obs_fields
-    says so)."""
-    return TupleAsDict(env) if isinstance(env.observation_space, gym.spaces.Tuple) else env
+ENCODED_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)
+
+
+class ObsKeys(gym.ObservationWrapper):
+    """A Dict observation with only `keys` (in the space's order); `left_out` names the others."""
+
+    def __init__(self, env: gym.Env, keys: list[str]):
+        super().__init__(env)
+        self.keys = keys
+        self.left_out = [k for k in env.observation_space.spaces if k not in keys]
+        self.observation_space = gym.spaces.Dict({k: env.observation_space.spaces[k] for k in keys})
+
+    def observation(self, observation: dict[str, Any]) -> dict[str, Any]:
+        return {k: observation[k] for k in self.keys}
+
+
+def with_dict_observations(env: gym.Env, keys: list[str] | tuple[str, ...] = ()) -> gym.Env:
+    """`env`, its Tuple observations (if any) as a Dict (TupleAsDict), and a Dict's keys narrowed to `keys`
+    (--obs_keys), or where none are given to those an encoder takes (a text mission, a nested Dict are left out).
+    Raises ValueError (one line) for keys the observations do not have or no encoder takes."""
+    if isinstance(env.observation_space, gym.spaces.Tuple):
+        env = TupleAsDict(env)
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Dict):
+        if keys:
+            raise ValueError(f"--obs_keys chooses keys of Dict observations; this env's are {type(space).__name__}")
+        return env
+    if keys:
+        if missing := [k for k in keys if k not in space.spaces]:
+            raise ValueError(f"--obs_keys: no observation key {missing[0]!r} (keys: {', '.join(space.spaces)})")
+        if bad := [k for k in keys if not isinstance(space.spaces[k], ENCODED_SPACES)]:
+            kind = type(space.spaces[bad[0]]).__name__
+            raise ValueError(f"--obs_keys: no encoder takes {bad[0]!r} ({kind}); encoded: Box, Discrete, Multi*")
+        chosen = [k for k in space.spaces if k in keys]
+    else:
+        chosen = [k for k, s in space.spaces.items() if isinstance(s, ENCODED_SPACES)]
+        if not chosen:
+            raise ValueError(f"no observation key an encoder takes (Box, Discrete, Multi*): {', '.join(space.spaces)}")
+    return env if chosen == list(space.spaces) else ObsKeys(env, chosen)
+
+
+def left_out_keys(env: gym.Env) -> list[str]:
+    """The observation keys with_dict_observations left out of `env`, with their spaces' kinds."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, ObsKeys):
+            parent = env.env.observation_space.spaces
+            return [f"{k} ({type(parent[k]).__name__})" for k in env.left_out]
+        env = env.env
+    return []
 
 
 def alloc_obs(fields: dict[str, ObsField], *lead: int) -> dict[str, np.ndarray]:

@@ -45,7 +45,7 @@ from sample_factory.config import (
 )
 from sample_factory.config.extras import install_hint
 from sample_factory.config.options import EVAL_GROUPS
-from sample_factory.config.parse import normalize_flags
+from sample_factory.config.parse import normalize_flags, run_name
 from sample_factory.envs.env_group import EnvGroup, env_num_agents
 from sample_factory.envs.env_utils import make_env
 from sample_factory.evaluation.policy_api import load_policy
@@ -101,6 +101,10 @@ def load_experiment_cfg(argv: Sequence[str]) -> Config:
         parser.error(unknown)
     cfg = parser.parse_args(argv)
     typed = typed_flags(argv)
+    if cfg.experiment is None:  # train.py's name for a run that named none: the same flags find it
+        if not cfg.env:
+            raise EnjoyError("--experiment is required (or the --env and --seed of a run that named none)")
+        cfg.experiment = run_name(cfg)
     path = Path(cfg.train_dir) / cfg.experiment / "cfg.json"
     if not path.exists():
         raise EnjoyError(f"no experiment at {path.parent} (cfg.json not found)")

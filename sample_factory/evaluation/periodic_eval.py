@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sample_factory.config import Config, parse_eval_policies
+from sample_factory.config.cfg import option_defaults
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints
 
 # A checkpoint asked for but not reported within this time (a learner that never answers): give up on it, so one
@@ -36,6 +37,14 @@ from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoin
 CHECKPOINT_TIMEOUT_SEC = 300.0
 # The evaluations due when training ends get this long in all (a long Atari evaluation is cut off, with a log line).
 FINAL_EVAL_TIMEOUT_SEC = 300.0
+
+
+def video_interval(cfg: Config) -> int:
+    """--capture_video without --eval_every_env_steps: ten recordings over the run's budget (--train_for_env_steps,
+    or --total_timesteps once the runner has converted it), else one every 100,000 agent steps."""
+    if cfg.train_for_env_steps < option_defaults()["train_for_env_steps"]:
+        return max(1, cfg.train_for_env_steps // 10)
+    return 100_000 * cfg.frames_per_env_step
 
 
 @dataclass
@@ -63,6 +72,10 @@ class PeriodicEvaluator:
         self.add_scalar = add_scalar
         self.clock = clock
         self.every = cfg.eval_every_env_steps
+        typed = "eval_every_env_steps" in cfg.cli_flags  # or saved: a resumed run keeps its interval
+        if cfg.capture_video and self.every <= 0 and not typed and not cfg.evaluation_run:
+            self.every = video_interval(cfg)
+            log(f"--capture_video: an evaluation is recorded every {self.every} env steps (--eval_every_env_steps)")
         self.policies = parse_eval_policies(cfg.eval_policies, cfg.num_policies)
         self.next_at = {p: self.every for p in self.policies}
         self.queue: collections.deque[int] = collections.deque()  # due policies, each at most once

@@ -19,6 +19,7 @@ Actions are returned exactly as the training actors sent them to the env (Box ac
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +236,9 @@ def load_policy(
     action_space: gym.Space | None = None,
     eval_epsilon: float | None = None,
 ) -> Policy:
-    """Load a trained policy.
+    """Load a trained policy: `load_policy("cartpole")`, `load_policy("train_dir/cartpole")`, or a checkpoint file
+    as SB3's `PPO.load(path)` takes one: `load_policy("train_dir/cartpole/checkpoint_p0/checkpoint_....pth")` (its
+    experiment and policy are the folders it is in).
 
     checkpoint: 'latest' (newest loadable checkpoint_*.pth), 'best' (newest best_*.pth) or a path to a .pth file.
     obs_space/action_space: give them to skip creating the env once to read its spaces (needed when the env is a
@@ -243,6 +246,14 @@ def load_policy(
     eval_epsilon: DQN only, the probability of a random action in act() without deterministic=True; None: the
     experiment's --eval_epsilon.
     """
+    first = Path(experiment_dir_or_name)
+    if first.suffix == ".pth":  # a checkpoint file: <experiment>/checkpoint_p<policy>/<file>
+        if checkpoint != "latest":
+            raise ValueError(f"load_policy got a checkpoint file {first} and checkpoint={checkpoint!r}: give one")
+        first = Path(train_dir) / first if train_dir is not None and not first.is_file() else first
+        in_policy = re.fullmatch(r"checkpoint_p(\d+)", first.parent.name)
+        policy_id = int(in_policy.group(1)) if in_policy else policy_id
+        experiment_dir_or_name, train_dir, checkpoint = first.parent.parent, None, first
     exp_dir = resolve_experiment_dir(experiment_dir_or_name, train_dir)
     if not exp_dir.is_dir() and checkpoint in ("latest", "best"):
         raise FileNotFoundError(f"no experiment folder {exp_dir}")

@@ -29,6 +29,7 @@ UNSAFE_ON_RESUME = (
     "encoder_custom",
     "encoder_conv_architecture",
     "dueling",  # DQN: the policy head holds advantages (dueling) or Q itself; the shapes are the same
+    "obs_keys",  # the model's inputs
     "nonlinearity",
     "use_rnn",
     "rnn_type",
@@ -255,7 +256,7 @@ def _bad_saved_value(saved: dict) -> str | None:
         elif opt.type in (int_list, str_list):
             item = int if opt.type is int_list else str
             ok = isinstance(value, list) and all(type(x) is item for x in value)
-        elif opt.type is str:
+        elif opt.type_name == "str":  # str, or a str that a parser maps (--encoder_conv_architecture's aliases)
             ok = isinstance(value, str)
         else:  # float, or a number written as a float
             ok = type(value) in (int, float)

@@ -311,14 +311,26 @@ class ProgressPoints:
         self.summaries.points(progress)
 
 
+# Learner stats under CleanRL's tags too (its PPO scripts' names), x axis in agent steps as its global_step
+CLEANRL_TRAIN_TAGS = {
+    "value_loss": "losses/value_loss",
+    "policy_loss": "losses/policy_loss",
+    "entropy": "losses/entropy",
+    "approx_kl": "losses/approx_kl",
+    "clip_fraction": "losses/clipfrac",
+    "lr": "charts/learning_rate",
+}
+
+
 class SummaryWriters:
     """One TensorBoard writer per policy under <experiment>/.summary/<policy>/, x axis = env steps (or frames: the
     unit of the run's counters), and progress.csv: time_s, the counter (env_steps or env_frames), fps_10s,
     reward_p<p>, then a column <key>_p<p> per episode statistic, added when the statistic first appears.
 
     time_s is training time across sessions: a resumed run continues from its last row, so the column never goes
-    back. Beside our tags, CleanRL's charts/episodic_return, charts/episodic_length and charts/SPS (x axis and rate
-    in agent steps, as CleanRL's global_step) let its dashboards show our runs."""
+    back. Beside our tags, CleanRL's charts/episodic_return, charts/episodic_length, charts/SPS and the learner's
+    losses/* and charts/learning_rate (CLEANRL_TRAIN_TAGS; x axis and rate in agent steps, as CleanRL's global_step)
+    let its dashboards show our runs."""
 
     def __init__(self, exp_dir: Path, num_policies: int, enabled: bool = True, cfg: Config | None = None):
         self.enabled = enabled
@@ -412,6 +424,8 @@ class SummaryWriters:
                     if isinstance(v, (int, float)) and k not in ("env_steps",):
                         tag = f"policy_lag/{k[11:]}" if k.startswith("policy_lag_") else f"train/{k}"
                         w.add_scalar(tag, v, x)
+                        if k in CLEANRL_TRAIN_TAGS:
+                            w.add_scalar(CLEANRL_TRAIN_TAGS[k], v, x // progress.cfg.frames_per_env_step)
             self.pending_train[p] = []
         if self.wandb is not None:
             self.wandb.flush()

@@ -45,6 +45,7 @@ def test_defaults_parse():
         "num_minibatches_to_accumulate",
         "train_for_env_steps",
         "exp_replayer",
+        "experiment",
     }
     for name, default in defaults.items():
         if name not in derived:
@@ -55,6 +56,17 @@ def test_defaults_parse():
     assert cfg.num_minibatches_to_accumulate == cfg.num_batches_per_epoch == 1  # async: one iteration
     assert cfg.train_for_env_steps == 10**10 and isinstance(cfg.train_for_env_steps, int)
     assert cfg.command_line == " ".join(BASE)
+    assert cfg.experiment == "SomeCustomEnv-v0__appo"  # no --experiment, no --seed: env__algo
+
+
+def test_a_run_without_experiment_gets_a_folder_of_its_own():
+    """CleanRL's run name (env__exp_name__seed) without its start time: another env or seed is another folder (all
+    went to default_experiment, so a second run on another env was refused), the same command resumes (issue 53)."""
+    assert parse_cfg(["--env=CartPole-v1", "--seed=1"]).experiment == "CartPole-v1__appo__1"
+    assert parse_cfg(["--env=ALE/Pong-v5", "--seed=3", "--algo=DQN"]).experiment == "ALE_Pong-v5__dqn__3"
+    assert parse_cfg(["--env=my.mod:Env-v0"]).experiment == "my.mod_Env-v0__appo"
+    assert parse_cfg(["--env=CartPole-v1", "--experiment=mine"]).experiment == "mine"  # SF2's
+    assert parse_cfg(["--env=CartPole-v1", "--exp-name=mine"]).experiment == "mine"
 
 
 def test_num_workers_defaults_to_usable_cores(monkeypatch):
@@ -141,6 +153,7 @@ def test_mujoco_preset_is_synchronous_and_valid_on_a_big_machine(env, monkeypatc
     """The synchronous mujoco preset must parse on a machine with many cores (the default num_workers is one per
     core, and 16 workers' rounds would not divide its 2,048-sample iteration); a typed worker count still wins."""
     monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: 16)
+    monkeypatch.setattr("sample_factory.config.env_defaults.usable_cores", lambda: 16)
     cfg = parse_cfg([f"--env={env}"])
     assert cfg.preset == "mujoco" and not cfg.async_rl and not cfg.use_rnn
     assert cfg.num_workers == 2
@@ -183,7 +196,7 @@ def test_dqn_on_mountain_car_gets_the_classic_dqn_preset_not_the_ppo_values():
 def test_preset_learner_threads_are_capped_at_half_the_cores(cores, threads, monkeypatch):
     """The atari preset's 2 learner threads would compete with the samplers on a 2-core machine (presets.py,
     preset_values); a typed value is taken as given."""
-    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: cores)
+    monkeypatch.setattr("sample_factory.config.env_defaults.usable_cores", lambda: cores)
     assert parse_cfg(["--env=atari_pong", "--num_workers=2"]).learner_main_loop_num_cores == threads
     typed = parse_cfg(["--env=atari_pong", "--num_workers=2", "--learner_main_loop_num_cores=2"])
     assert typed.learner_main_loop_num_cores == 2
@@ -354,14 +367,27 @@ def test_options_have_no_class_level_value():
     # the option out of vars(cfg), hence out of cfg.json.
     for opt in all_options():
         assert not hasattr(Config, opt.name), opt.name
-    assert set(vars(parse_cfg(BASE))) == {opt.name for opt in all_options()} | {"preset", "command_line", "cli_flags"}
+    assert set(vars(parse_cfg(BASE))) == {opt.name for opt in all_options()} | {
+        "preset",
+        "preset_reason",
+        "command_line",
+        "cli_flags",
+    }
 
 
 def test_derived_fields_are_declared_with_defaults_and_docs():
     derived = typing.get_type_hints(Config).keys() - typing.get_type_hints(OptionFields).keys()
-    assert derived == {"preset", "command_line", "cli_flags", "evaluation_run", "reward_shaping", "frames_per_env_step"}
+    assert derived == {
+        "preset",
+        "preset_reason",
+        "command_line",
+        "cli_flags",
+        "evaluation_run",
+        "reward_shaping",
+        "frames_per_env_step",
+    }
     cfg = Config.from_dict({})
-    assert cfg.preset is None and cfg.command_line == "" and tuple(cfg.cli_flags) == ()
+    assert cfg.preset is None and cfg.preset_reason == "" and cfg.command_line == "" and tuple(cfg.cli_flags) == ()
     assert cfg.frames_per_env_step == 1
     assert cfg.evaluation_run is False and cfg.reward_shaping is None
     # Unset derived fields stay out of vars(cfg): cfg.json only has what code set.
@@ -456,7 +482,7 @@ def test_tuned_for_picks_the_presets_setup_whatever_the_device(capsys):
     with pytest.raises(SystemExit):
         parse_cfg(["--env=atari_pong", "--device=cpu", "--tuned_for=gpu", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "train_batch_size). (default: 1024; atari preset for --env=atari_pong: 1024)" in help_text
+    assert "--batch_size INT (default: 1024; atari preset for --env=atari_pong: 1024)" in help_text
 
 
 def test_auto_device_asks_nvml_not_the_cuda_runtime(monkeypatch):

@@ -25,9 +25,9 @@ def _help(capsys, argv, parse=parse_cfg) -> str:
 def test_help_shows_every_default_grouped(capsys):
     out = _help(capsys, ["--help"])
     assert out.count("(default") == len(all_options())  # a few say it in their own words
-    assert "--num_envs_per_worker INT Envs stepped by one actor worker. (default: 2)" in out
-    assert "--learning_rate FLOAT Adam learning rate. (default: 0.0001)" in out
-    assert "--encoder_mlp_layers INT_LIST Hidden layer sizes of the MLP encoder, e.g. 64,64. (default: 512,512)" in out
+    assert "--num_envs_per_worker INT (default: 2) Envs stepped by one actor worker." in out
+    assert "--learning_rate FLOAT, --lr FLOAT (default: 0.0001) Adam learning rate." in out
+    assert "--encoder_mlp_layers INT_LIST (default: 512,512) Hidden layer sizes of the MLP encoder, e.g. 64,64." in out
     assert "give --env=NAME with --help to see the preset's values" in out
     positions = [out.index(f" {group}: ") for group in OPTIONS]  # the groups, in the table's order
     assert positions == sorted(positions)
@@ -38,8 +38,22 @@ def test_help_with_env_shows_the_presets_values(capsys):
     assert "(default: 2; classic_control preset for --env=CartPole-v1: 64)" in out
     assert "(default: 0.0001; classic_control preset for --env=CartPole-v1: 0.003)" in out
     assert "(default: True; classic_control preset for --env=CartPole-v1: False)" in out  # use_rnn
-    assert "--gae_lambda FLOAT GAE lambda (used when --with_vtrace=False). (default: 0.95)" in out  # not in it
+    assert "--gae_lambda FLOAT (default: 0.95) GAE lambda (used when --with_vtrace=False)." in out  # not in it
     assert "has no preset: the defaults apply" in _help(capsys, ["--env=MyEnv-v0", "--help"])
+
+
+def test_help_keeps_the_default_and_the_presets_value_on_the_options_line(capsys, monkeypatch):
+    """`train.py --env=atari_pong --help | grep rollout` showed the preset's value wrapped onto the next line
+    (issue 53)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        parse_cfg(["--env=atari_pong", "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    rollout = next(line for line in lines if line.startswith("  --rollout"))
+    assert rollout == "  --rollout INT, --num_steps INT  (default: 32; atari preset for --env=atari_pong: 32)"
+    for flag, default, preset in (("--batch_size", 1024, 256), ("--learning_rate", "0.0001", "0.00025")):
+        line = next(line for line in lines if line.startswith(f"  {flag}"))
+        assert line.endswith(f"(default: {default}; atari preset for --env=atari_pong: {preset})"), line
 
 
 def test_version(capsys):
@@ -101,6 +115,12 @@ def test_dashed_flags_and_cleanrl_names():
     assert cfg.total_timesteps == 5000 and cfg.capture_video is True
 
 
+def test_lr_is_learning_rate():
+    """--lr was unknown, with the suggestion --help, --algo (issue 53)."""
+    assert parse_cfg(["--env=CartPole-v1", "--lr=1e-3"]).learning_rate == 1e-3
+    assert parse_cfg(["--env=CartPole-v1", "--lr", "2e-3"]).learning_rate == 2e-3
+
+
 def test_track_is_with_wandb():
     assert parse_cfg(["--env=CartPole-v1", "--track", "--num_workers=1"]).with_wandb is True
 
@@ -125,3 +145,31 @@ def test_total_timesteps_or_train_for_env_steps_one_budget_wins_on_resume(capsys
     merge_for_resume(cfg, {"train_for_env_steps": 7000, "total_timesteps": 7000})
     set_step_units(cfg)
     assert cfg.train_for_env_steps == 8000
+
+
+def test_num_envs_is_cleanrls_total_spread_over_the_workers(monkeypatch, capsys):
+    """--num-envs was refused, with a suggestion that never named --num_envs_per_worker (issue 53)."""
+    cfg = parse_cfg(["--env=CartPole-v1", "--num-envs=8", "--num_workers=2"])
+    assert (cfg.num_workers, cfg.num_envs_per_worker, cfg.num_envs) == (2, 4, 8)
+    # an odd share: one split (the preset's 2 would not divide it)
+    cfg = parse_cfg(["--env=LunarLander-v3", "--num_envs=6", "--num_workers=2"])
+    assert (cfg.num_envs_per_worker, cfg.worker_num_splits) == (3, 1)
+    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: 4)
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_envs=6"])  # workers not typed: the most of 4 that divide 6
+    assert (cfg.num_workers, cfg.num_envs_per_worker) == (3, 2)
+    assert parse_cfg(["--env=CartPole-v1", "--num_envs=1"]).num_workers == 1
+    for argv, why in (
+        (["--num_envs=5", "--num_workers=2"], "--num_envs=5 is not a multiple of --num_workers=2"),
+        (["--num_envs=8", "--num_envs_per_worker=4"], "count the same envs: give one"),
+        (["--num_envs=0"], "--num_envs must be >= 1"),
+    ):
+        with pytest.raises(SystemExit):
+            parse_cfg(["--env=CartPole-v1", *argv])
+        assert why in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("sf2", "ours"), [("convnet_impala", "resnet_impala"), ("convnet_atari", "convnet_nature")])
+def test_sample_factory_2_encoder_names_are_aliases(sf2, ours):
+    """They were refused (issue 53)."""
+    assert parse_cfg(["--env=atari_pong", f"--encoder_conv_architecture={sf2}"]).encoder_conv_architecture == ours
+    assert parse_cfg(["--env=atari_pong", f"--encoder-conv-architecture={ours}"]).encoder_conv_architecture == ours

@@ -9,6 +9,7 @@ import pytest
 from benchmarks.learning_suites import SUITES
 from sample_factory.config import parse_cfg
 from sample_factory.config.presets import PRESET_ENVS, PRESETS, SPACE_PRESETS, horizon_gamma, space_preset
+from sample_factory.envs import env_utils  # noqa: F401 - as train.py: the spaces of every env make_env makes
 
 
 @pytest.mark.parametrize(
@@ -60,8 +61,12 @@ def test_space_preset_reads_the_spaces():
     parts = {"a": vector, "b": gym.spaces.Discrete(4), "action_mask": gym.spaces.Box(0, 1, (3,), np.int8)}
     assert space_preset(gym.spaces.Dict(parts), gym.spaces.Discrete(3), 200)[0] == "vector_discrete"
     assert space_preset(gym.spaces.Tuple((vector, vector)), gym.spaces.Box(-1, 1, (2,)), 200)[0] == "vector_continuous"
-    # images among the parts, nested or empty containers: the global defaults
-    assert space_preset(gym.spaces.Dict({"a": vector, "screen": image}), gym.spaces.Discrete(3), 200) is None
+    # frames among the parts (MiniGrid's image and direction): the image defaults, with a conv net that takes the
+    # smallest frame (issue 53); nested or empty containers: the global defaults
+    assert space_preset(gym.spaces.Dict({"a": vector, "screen": image}), gym.spaces.Discrete(3), 200)[0] == "image"
+    small = gym.spaces.Dict({"direction": gym.spaces.Discrete(4), "image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8)})
+    name, values = space_preset(small, gym.spaces.Discrete(7), None)
+    assert name == "image" and values["encoder_conv_architecture"] == "resnet_impala"
     assert space_preset(gym.spaces.Tuple((gym.spaces.Tuple((vector,)),)), gym.spaces.Discrete(3), 200) is None
     assert space_preset(gym.spaces.Dict({}), gym.spaces.Discrete(3), 200) is None
     assert [horizon_gamma(t) for t in (None, 100, 1000, 2000, 100_000)] == [0.99, 0.99, 0.99, 0.995, 0.999]
@@ -102,7 +107,11 @@ def test_max_episode_steps_sets_the_space_presets_gamma_and_is_refused_where_the
     assert cfg.preset == "vector_discrete" and cfg.gamma == pytest.approx(1 - 10 / 5000)
     assert parse_cfg(["--env=BipedalWalker-v3", "--max_episode_steps=500"]).gamma == pytest.approx(0.99)
     assert parse_cfg(["--env=CliffWalking-v1", "--max_episode_steps=5000", "--gamma=0.9"]).gamma == 0.9
-    for argv in (["--env=CliffWalking-v1", "--max_episode_steps=0"], ["--env=atari_pong", "--max_episode_steps=9"]):
+    for argv in (
+        ["--env=CliffWalking-v1", "--max_episode_steps=0"],
+        ["--env=atari_pong", "--max_episode_steps=9"],
+        ["--env=PongNoFrameskip-v4", "--max_episode_steps=9"],
+    ):
         with pytest.raises(SystemExit):
             parse_cfg(argv)
 
@@ -120,6 +129,55 @@ def test_space_preset_learner_threads_are_capped_at_half_the_cores(cores, thread
     it got uncapped on 2 cores before."""
     if "SfTestFrames-v0" not in gym.registry:
         gym.register("SfTestFrames-v0", entry_point=_Frames, max_episode_steps=100)
-    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: cores)
+    monkeypatch.setattr("sample_factory.config.env_defaults.usable_cores", lambda: cores)
     cfg = parse_cfg(["--env=SfTestFrames-v0"])
     assert cfg.preset == "image" and cfg.learner_main_loop_num_cores == threads
+
+
+class _Walk(gym.Env):
+    """A 1-D walk to the right end: vector observations, discrete actions (the `vector_discrete` defaults)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+
+def test_an_env_registered_in_the_users_script_gets_the_defaults_of_its_spaces():
+    """register_env in the script, as examples/train_custom_env.py does: the defaults were looked up before (and
+    without) the registration, so the global ones applied (issue 53)."""
+    from sample_factory.config.parse import defaults_line
+    from sample_factory.envs.env_utils import _ENV_REGISTRY, register_env
+
+    register_env("sf_test_walk", lambda cfg, env_config: _Walk())
+    try:
+        cfg = parse_cfg(["--env=sf_test_walk"])
+        assert (
+            cfg.preset == "vector_discrete" and cfg.learning_rate == SPACE_PRESETS["vector_discrete"]["learning_rate"]
+        )
+        assert "chosen from sf_test_walk's spaces: Box(1,) observations, Discrete(2) actions" in defaults_line(cfg)
+        assert parse_cfg(["--env=sf_test_walk", "--max_episode_steps=5000"]).gamma == pytest.approx(1 - 10 / 5000)
+    finally:
+        del _ENV_REGISTRY["sf_test_walk"]
+
+
+def test_a_module_env_id_gets_the_defaults_of_its_spaces(tmp_path, monkeypatch):
+    """`module:EnvId`: the module that registers the id is imported before the defaults are chosen (issue 53)."""
+    (tmp_path / "sf_test_walk_module.py").write_text(
+        "import gymnasium as gym\nimport numpy as np\n\n\nclass Walk(gym.Env):\n"
+        "    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)\n"
+        "    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)\n\n\n"
+        "gym.register('SfTestModuleWalk-v0', entry_point=Walk, max_episode_steps=2000)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = parse_cfg(["--env=sf_test_walk_module:SfTestModuleWalk-v0"])
+    assert cfg.preset == "vector_continuous" and cfg.gamma == pytest.approx(0.995)  # 2,000-step episodes
+    assert "Box(3,) observations, Box(2,) actions" in cfg.preset_reason
+
+
+def test_the_start_line_says_why_a_run_has_no_preset():
+    from sample_factory.config.parse import defaults_line
+
+    cfg = parse_cfg(["--env=SomeCustomEnv-v0"])
+    assert defaults_line(cfg).startswith("defaults: the global defaults (no defaults chosen from SomeCustomEnv-v0's")
+    assert defaults_line(parse_cfg(["--env=CartPole-v1"])) == (
+        "defaults: the classic_control preset (CartPole-v1's family) for the flags not typed"
+    )

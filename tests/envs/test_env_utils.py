@@ -1,11 +1,12 @@
 import os
+import sys
 
 import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
 
-from sample_factory.config import Config
+from sample_factory.config import Config, parse_cfg
 from sample_factory.envs import env_utils, process_tree
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import make_env, probe_env, register_env
@@ -237,7 +238,7 @@ def test_register_env(registered_env):
     with pytest.raises(ValueError, match=name):
         make_env(Config.from_dict(dict(env="sf_test_three_stp")))
     # In-process probing works with registered envs.
-    obs_space, action_space, num_agents, _ = probe_env(cfg, False)
+    obs_space, action_space, num_agents = probe_env(cfg, False)[:3]
     assert num_agents == 1
     assert obs_space.shape == (2,) and action_space == gym.spaces.Discrete(3)
 
@@ -254,7 +255,7 @@ def test_registered_env_overrides_gymnasium_id():
 
 def test_probe_env_subprocess():
     cfg = Config.from_dict(dict(env="CartPole-v1", probe_env_timeout_sec=20.0))
-    obs_space, action_space, num_agents, _ = probe_env(cfg)
+    obs_space, action_space, num_agents = probe_env(cfg)[:3]
     assert num_agents == 1
     assert isinstance(obs_space, gym.spaces.Box) and obs_space.shape == (4,)
     assert obs_space.dtype == np.float32
@@ -304,9 +305,37 @@ def test_probe_env_subprocess_unknown_env():
         ("mujoco_hoper", "unknown env 'mujoco_hoper'; did you mean mujoco_hopper"),
         ("doom_basik", "unknown env 'doom_basik'; did you mean doom_basic?"),
         ("CartPol-v1", "unknown env 'CartPol-v1'; did you mean CartPole-v1"),
+        ("BreakoutNoFrameskip-v4", None),  # CleanRL's and SB3's ids
+        ("PongNoFrameskip-v4", None),
+        ("BreakotNoFrameskip-v4", "unknown env 'BreakotNoFrameskip-v4'; did you mean BreakoutNoFrameskip-v4"),
+        # ALE's ids with another frame skip or sticky actions: the names that make the game here
+        ("Breakout-v5", "unknown env 'Breakout-v5'; did you mean BreakoutNoFrameskip-v4 (CleanRL's and SB3's id"),
+        ("Pong-v4", "unknown env 'Pong-v4'; did you mean PongNoFrameskip-v4 (CleanRL's and SB3's id: no sticky "),
+        ("BreakoutDeterministic-v4", "unknown env 'BreakoutDeterministic-v4'; did you mean BreakoutNoFrameskip-v4"),
     ],
 )
 def test_unknown_env_message(name, expected):
     pytest.importorskip("ale_py")
     msg = env_utils.unknown_env_message(name)
     assert msg == expected if expected is None else msg.startswith(expected), msg
+
+
+@pytest.mark.parametrize("env_id", ["LunarLander-v3", "BipedalWalker-v3", "CarRacing-v3"])
+def test_a_missing_box2d_names_our_extra(env_id, monkeypatch):
+    """gymnasium's own message asks for swig and gymnasium[box2d] (issue 53); ours names the box2d extra."""
+    for name in [m for m in sys.modules if m.startswith("gymnasium.envs.box2d")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "Box2D", None)  # import Box2D fails as where it is not installed
+    with pytest.raises(ValueError) as exc:
+        env_utils.make_env(parse_cfg([f"--env={env_id}"]))
+    msg = str(exc.value)
+    assert msg.endswith("-c constraints.txt -e '.[box2d]'") and "swig" not in msg, msg
+
+
+@pytest.mark.parametrize(
+    ("env_id", "extra"), [("MiniGrid-NoSuchEnv-v0", "minigrid"), ("popgym-NoSuchEnv-v0", "popgym")]
+)
+def test_an_env_package_not_installed_names_our_extra(env_id, extra, monkeypatch):
+    monkeypatch.setattr(env_utils, "_installed", lambda module: False)
+    msg = env_utils.unknown_env_message(env_id)
+    assert msg.endswith(f"-e '.[{extra}]'"), msg

@@ -89,6 +89,33 @@ def test_atari_make_reset_step(name: str, n_actions: int):
         env.close()
 
 
+@pytest.mark.parametrize("name, n_actions", [("BreakoutNoFrameskip-v4", 4), ("PongNoFrameskip-v4", 6)])
+def test_cleanrl_and_sb3_atari_ids_are_made_with_v4_semantics(name: str, n_actions: int):
+    """CleanRL's default id and SB3's: the atari preset and pipeline, no sticky actions, a lost life ends a training
+    episode and evaluation plays whole games, 4 frames per agent step (issue 53: they were unknown envs)."""
+    needs_atari()
+    from sample_factory.envs.env_utils import frames_per_env_step, unknown_env_message
+
+    assert unknown_env_message(name) is None
+    cfg = parse_cfg([f"--env={name}"])
+    assert cfg.preset == "atari" and cfg.env_sticky_actions == 0.0 and frames_per_env_step(cfg) == 4
+    env = make_env(cfg)
+    try:
+        assert env.observation_space.shape == (4, 84, 84) and env.action_space == gym.spaces.Discrete(n_actions)
+        assert env.unwrapped.ale.getFloat("repeat_action_probability") == 0.0
+        assert EpisodicLife in wrappers_of(env) and FireReset in wrappers_of(env)
+        check_steps(env)
+    finally:
+        env.close()
+    cfg.evaluation_run = True
+    env = make_env(cfg)
+    try:
+        assert EpisodicLife not in wrappers_of(env)
+    finally:
+        env.close()
+    assert parse_cfg([f"--env={name}", "--algo=DQN"]).preset == "atari_dqn"
+
+
 def breakout(*flags: str, evaluation_run: bool = False) -> gym.Env:
     """Breakout without sticky actions, so FIRE on reset always launches the ball and NOOPs always lose lives."""
     cfg = parse_cfg(["--env=ALE/Breakout-v5", "--env_sticky_actions=0", *flags])

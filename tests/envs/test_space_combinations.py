@@ -25,6 +25,7 @@ def _argv(tmp_path, env_id: str) -> list[str]:
         "--num_envs_per_worker=4",
         "--rollout=8",
         "--batch_size=32",
+        "--num_batches_per_epoch=1",  # the space defaults take 8: no update within the budget
         "--use_rnn=False",
         "--encoder_mlp_layers=16",
         "--train_for_env_steps=192",

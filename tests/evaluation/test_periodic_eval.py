@@ -198,7 +198,26 @@ def test_capture_video_records_each_evaluation(tmp_path):
     cmd = PeriodicEvaluator(cfg, tmp_path, lambda p: None, print).command(0, tmp_path / "eval" / "eval_96_p0.json")
     assert cmd[-3:] == ["--save_video=True", "--video_per_episode=False", "--video_name=videos/eval_96_p0"]
     with pytest.raises(SystemExit):  # it records the periodic evaluations: there must be some
-        _cfg(tmp_path, "--capture_video=True")
+        _cfg(tmp_path, "--capture_video=True", "--eval_every_env_steps=-1")
+
+
+@pytest.mark.parametrize(
+    ("flags", "frames", "every"),
+    [
+        (["--train_for_env_steps=500000"], 1, 50_000),  # ten recordings over the budget
+        ([], 1, 100_000),  # no budget: every 100k agent steps
+        ([], 4, 400_000),  # in frames on Atari
+    ],
+)
+def test_capture_video_alone_picks_an_interval(tmp_path, flags, frames, every):
+    """--capture-video alone was refused until --eval_every_env_steps was added (issue 53)."""
+    rec = Recorder()
+    cfg = _cfg(tmp_path, "--capture-video", *flags)
+    cfg.frames_per_env_step = frames  # as the runner sets it
+    ev = rec.evaluator(cfg)
+    assert ev.enabled and ev.every == every
+    assert rec.logs == [f"--capture_video: an evaluation is recorded every {every} env steps (--eval_every_env_steps)"]
+    assert not Recorder().evaluator(_cfg(tmp_path)).enabled  # without it: no periodic evaluation
 
 
 def _evaluate(cfg, exp_dir: Path, policy: int = 0) -> dict:

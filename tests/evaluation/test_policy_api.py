@@ -148,6 +148,13 @@ def test_checkpoint_selection(train_dir, tmp_path):
     assert load_policy(exp).checkpoint_path == latest  # 'latest' ignores best_*.pth
     explicit = load_policy("mlp", train_dir=tmp_path, checkpoint=str(best))
     assert explicit.checkpoint_path == best
+    # a checkpoint file as the first argument, as SB3's PPO.load(path) (issue 53: the path was doubled)
+    assert load_policy(str(best)).checkpoint_path == best and load_policy(latest).checkpoint_path == latest
+    assert load_policy(best.relative_to(tmp_path), train_dir=tmp_path).checkpoint_path == tmp_path / best.relative_to(
+        tmp_path
+    )
+    with pytest.raises(ValueError, match="give one"):
+        load_policy(best, checkpoint="best")
     with pytest.raises(FileNotFoundError, match="no experiment"):
         load_policy("missing", train_dir=tmp_path)
 

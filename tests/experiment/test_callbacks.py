@@ -102,9 +102,11 @@ def hook_dir(tmp_path, monkeypatch):
 
 
 def start(tmp_path: Path, args: list[str], env_id: str = SUCCESS_ENV, **kwargs) -> TrainRun:
-    # A feed-forward model: the test envs have no preset, and the global default's GRU 512 only adds minutes here.
+    # A feed-forward model (the GRU 512 of the global defaults only adds minutes here), 2 envs per worker (the counts
+    # below are for 4 envs) and iterations of one batch (several training results within 4000 env steps), where the
+    # defaults of the envs' spaces would give 64 envs per worker and 8 batches of 512
     base = ["--num_workers=2", "--report_interval_sec=1", "--experiment_summaries_interval=1", "--save_every_sec=2"]
-    base.append("--use_rnn=False")
+    base += ["--use_rnn=False", "--num_envs_per_worker=2", "--num_batches_per_epoch=1"]
     return TrainRun([*base, *args], tmp_path / "td", env_id=env_id, **kwargs)
 
 

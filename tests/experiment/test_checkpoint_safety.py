@@ -333,7 +333,7 @@ def test_check_model_fits_names_the_shape_flag_that_changed():
 
     small = parse_cfg([*SERIAL, "--encoder_mlp_layers=32", "--use_rnn=False"])
     big = parse_cfg([*SERIAL, "--encoder_mlp_layers=48", "--use_rnn=False"])
-    obs, act, _, _ = probe_env(small, False)
+    obs, act, *_ = probe_env(small, False)
     state = {"model": ActorCritic(small, obs, act).state_dict(), "policy_version": 3, "env_steps": 10}
     # a checkpoint older than the record of its flags: only the shapes can tell
     with pytest.raises(CheckpointError, match=r"does not fit the model of flags of this run: .* has shape \(32, 4\)"):
@@ -414,7 +414,7 @@ def test_the_runner_reads_the_weights_of_the_checkpoint_not_its_replay_buffer(ru
     torch.save(state, latest)
     cfg = parse_cfg([*SERIAL, f"--train_dir={tmp_path}", "--experiment=appo"])
     vars(cfg).update({k: v for k, v in json.loads((exp / "cfg.json").read_text()).items() if k in vars(cfg)})
-    obs, act, _, _ = probe_env(cfg, False)
+    obs, act, *_ = probe_env(cfg, False)
 
     def rchar() -> int:
         return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])

@@ -88,10 +88,18 @@ def test_cleanrl_tags_beside_ours_in_agent_steps(tmp_path):
     progress = ProgressTracker(cfg)
     writers = SummaryWriters(tmp_path, 1, cfg=cfg)
     progress.add_samples(0, 4000, [(-21.0, 800), (-19.0, 900)])
+    learner = {"value_loss": 0.5, "policy_loss": -0.1, "entropy": 1.7, "approx_kl": 0.01, "clip_fraction": 0.2}
+    writers.add_train_stats(0, {**learner, "lr": 2.5e-4, "env_steps": 4000})
     writers.write(progress)
     writers.close()
     scalars = read_scalars(tmp_path / ".summary" / "0")
     assert scalars["reward/mean"] == [(4000, -20.0)]
+    # CleanRL's loss tags beside ours (issue 53: only train/* were written)
+    names = {"value_loss": "value_loss", "policy_loss": "policy_loss", "entropy": "entropy", "approx_kl": "approx_kl"}
+    for ours, cleanrl in {**names, "clip_fraction": "clipfrac"}.items():
+        assert scalars[f"losses/{cleanrl}"] == [(1000, pytest.approx(learner[ours]))], cleanrl
+        assert scalars[f"train/{ours}"] == [(4000, pytest.approx(learner[ours]))]
+    assert scalars["charts/learning_rate"] == [(1000, pytest.approx(2.5e-4))]
     assert scalars["charts/episodic_return"] == [(1000, -20.0)]  # x: agent steps, as CleanRL's global_step
     assert scalars["charts/episodic_length"] == [(1000, 850.0)]
     assert [s for s, _ in scalars["charts/SPS"]] == [1000]
