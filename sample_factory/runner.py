@@ -30,7 +30,7 @@ from sample_factory.experiment.checkpoints import (
 from sample_factory.experiment.exit_codes import interrupted_exit_code
 from sample_factory.experiment.folder import experiment_dir, folder_entries, prepare_experiment_dir, remove_created
 from sample_factory.experiment.run_log import log
-from sample_factory.experiment.summaries import ProgressPoints, ProgressTracker, SummaryWriters
+from sample_factory.experiment.summaries import IterationSamples, ProgressPoints, ProgressTracker, SummaryWriters
 from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.precision import resolve_auto_precision
@@ -41,6 +41,7 @@ from sample_factory.runtime.fork_server import mp_context
 from sample_factory.runtime.heartbeat import enable_stack_dumps
 from sample_factory.runtime.messages import REPORT, Channels, Report, SaveBest, SaveNow
 from sample_factory.runtime.placement import place_components
+from sample_factory.runtime.reproducible import pin_kernels, reproducible
 from sample_factory.runtime.serial_snapshot import load_snapshot, save_snapshot
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
 from sample_factory.runtime.supervisor import RESTARTABLE, Supervisor
@@ -78,11 +79,14 @@ class Runner:
         self.start_time: float | None = None  # time.monotonic() when the components were started
         self.callbacks: Callbacks | None = None  # the runner process's instance of --callbacks
         self.remote: Any = None  # --sampler_nodes: distributed.remote_samplers.RemoteSamplers
+        self.iteration_samples: IterationSamples | None = None  # sync mode: samples counted by whole iterations
         # report kind -> handler. Every report is a sign of life for the supervisor's monitor, which is all that
         # "started" and "heartbeat" are.
         self.report_handlers: dict[str, Callable[[Report], None]] = {
             "note": self._on_note,
             "samples": self._on_samples,
+            "split_samples": self._on_split_samples,
+            "sync_trained": self._on_sync_trained,
             "train": self._on_train,
             "inference": self._on_inference,
             "resumed": self._on_resumed,
@@ -120,6 +124,8 @@ class Runner:
         if note := episode_limit_note(cfg):
             log(note)
         self.callbacks = make_callbacks(cfg)
+        if reproducible(cfg):
+            pin_kernels()  # the runner's kernels too: serial mode, and the initial weights' computation
         if cfg.serial_mode:
             # Serial mode promises bit-identical weights for a seed, so no kernel may be picked by timing: tanh's
             # sigmoid identity (model/activations.py) differs from torch.tanh in the last bits, and which of the two
@@ -164,6 +170,11 @@ class Runner:
         )
         self.components = [self.roles.make(role, index) for role, index in self.roles.keys()]
         self.progress = ProgressTracker(cfg)
+        if not cfg.async_rl and not cfg.evaluation_run:
+            self.iteration_samples = IterationSamples(
+                cfg.num_workers, cfg.worker_num_splits, spec.slots_per_split, cfg.train_for_env_steps
+            )
+            self.progress.trained_budget = [0] * cfg.num_policies
         self.evaluator = PeriodicEvaluator(
             cfg,
             self.exp_dir,
@@ -275,7 +286,8 @@ class Runner:
     def _main_loop(self) -> None:
         cfg = self.cfg
         last_print = last_summary = last_best = time.monotonic()
-        self.points = ProgressPoints(cfg.progress_every_env_steps, self.summaries, last_print)
+        per_iteration = self.iteration_samples is not None
+        self.points = ProgressPoints(cfg.progress_every_env_steps, self.summaries, last_print, per_iteration)
         while self.stop_reason is None:
             if self.driver is not None:
                 for _ in range(20):
@@ -291,7 +303,8 @@ class Runner:
                 last_print = now
                 log(self.progress.line())
                 self.points.report(self.progress, now)
-            self.points.update(self.progress, now)
+            if not per_iteration:
+                self.points.update(self.progress, now)
             self._periodic_eval()
             if now - last_best >= cfg.save_best_every_sec:
                 last_best = now
@@ -319,6 +332,16 @@ class Runner:
     def _on_samples(self, report: Report) -> None:
         policy, steps, episodes, stats = report.payload
         self.progress.add_samples(policy, steps, episodes, stats)
+
+    def _on_split_samples(self, report: Report) -> None:
+        split, rollout, reports = report.payload
+        self.iteration_samples.add(report.index, split, rollout, reports)
+        if self.stop_reason is None:  # after the stop, the counts stay those of the iterations trained on
+            for _ in range(self.iteration_samples.apply(self.progress)):
+                self.points.update(self.progress, time.monotonic())
+
+    def _on_sync_trained(self, report: Report) -> None:
+        self.progress.trained_budget[report.index] = report.payload
 
     def _on_train(self, report: Report) -> None:
         self.progress.add_train_stats(report.index, report.payload)

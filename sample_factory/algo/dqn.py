@@ -30,6 +30,7 @@ from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_target
 from sample_factory.algo.transfer import DeferredReads, PinnedStaging, host_read
 from sample_factory.config import Config, ConfigError
 from sample_factory.envs.spaces import ACTION_MASK_KEY
+from sample_factory.runtime.reproducible import reproducible
 
 # The per-step statistics an iteration averages over its applied SGD steps, in sgd_step's order.
 STEP_STATS = ("loss", "q_mean", "q_target", "td_error_abs", "importance_weight", "grad_norm")
@@ -370,7 +371,9 @@ class DQNAlgorithm(Algorithm):
                 break
             sample = None
             if holds_replay:
-                self._apply_priorities(self.priority_reads.ready())
+                # reproducible runs: every read applied before the next sample, not those that happen to be done
+                reads = self.priority_reads.drain() if reproducible(cfg) else self.priority_reads.ready()
+                self._apply_priorities(reads)
                 if minibatches is not None:
                     sample = self.replay.take(*minibatches[i])
                 else:

@@ -38,6 +38,9 @@ class ProgressTracker:
         self.start = time.monotonic()
         self.env_steps = [0] * P  # collected by actors, plus what a resumed checkpoint had
         self.resumed_steps = [0] * P
+        # sync mode: the env steps every learner has trained on (the least of the policies'), per learner; the
+        # budget stop waits for them, so that no STOP cuts the last iteration's training short
+        self.trained_budget: list[int] | None = None
         self.episodes = [collections.deque(maxlen=cfg.stats_avg) for _ in range(P)]
         self.num_episodes = [0] * P
         self.all_episodes: list[list[tuple[float, int]]] = [[] for _ in range(P)]  # kept for evaluation runs
@@ -122,7 +125,8 @@ class ProgressTracker:
         budget first, then the time limit, then --stop_at_reward; an evaluation also stops at its episode or step
         count."""
         cfg = self.cfg
-        if self.budget_env_steps() >= cfg.train_for_env_steps:
+        trained = self.trained_budget is None or min(self.trained_budget) >= cfg.train_for_env_steps
+        if self.budget_env_steps() >= cfg.train_for_env_steps and trained:
             per_policy = " per policy" if cfg.num_policies > 1 else ""
             return f"reached {cfg.train_for_env_steps} env steps{per_policy}"
         if elapsed >= cfg.train_for_seconds:
@@ -219,6 +223,39 @@ def _last_time(rows: list[str]) -> float:
     return 0.0
 
 
+class IterationSamples:
+    """Sync mode: the actors' sample reports (one per finished rollout of a split, tagged (split, rollout number))
+    are added to the tracker one whole iteration at a time, in (worker, split, rollout) order, and none past the
+    env-step budget. The counts, the episode windows and so the stop point and progress.csv's rows are then the same
+    in every run of a seed, whichever process reported first."""
+
+    def __init__(self, num_workers: int, splits_per_worker: int, rollouts_per_split: int, budget: int):
+        self.order = [
+            (w, s, k) for w in range(num_workers) for s in range(splits_per_worker) for k in range(rollouts_per_split)
+        ]
+        self.rollouts_per_split, self.budget = rollouts_per_split, budget
+        self.iteration = 0  # the next one to add
+        self.pending: dict[tuple[int, int, int], list] = {}  # (worker, split, rollout number) -> its reports
+
+    def add(self, worker: int, split: int, rollout: int, reports: list) -> None:
+        self.pending[worker, split, rollout] = reports
+
+    def apply(self, progress: ProgressTracker) -> int:
+        """Add every complete iteration (within the budget) to `progress`; returns how many were added."""
+        added = 0
+        while progress.budget_env_steps() < self.budget:
+            base = self.iteration * self.rollouts_per_split
+            keys = [(w, s, base + k) for w, s, k in self.order]
+            if any(key not in self.pending for key in keys):
+                break
+            for key in keys:
+                for policy, steps, episodes, stats in self.pending.pop(key):
+                    progress.add_samples(policy, steps, episodes, stats)
+            self.iteration += 1
+            added += 1
+        return added
+
+
 # --progress_every_env_steps rows and points: at most this many a second (progress.csv of a fast env stays small).
 MAX_POINTS_PER_SEC = 4.0
 
@@ -228,18 +265,23 @@ class ProgressPoints:
     and points each --progress_every_env_steps, at most MAX_POINTS_PER_SEC (`update`), so that a run of seconds gets
     a curve, not the two points of its reports."""
 
-    def __init__(self, every: int, summaries: SummaryWriters, now: float):
-        self.every, self.summaries = every, summaries
+    def __init__(self, every: int, summaries: SummaryWriters, now: float, per_iteration: bool = False):
+        """per_iteration (sync mode): rows only at whole iterations (`update`, called as they are counted), at each
+        --progress_every_env_steps with no rate limit, and none on the report timer: the same rows in every run."""
+        self.every, self.summaries, self.per_iteration = every, summaries, per_iteration
         self.next_at = 0  # total env steps of the next point
         self.last_row = now  # time.monotonic() of the last row of either kind
 
     def report(self, progress: ProgressTracker, now: float) -> None:
+        if self.per_iteration:
+            return
         self.summaries.progress_row(progress)
         self.last_row = now
 
     def update(self, progress: ProgressTracker, now: float) -> None:
         total = progress.total_env_steps()
-        if self.every <= 0 or total < self.next_at or now - self.last_row < 1.0 / MAX_POINTS_PER_SEC:
+        too_soon = now - self.last_row < 1.0 / MAX_POINTS_PER_SEC and not self.per_iteration
+        if self.every <= 0 or total < self.next_at or too_soon:
             return
         self.next_at = (total // self.every + 1) * self.every
         self.last_row = now

@@ -77,6 +77,7 @@ class Split:
     wait_since: float = 0.0  # when it started waiting for a slot
     answers_due: set[int] = field(default_factory=set)  # policies yet to answer the latest request
     start_at: float = 0.0  # --decorrelate_experience_max_seconds: when the first request goes out; 0: sent
+    rollouts: int = 0  # rollouts finished (sync mode: tags its sample reports)
 
 
 class ActorWorker(Component):
@@ -98,8 +99,12 @@ class ActorWorker(Component):
         self.num_splits = cfg.worker_num_splits
         self.num_policies = cfg.num_policies
         self.recurrent = buffers.spec.rnn_size > 0
+        # Sync mode: each split fills its own slots and reports its own samples, tagged, so that the learner's batch
+        # and the runner's counts are the same whichever split finishes first (runtime/reproducible.py).
+        self.sync = not cfg.async_rl
+        self.tagged_reports = self.sync and not cfg.evaluation_run  # an evaluation counts episodes as they end
         # Everything below is set up by `init`, in the worker's own process.
-        self.pool: SlotPool | None = None
+        self.pools: list[SlotPool] = []  # per split: one shared pool (async), or each split's own slots (sync)
         self.rng: np.random.Generator | None = None
         self.splits: list[Split] = []
         # draws each agent's policy where an env's agents play different policies; None: rotation per env
@@ -107,10 +112,13 @@ class ActorWorker(Component):
         self.slot_holders: dict[int, int] = {}  # slot -> learners that still hold it
         self.shaping: dict[int, dict[str, float]] = {}  # PBT: reward-shaping coefficients per policy
         self.waiting: list[Split] = []  # splits parked until the learner returns a slot
-        self.env_steps = [0] * self.num_policies  # since the last progress report
-        self.episodes: list[list[tuple[float, int]]] = [[] for _ in range(self.num_policies)]
-        # per policy: {key: [value per episode]} from the final info (--episode_info_keys) and on_episode_end
-        self.episode_stats: list[dict[str, list[float]]] = [{} for _ in range(self.num_policies)]
+        P = self.num_policies
+        # per split, per policy, since the split's last progress report: env steps, (return, length) of the finished
+        # episodes, and {key: [value per episode]} from the final info (--episode_info_keys) and on_episode_end
+        splits = range(self.num_splits)
+        self.env_steps = [[0] * P for _ in splits]
+        self.episodes: list[list[list[tuple[float, int]]]] = [[[] for _ in range(P)] for _ in splits]
+        self.episode_stats: list[list[dict[str, list[float]]]] = [[{} for _ in range(P)] for _ in splits]
         self.callbacks = None  # the user's hooks (--callbacks), built in init
         self.episode_hook = False  # on_episode_end is overridden
         # DQN: per split, [n] bool: the column is among the least-exploring third of all agents (see
@@ -133,7 +141,12 @@ class ActorWorker(Component):
         self.callbacks = make_callbacks(cfg)
         self.episode_hook = overrides(self.callbacks, "on_episode_end")
         self.bind_views()
-        self.pool = SlotPool(self.buffers.slots_of_worker(self.index))
+        slots = self.buffers.slots_of_worker(self.index)
+        if self.sync:
+            k = len(slots) // self.num_splits
+            self.pools = [SlotPool(slots[s * k : (s + 1) * k]) for s in range(self.num_splits)]
+        else:
+            self.pools = [SlotPool(slots)] * self.num_splits
         base_seed = None if cfg.seed is None else cfg.seed * 1000 + cfg.env_seed_offset
         self.rng = np.random.default_rng(None if base_seed is None else base_seed + self.index)
         # Envs start one by one (a VizDoom engine takes a second or more, on its first reset): a STOP that arrives
@@ -215,7 +228,7 @@ class ActorWorker(Component):
         if self.decorrelate:
             counts = [int(self.rng.integers(0, 2 * self.rollout)) for _ in range(group.num_envs)]
             group.random_steps(counts, **between)
-        slot = self.pool.acquire()
+        slot = self.pools[split.index].acquire()
         assert slot is not None, "a fresh worker always has a slot per split"
         split.slot, split.t = slot, 0
         if self.num_policies > 1:
@@ -295,9 +308,13 @@ class ActorWorker(Component):
                 if self.slot_holders[slot] == 0:
                     del self.slot_holders[slot]
                     returned.append(slot)
-            self.pool.release(returned)
-            while self.waiting and self.pool.free:
-                self._continue_in_new_slot(self.waiting.pop(0))
+            returned.sort()  # a split takes its free slots lowest first, however the learners returned them
+            for pool in self.pools[: 1 if not self.sync else None]:
+                pool.release([slot for slot in returned if slot in pool.owned])
+            for split in list(self.waiting):
+                if self.pools[split.index].free:
+                    self.waiting.remove(split)
+                    self._continue_in_new_slot(split)
         elif msg.kind == SET_REWARD_SHAPING:
             self.shaping[msg.policy_id] = msg.coefficients
             for split in self.splits:
@@ -361,15 +378,16 @@ class ActorWorker(Component):
             self._episode_stats(split, finished)
         if self.reported_columns is not None and finished:
             finished = self._exploring_episodes(split, finished)
+        env_steps, episodes = self.env_steps[split.index], self.episodes[split.index]
         if self.num_policies == 1:
-            self.env_steps[0] += group.n
-            self.episodes[0].extend(finished)
+            env_steps[0] += group.n
+            episodes[0].extend(finished)
         else:
             for p, count in enumerate(np.bincount(pol, minlength=self.num_policies)):
-                self.env_steps[p] += int(count)
+                env_steps[p] += int(count)
             for episode, col in zip(finished, group.finished_columns, strict=True):
                 if episode is not None:
-                    self.episodes[pol[col]].append(episode)
+                    episodes[pol[col]].append(episode)
             for i in np.flatnonzero(group.env_reset):
                 self._draw_policies(split, int(i))
         split.t = t + 1
@@ -385,7 +403,7 @@ class ActorWorker(Component):
                 kept.append(episode)
             else:
                 p = int(split.col_policy[col])
-                self.episode_stats[p].setdefault("exploring_return", []).append(episode[0])
+                self.episode_stats[split.index][p].setdefault("exploring_return", []).append(episode[0])
                 if self.num_policies > 1:
                     kept.append(None)
         return kept
@@ -401,7 +419,7 @@ class ActorWorker(Component):
                 episode = EpisodeEnd(self.index, group.env_ids[col // A], col % A, p, ret, length, info)
                 stats.update(hook_stats(call_hook(self.callbacks, "on_episode_end", episode), "on_episode_end"))
             for k, v in stats.items():
-                self.episode_stats[p].setdefault(k, []).append(v)
+                self.episode_stats[split.index][p].setdefault(k, []).append(v)
 
     def _finish_rollout(self, split: Split) -> None:
         slot, T = split.slot, self.rollout
@@ -412,13 +430,20 @@ class ActorWorker(Component):
         carry["rnn_out"] = self.buffers.rnn_states[slot, T + 1].clone()
         split.carry = carry
         # the learners of every policy that acted at positions 0..T-1 (T only bootstraps)
-        holders = [0] if self.num_policies == 1 else np.unique(self.arrays["policy_id"][slot, :T]).tolist()
+        # (sync mode: every learner, so each knows when it has the whole iteration)
+        if self.num_policies == 1:
+            holders = [0]
+        elif self.sync:
+            holders = list(range(self.num_policies))
+        else:
+            holders = np.unique(self.arrays["policy_id"][slot, :T]).tolist()
         self.slot_holders[slot] = len(holders)
         for p in holders:
             self.channels.learner[p].put(Rollout.wire(self.index, slot, self.gen))
-        self._report_progress()
+        split.rollouts += 1
+        self._report_progress(split)
         split.slot = None
-        if self.pool.free:
+        if self.pools[split.index].free:
             self._continue_in_new_slot(split)
         else:
             split.wait_since = time.monotonic()
@@ -426,7 +451,7 @@ class ActorWorker(Component):
             self.activity = "waiting for a trajectory buffer"
 
     def _continue_in_new_slot(self, split: Split) -> None:
-        slot = self.pool.acquire()
+        slot = self.pools[split.index].acquire()
         carry, buf = split.carry, self.buffers
         split.slot, split.t, split.carry = slot, 0, None
         for k in _CARRY_INPUTS:
@@ -469,15 +494,27 @@ class ActorWorker(Component):
                     f"split {split.index}: no trajectory buffer returned by the learner for {limit:.0f} s"
                 )
 
-    def _report_progress(self) -> None:
-        """Sent once per finished rollout (not on a timer), so serial runs stop at the same point every time."""
+    def _report_progress(self, split: Split) -> None:
+        """Sent once per finished rollout of the split (not on a timer), so serial runs stop at the same point every
+        time. Sync mode: one report per rollout, tagged (split, rollout number), which the runner counts one whole
+        iteration at a time (experiment/summaries.py::IterationSamples)."""
+        s = split.index
+        env_steps, episodes, stats = self.env_steps[s], self.episodes[s], self.episode_stats[s]
+        reports = []
         for p in range(self.num_policies):
-            if self.env_steps[p] or self.episodes[p]:
-                steps = self.env_steps[p] * self.cfg.frames_per_env_step  # in the run's unit (frames on Atari)
-                self.report("samples", (p, steps, self.episodes[p], self.episode_stats[p]))
-                self.env_steps[p], self.episodes[p], self.episode_stats[p] = 0, [], {}
+            if env_steps[p] or episodes[p]:
+                steps = env_steps[p] * self.cfg.frames_per_env_step  # in the run's unit (frames on Atari)
+                reports.append((p, steps, episodes[p], stats[p]))
+                env_steps[p], episodes[p], stats[p] = 0, [], {}
+        if self.tagged_reports and split.slot is not None:
+            self.report("split_samples", (s, split.rollouts - 1, reports))
+        else:
+            for r in reports:
+                self.report("samples", r)
 
     def finish(self) -> None:
-        self._report_progress()
+        if not self.tagged_reports:  # sync: what the splits collected since their last rollout is trained on by no one
+            for split in self.splits:
+                self._report_progress(split)
         for split in self.splits:
             split.group.close()

@@ -53,6 +53,7 @@ from sample_factory.runtime.messages import (
     FreeSlots,
     Message,
 )
+from sample_factory.runtime.reproducible import pin_kernels, reproducible
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
 from sample_factory.workers.learner_group import release_ranks, share_out, too_few_rows
 
@@ -110,6 +111,10 @@ class Learner(Component):
         self.max_held_slots = max(1, (buffers.spec.num_slots - filling) // cfg.num_policies)
         self.callbacks = None  # the user's hooks (--callbacks), built in init
         self.pending: list[PendingRollout] = []  # oldest first
+        # Sync mode: an iteration is every slot (each learner gets each slot, with several policies too), trained in
+        # slot order, i.e. (worker, split, rollout), and none past the env-step budget: the same batches in every run.
+        self.sync = not cfg.async_rl and not cfg.sampler_only and not cfg.evaluation_run
+        self.run_env_steps = np.zeros(cfg.num_policies, dtype=np.int64)  # sync: every policy's trained env steps
         self.discarded_rollouts = 0
         self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
         self.early: list[tuple] = []  # messages taken from the inbox during an iteration, handled after it
@@ -119,6 +124,8 @@ class Learner(Component):
 
     def init(self) -> None:
         cfg = self.cfg
+        if reproducible(cfg):
+            pin_kernels()
         self.device = torch_device(cfg.device)
         bind_device(self.device)
         self.callbacks = make_callbacks(cfg)
@@ -157,6 +164,7 @@ class Learner(Component):
             self.model.load_state_dict(state["model"])
             self.algo.load_state_dict(state["algo"])
             self.version, self.env_steps = state["policy_version"], state["env_steps"]
+            self.run_env_steps[:] = state.get("run_env_steps", self.env_steps)
             if "rng" in state:
                 torch.set_rng_state(state["rng"].cpu())
             if "cuda_rng" in state and self.device.type == "cuda":
@@ -172,6 +180,8 @@ class Learner(Component):
         if self.rank == 0:
             self.weights.publish(self.model, self.version)
         self.bind_views()
+        if self.sync and self.rank == 0:
+            self.report("sync_trained", int(self.run_env_steps.min()))
         self.last_save = self.last_milestone = time.monotonic()
         self.activity = "waiting for rollouts"
 
@@ -253,7 +263,13 @@ class Learner(Component):
         return self.stop_arrived
 
     def _take_iteration(self) -> list[PendingRollout] | None:
-        """The oldest pending slots that hold an iteration's worth of this policy's trajectories, if there are."""
+        """The oldest pending slots that hold an iteration's worth of this policy's trajectories, if there are.
+        Sync mode: every slot, in slot order."""
+        if self.sync:
+            if len(self.pending) < self.buffers.spec.num_slots:
+                return None
+            taken, self.pending = sorted(self.pending, key=lambda p: p.slot), []
+            return taken
         count = 0
         for i, p in enumerate(self.pending):
             count += len(p.cols)
@@ -274,12 +290,24 @@ class Learner(Component):
         self.activity = "copying a batch"
         slots = [p.slot for p in taken]
         columns = None if self.cfg.num_policies == 1 else [p.cols for p in taken]
+        fpes = self.cfg.frames_per_env_step
         if self.cfg.num_policies == 1:
             samples = len(taken) * self.buffers.spec.samples_per_slot
+            counts = np.array([samples])
         else:  # the columns may hold steps of other policies too (an env passes to another policy)
-            ids = self.buffers.gather(slots, columns, ("policy_id",))["policy_id"]
-            samples = int((ids[:, :-1] == self.policy_id).sum())
-        env_steps = self.env_steps + samples * self.cfg.frames_per_env_step  # the run's unit (frames on Atari)
+            ids = self.buffers.gather(slots, None if self.sync else columns, ("policy_id",))["policy_id"]
+            counts = np.bincount(ids[:, :-1].reshape(-1).numpy(), minlength=self.cfg.num_policies)
+            samples = int(counts[self.policy_id])
+        if self.sync and self.run_env_steps.min() >= self.cfg.train_for_env_steps:
+            # Past the budget: the runner stops at the iteration before (it counts whole iterations); the slots are
+            # kept, so the actors collect no more.
+            return
+        env_steps = self.env_steps + samples * fpes  # the run's unit (frames on Atari)
+        if self.sync and samples == 0:  # none of this policy's steps in the iteration: nothing to train on
+            self.run_env_steps += counts * fpes
+            self._return_slots(taken)
+            self.report("sync_trained", int(self.run_env_steps.min()))
+            return
         with self.timing.add("copy_batch"):
             if self.dp is None:
                 batch = self.buffers.gather(slots, columns, self.batch_keys, self.device.type == "cuda")
@@ -305,6 +333,7 @@ class Learner(Component):
             self.activity = "waiting for rollouts"
             return
         self.env_steps = env_steps  # only now: a failed iteration's samples are not counted as trained on
+        self.run_env_steps += counts * fpes
         train_time = self.timing["train"] - trained_before
         self._check_nonfinite()
         with self.timing.add("publish_weights"):
@@ -314,6 +343,8 @@ class Learner(Component):
         stats.update(env_steps=self.env_steps, version=self.version, train_time=train_time)
         call_hook(self.callbacks, "on_training_result", self.policy_id, stats)
         self.report("train", stats)
+        if self.sync:
+            self.report("sync_trained", int(self.run_env_steps.min()))
         self.activity = "waiting for rollouts"
 
     def _check_nonfinite(self) -> None:
@@ -366,6 +397,7 @@ class Learner(Component):
             "algo": self.algo.state_dict(),
             "policy_version": self.version,
             "env_steps": self.env_steps,
+            "run_env_steps": self.run_env_steps.tolist(),  # every policy's (sync mode's budget)
             "rng": torch.get_rng_state(),
             "cfg": vars(self.cfg),
         }

@@ -27,6 +27,7 @@ from sample_factory.model.compile import compile_for_role, warm_up
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import bind_device, torch_device
 from sample_factory.runtime.messages import REQUEST, STOP, ActionsReady, Channels, Request, Stop, decode
+from sample_factory.runtime.reproducible import pin_kernels, reproducible, request_seed
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
 from sample_factory.workers.inference_runner import InferenceRunner, obs_spec_of, resolve_mode
 
@@ -51,6 +52,8 @@ class PolicyWorker(Component):
         self.num_splits = cfg.worker_num_splits
         self.niceness = cfg.default_niceness or None  # 0: the runner's
         self.multi_policy = cfg.num_policies > 1
+        # one forward pass per request, its draws seeded per request: answers independent of the batching
+        self.reproducible = reproducible(cfg)
         self.answer_area = policy_id * cfg.policy_workers_per_policy + worker_idx  # first index of answer_*
         # (actor_idx, split_idx) -> (gen, seq) of the latest request this worker answered: it answers each once
         self.answered: dict[tuple[int, int], tuple[int, int]] = {}
@@ -76,6 +79,8 @@ class PolicyWorker(Component):
         self.answer_version_np: np.ndarray | None = None  # [W, splits] versions of the answers
 
     def init(self) -> None:
+        if self.reproducible:
+            pin_kernels()
         self.device = torch_device(self.cfg.device)
         bind_device(self.device)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
@@ -113,7 +118,9 @@ class PolicyWorker(Component):
                 obs_spec_of(b.obs, leading=3),
                 self.device,
                 max_rows=self.num_agents,  # every split's request in one batch
-                mode=resolve_mode(self.cfg, self.device, self._note),
+                # reproducible: eager, so that each request's seed reaches the sampling kernels (a graph replays
+                # its own generator offsets)
+                mode="eager" if self.reproducible else resolve_mode(self.cfg, self.device, self._note),
                 log=self._note,
                 out_dtypes={f: getattr(b, f"answer_{f}").dtype for f in ("actions", "log_probs", "values")}
                 | {"new_rnn_states": b.answer_rnn_states.dtype},
@@ -162,7 +169,11 @@ class PolicyWorker(Component):
             with self.timing.add("weight_update"):
                 self._maybe_update_weights()
             with self.timing.add("inference"):
-                self._serve(requests)
+                if self.reproducible:
+                    for r in requests:
+                        self._serve([r])
+                else:
+                    self._serve(requests)
             self.activity = "waiting for requests"
 
     def _maybe_update_weights(self) -> None:
@@ -199,6 +210,12 @@ class PolicyWorker(Component):
                 self._rows(b.is_first, requests, cols, out=x.is_first)
             if self.agent_ranks:
                 x.agent_rank.copy_(self._agent_rank(rows, cols))
+            if self.reproducible:  # one request here: its own random streams (sampling, exploration, gSDE)
+                r = requests[0]
+                seed = request_seed(self.cfg.seed, self.policy_id, r.actor_idx, r.split_idx, r.seq)
+                torch.manual_seed(seed)
+                if self.sde is not None:
+                    self.sde.gen.manual_seed(seed)
             if self.sde is not None:
                 self.sde.draw(self._agents(rows, cols), out=x.sde_eps)
             # host tensors; values: real scale, as the buffers hold them
