@@ -153,7 +153,8 @@ class Runner:
 
             self.remote = RemoteSamplers(cfg, spec, log)  # adds the import slots to spec
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
-        self.weights = initial_weights(cfg, model, self.obs_space, self.action_space)
+        self.weights, resumed_steps = initial_weights(cfg, model, self.obs_space, self.action_space)
+        resume_point = (tuple(w.version for w in self.weights), resumed_steps) if resumed_steps else None
         kind = "local" if cfg.serial_mode else cfg.message_queue
         self.channels = Channels(spec.num_workers, cfg.num_policies, kind, cfg.learners_per_policy)
         if cfg.with_pbt:  # with the published weights: their versions say which policies have trained
@@ -167,6 +168,7 @@ class Runner:
             self.obs_space,
             self.action_space,
             hyperparams=lambda p: self.pbt.hyperparams(p) if self.pbt is not None else None,
+            resume_point=resume_point,
         )
         self.components = [self.roles.make(role, index) for role, index in self.roles.keys()]
         self.progress = ProgressTracker(cfg)
@@ -497,11 +499,12 @@ class Runner:
 
 def initial_weights(
     cfg: Config, model: ActorCritic, obs_space: gym.Space, action_space: gym.Space
-) -> list[SharedWeights]:
+) -> tuple[list[SharedWeights], int]:
     """Each policy's weights, published before any component starts: `model`'s for policy 0 and fresh random ones
     for the others of a population, or the latest checkpoint's where the run resumes or evaluates one (so no worker
-    ever acts with random weights there)."""
-    weights = []
+    ever acts with random weights there). And the env steps of all policies the checkpoints trained on (0: none;
+    sync mode's learners record every policy's, else their own are added up)."""
+    weights, own_steps, run_steps = [], 0, 0
     for p in range(cfg.num_policies):
         if p > 0:
             model = ActorCritic(cfg, obs_space, action_space)
@@ -512,10 +515,12 @@ def initial_weights(
         if loaded is not None:
             model.load_state_dict(loaded[0]["model"])
             version = loaded[0]["policy_version"]
+            own_steps += loaded[0]["env_steps"]
+            run_steps = run_steps or int(sum(loaded[0].get("run_env_steps", [0])))
         w = SharedWeights.for_model(model)
         w.publish(model, version)
         weights.append(w)
-    return weights
+    return weights, run_steps or own_steps
 
 
 def run(cfg: Config) -> int:

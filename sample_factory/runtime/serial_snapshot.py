@@ -71,14 +71,44 @@ def save_snapshot(exp_dir: Path, cfg: Config, components: list, channels: Any, b
         "counters": counters,
         "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
     }
+    path = exp_dir / SNAPSHOT_NAME
+    write_signed(path, state)
+    return path
+
+
+def write_signed(path: Path, state: dict) -> None:
+    """torch.save(state) into `path` (atomically), signed with this user's key (see the module's docstring)."""
     payload = io.BytesIO()
     torch.save(state, payload)
     data = payload.getvalue()
-    path = exp_dir / SNAPSHOT_NAME
-    tmp = exp_dir / f".{SNAPSHOT_NAME}.tmp"
+    tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(_MAGIC + hmac.digest(_snapshot_key(create=True), data, hashlib.sha256) + data)
     os.replace(tmp, path)
-    return path
+
+
+def read_signed(path: Path, what: str) -> tuple[dict | None, str]:
+    """(the state `write_signed` saved in `path`, "") if it is there and signed with this user's key; else (None,
+    why not), `what` naming the file in the reason."""
+    if not path.exists():
+        return None, f"no {what}"
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return None, f"{what} unreadable ({e.strerror})"
+    key = _snapshot_key(create=False)
+    mac, payload = data[len(_MAGIC) : len(_MAGIC) + 32], data[len(_MAGIC) + 32 :]
+    if key is None or not data.startswith(_MAGIC) or not hmac.compare_digest(mac, hmac.digest(key, payload, "sha256")):
+        return None, f"{what} not signed with this user's key ({snapshot_key_path()}): not unpickled"
+    try:
+        return torch.load(io.BytesIO(payload), weights_only=False), ""  # signed by this user: their own objects
+    except Exception as e:
+        return None, f"{what} unreadable ({type(e).__name__})"
+
+
+def changed_flags(saved: dict, cfg: Config) -> list[str]:
+    """The flags, other than those SAFE_TO_CHANGE, whose values differ between a saved fingerprint and cfg."""
+    now = _fingerprint(cfg)
+    return sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
 
 
 def snapshot_key_path() -> Path:
@@ -113,24 +143,10 @@ def _snapshot_key(create: bool) -> bytes | None:
 
 def load_snapshot(exp_dir: Path, cfg: Config, latest_checkpoint: tuple[int, int] | None) -> tuple[dict | None, str]:
     """Returns (state, why) — state is None when the snapshot cannot be used, with the reason."""
-    path = exp_dir / SNAPSHOT_NAME
-    if not path.exists():
-        return None, "no serial snapshot"
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        return None, f"serial snapshot unreadable ({e.strerror})"
-    key = _snapshot_key(create=False)
-    mac, payload = data[len(_MAGIC) : len(_MAGIC) + 32], data[len(_MAGIC) + 32 :]
-    if key is None or not data.startswith(_MAGIC) or not hmac.compare_digest(mac, hmac.digest(key, payload, "sha256")):
-        return None, f"serial snapshot not signed with this user's key ({snapshot_key_path()}): not unpickled"
-    try:
-        state = torch.load(io.BytesIO(payload), weights_only=False)  # signed by this user: their own objects
-    except Exception as e:
-        return None, f"serial snapshot unreadable ({type(e).__name__})"
-    now = _fingerprint(cfg)
-    if state["cfg"] != now:
-        changed = sorted(k for k in set(state["cfg"]) | set(now) if state["cfg"].get(k) != now.get(k))
+    state, why = read_signed(exp_dir / SNAPSHOT_NAME, "serial snapshot")
+    if state is None:
+        return None, why
+    if changed := changed_flags(state["cfg"], cfg):
         return None, f"configuration changed since the snapshot ({', '.join(changed)})"
     if latest_checkpoint != state["counters"]["checkpoint"]:
         return None, "the snapshot is older than the latest checkpoint"

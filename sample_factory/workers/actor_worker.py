@@ -39,6 +39,7 @@ from sample_factory.experiment.callbacks import (
     make_callbacks,
     overrides,
 )
+from sample_factory.experiment.folder import experiment_dir
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.messages import (
     ACTIONS_READY,
@@ -50,7 +51,8 @@ from sample_factory.runtime.messages import (
     Request,
     Rollout,
 )
-from sample_factory.runtime.shared_buffers import SlotPool, TrajectoryBuffers
+from sample_factory.runtime.reproducible import load_actor_state, reproducible, save_actor_state
+from sample_factory.runtime.shared_buffers import SharedWeights, SlotPool, TrajectoryBuffers
 from sample_factory.workers.policy_mapping import PolicyMapping, checked_mapping, get_policy_mapping
 
 # Position T of a finished slot that the next slot starts from: inputs (and the observation dict), and (async) the
@@ -84,7 +86,19 @@ class ActorWorker(Component):
     role = "actor"
     flushes_denormals = False  # the envs' own arithmetic, exactly (runtime/component.py::flush_denormals)
 
-    def __init__(self, cfg: Config, index: int, buffers: TrajectoryBuffers, channels: Channels, resumed: bool = False):
+    def __init__(
+        self,
+        cfg: Config,
+        index: int,
+        buffers: TrajectoryBuffers,
+        channels: Channels,
+        resumed: bool = False,
+        weights: list[SharedWeights] | None = None,
+        resume_point: tuple[tuple[int, ...], int] | None = None,
+    ):
+        """weights, resume_point: reproducible runs save the envs at the stop and restore them on resume
+        (runtime/reproducible.py): the published weights (their versions at the stop), and the checkpoints' (policy
+        versions, env steps of all policies) this run resumes from."""
         super().__init__(index, channels.actor[index], channels.report)
         self.gen = int(buffers.generation[index])  # > 0 when this worker replaces a crashed one
         # Random decorrelation steps only where the policy has not trained yet: a resumed run's (or a replacement
@@ -103,6 +117,10 @@ class ActorWorker(Component):
         # and the runner's counts are the same whichever split finishes first (runtime/reproducible.py).
         self.sync = not cfg.async_rl
         self.tagged_reports = self.sync and not cfg.evaluation_run  # an evaluation counts episodes as they end
+        # the envs' state saved at the stop, restored on resume (not by a replacement worker: it starts afresh)
+        self.saves_state = reproducible(cfg) and not cfg.evaluation_run and not cfg.serial_mode and weights is not None
+        self.weights, self.resume_point = weights, resume_point
+        self.base_env_steps = resume_point[1] if resume_point else 0  # env steps trained before this session
         # Everything below is set up by `init`, in the worker's own process.
         self.pools: list[SlotPool] = []  # per split: one shared pool (async), or each split's own slots (sync)
         self.rng: np.random.Generator | None = None
@@ -151,6 +169,8 @@ class ActorWorker(Component):
         self.rng = np.random.default_rng(None if base_seed is None else base_seed + self.index)
         # Envs start one by one (a VizDoom engine takes a second or more, on its first reset): a STOP that arrives
         # meanwhile ends start-up between two of them (raise_if_stopped), and `finish` closes the splits made.
+        if self._restore_state():
+            return
         for s in range(self.num_splits):
             group = self._make_group(s, base_seed)
             self.splits.append(Split(s, group, np.zeros(group.n, dtype=np.int64)))
@@ -165,6 +185,42 @@ class ActorWorker(Component):
             self.raise_if_stopped()
             self._start_split(split, delay)
         self.activity = "stepping envs" if not any(s.start_at for s in self.splits) else "decorrelating experience"
+
+    def _restore_state(self) -> bool:
+        """A resumed reproducible run: the splits (envs included) and random state saved at the stop, if they
+        belong to the checkpoints resumed; every split then starts the next iteration where the stopped run would
+        have. False: fresh envs (with a note saying why, where a state was saved)."""
+        if not self.saves_state or self.resume_point is None or self.gen > 0:
+            return False
+        state, why = load_actor_state(experiment_dir(self.cfg), self.index, self.cfg, self.resume_point)
+        if state is None:
+            if not why.startswith("no "):
+                self.report("note", f"envs start afresh, the run will not match an uninterrupted one: {why}")
+            return False
+        self.splits, self.rng, self.shaping = state["splits"], state["rng"], state["shaping"]
+        num_agents = self.splits[0].group.num_agents
+        mix = self.num_policies > 1 and num_agents > 1 and self.cfg.pbt_mix_policies_in_one_env
+        self.mapping = get_policy_mapping(self.cfg.policy_mapping) if (mix or self.cfg.policy_mapping) else None
+        if self.cfg.algo == "DQN":
+            self.reported_columns = [self._least_exploring(s.index, s.group.n) for s in self.splits]
+        for split in self.splits:
+            split.rollouts = 0  # report tags count this session's iterations
+            self._continue_in_new_slot(split)
+        self.activity = "stepping envs"
+        return True
+
+    def _save_state(self) -> None:
+        """At the stop of a reproducible run, if every split is parked at the end of the same iteration (the
+        learners keep the last iteration's slots): the splits and random state, for an exact resume."""
+        rollouts = {s.rollouts for s in self.splits}
+        if len(self.waiting) != self.num_splits or len(rollouts) != 1 or any(s.start_at for s in self.splits):
+            return
+        spec = self.buffers.spec
+        iteration = spec.num_slots * spec.samples_per_slot * self.cfg.frames_per_env_step  # all policies
+        env_steps = self.base_env_steps + rollouts.pop() // spec.slots_per_split * iteration
+        point = (tuple(w.version for w in self.weights), env_steps)
+        state = {"splits": self.splits, "rng": self.rng, "shaping": self.shaping}
+        save_actor_state(experiment_dir(self.cfg), self.index, self.cfg, point, state)
 
     def _decorrelation_delays(self) -> list[float]:
         """Seconds each split waits before its first request, uniform in [0, --decorrelate_experience_max_seconds]
@@ -513,6 +569,8 @@ class ActorWorker(Component):
                 self.report("samples", r)
 
     def finish(self) -> None:
+        if self.saves_state and self.initialized and self.gen == 0:
+            self._save_state()
         if not self.tagged_reports:  # sync: what the splits collected since their last rollout is trained on by no one
             for split in self.splits:
                 self._report_progress(split)

@@ -298,14 +298,13 @@ class Learner(Component):
             ids = self.buffers.gather(slots, None if self.sync else columns, ("policy_id",))["policy_id"]
             counts = np.bincount(ids[:, :-1].reshape(-1).numpy(), minlength=self.cfg.num_policies)
             samples = int(counts[self.policy_id])
-        if self.sync and self.run_env_steps.min() >= self.cfg.train_for_env_steps:
-            # Past the budget: the runner stops at the iteration before (it counts whole iterations); the slots are
-            # kept, so the actors collect no more.
+        if self._budget_spent():  # a run resumed past its budget: the runner stops at once (the slots are kept)
             return
         env_steps = self.env_steps + samples * fpes  # the run's unit (frames on Atari)
         if self.sync and samples == 0:  # none of this policy's steps in the iteration: nothing to train on
             self.run_env_steps += counts * fpes
-            self._return_slots(taken)
+            if not self._budget_spent():
+                self._return_slots(taken)
             self.report("sync_trained", int(self.run_env_steps.min()))
             return
         with self.timing.add("copy_batch"):
@@ -338,14 +337,20 @@ class Learner(Component):
         self._check_nonfinite()
         with self.timing.add("publish_weights"):
             self.weights.publish(self.model, self.version)
-        if not self.cfg.async_rl:
-            self._return_slots(taken)  # only now: the next batch is collected with the weights just published
+        if not self.cfg.async_rl and not self._budget_spent():
+            # Only now: the next batch is collected with the weights just published. After the last iteration the
+            # slots are kept: the actors stop at its end, where a reproducible run saves their state.
+            self._return_slots(taken)
         stats.update(env_steps=self.env_steps, version=self.version, train_time=train_time)
         call_hook(self.callbacks, "on_training_result", self.policy_id, stats)
         self.report("train", stats)
         if self.sync:
             self.report("sync_trained", int(self.run_env_steps.min()))
         self.activity = "waiting for rollouts"
+
+    def _budget_spent(self) -> bool:
+        """Sync mode: every policy has trained --train_for_env_steps (the runner stops after this iteration)."""
+        return self.sync and self.run_env_steps.min() >= self.cfg.train_for_env_steps
 
     def _check_nonfinite(self) -> None:
         if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:

@@ -66,3 +66,25 @@ def test_sync_runs_are_reproducible(tmp_path, train_run, flags):
         assert run.wait(timeout=240) == 0, run.describe()
         run.assert_no_leftovers()
     assert_same_run(*runs)
+
+
+@pytest.mark.timeout(300)
+def test_stopped_and_resumed_run_matches_the_uninterrupted_one(tmp_path, train_run):
+    """8,192 env steps, stop, resume to 16,384 (the actors' envs restored from sync_state/) ends with the same
+    checkpoint as 16,384 in one go. Without the saved envs, the resumed run would restart every episode."""
+    common = ["--async_rl=False", "--num_workers=2", "--seed=5"]
+    full = train_run([*common, "--train_for_env_steps=16000"], tmp_path / "full")
+    first = train_run([*common, "--train_for_env_steps=8000"], tmp_path / "resumed")
+    assert first.wait(timeout=240) == 0, first.describe()
+    assert sorted(p.name for p in (first.exp_dir / "sync_state").iterdir()) == ["actor_0.pth", "actor_1.pth"]
+    second = train_run([*common, "--train_for_env_steps=16000"], tmp_path / "resumed")
+    for run in (full, second):
+        assert run.wait(timeout=240) == 0, run.describe()
+        run.assert_no_leftovers()
+    assert "resumed from" in second.output and "envs start afresh" not in second.output, second.describe()
+    ckpt_full, ckpt_resumed = final_checkpoints(full.exp_dir), final_checkpoints(second.exp_dir)
+    assert list(ckpt_full) == list(ckpt_resumed), f"{list(ckpt_full)} vs {list(ckpt_resumed)}"
+    assert list(ckpt_full)[0].endswith("_16384.pth"), list(ckpt_full)
+    (a,), (b,) = ckpt_full.values(), ckpt_resumed.values()
+    differing = [k for k in a["model"] if not torch.equal(a["model"][k], b["model"][k])]
+    assert not differing, f"the resumed run ended with other weights in {differing}"
