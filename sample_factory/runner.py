@@ -172,6 +172,8 @@ class Runner:
         )
         self.components = [self.roles.make(role, index) for role, index in self.roles.keys()]
         self.progress = ProgressTracker(cfg)
+        if not cfg.evaluation_run:
+            self.progress.load_lag(self.exp_dir)
         if not cfg.async_rl and not cfg.evaluation_run:
             self.iteration_samples = IterationSamples(
                 cfg.num_workers, cfg.worker_num_splits, spec.slots_per_split, cfg.train_for_env_steps
@@ -454,6 +456,8 @@ class Runner:
         self._experiment_ended()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
+        if not self.cfg.evaluation_run:
+            self.progress.write_lag(self.exp_dir)
         if not self.cfg.evaluation_run:  # after the summary, whose times and FPS are training's
             signals = self.signals_received  # a Ctrl+C during the final evaluations stops them
             skip = signals > 0 or self.exit_code != 0  # interrupted or failed: no evaluation is due

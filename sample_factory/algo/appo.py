@@ -400,6 +400,8 @@ class APPOAlgorithm(Algorithm):
             "policy_lag_min": float(lag.min()),
             "policy_lag_avg": float(lag.mean()),
             "policy_lag_max": float(lag.max()),
+            # [max lag + 1] steps per lag, for the run's distribution (policy_lag.json)
+            "policy_lag_counts": np.bincount(lag.reshape(-1).clip(min=0)).tolist(),
             "dropped_samples": int(((p.lag > self.cfg.max_policy_lag) & p.own).sum()),
             "inactive_samples": int((~p.active).sum()),
             "samples": int(p.own.sum()),

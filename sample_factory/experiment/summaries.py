@@ -8,6 +8,7 @@ column that shows a count or a rate names it."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from sample_factory.config import Config
 from sample_factory.experiment.wandb_logging import WandbLogger
 
 FPS_WINDOWS = (10, 60, 300)
+LAG_FILE = "policy_lag.json"  # in the experiment folder: each policy's lag distribution over the whole run
 
 
 def unit_name(cfg: Config) -> str:
@@ -46,6 +48,8 @@ class ProgressTracker:
         self.all_episodes: list[list[tuple[float, int]]] = [[] for _ in range(P)]  # kept for evaluation runs
         self.train_stats: list[dict] = [{} for _ in range(P)]
         self.samples_trained = [0] * P
+        # per policy: [max lag + 1] trained steps per policy lag, over the run (resumed sessions included)
+        self.lag_counts = [np.zeros(0, dtype=np.int64) for _ in range(P)]
         self.dropped_samples = [0] * P
         # per policy: {--episode_info_keys / episode_extra_stats key: the last --stats_avg values}
         self.episode_stats: list[dict[str, collections.deque]] = [{} for _ in range(P)]
@@ -89,9 +93,52 @@ class ProgressTracker:
             self.history.append((now, self.total_env_steps() - sum(self.resumed_steps)))
 
     def add_train_stats(self, policy: int, stats: dict) -> None:
+        if (counts := stats.pop("policy_lag_counts", None)) is not None:
+            self.add_lag_counts(policy, counts)
         self.train_stats[policy] = stats
         self.samples_trained[policy] += stats.get("samples", 0)
         self.dropped_samples[policy] += stats.get("dropped_samples", 0)
+
+    def add_lag_counts(self, policy: int, counts: list[int] | np.ndarray) -> None:
+        counts, total = np.asarray(counts, dtype=np.int64), self.lag_counts[policy]
+        if len(counts) > len(total):
+            total = self.lag_counts[policy] = np.pad(total, (0, len(counts) - len(total)))
+        total[: len(counts)] += counts
+
+    def load_lag(self, exp_dir: Path) -> None:
+        """A resumed run's distribution goes on from the one its earlier sessions wrote."""
+        path = exp_dir / LAG_FILE
+        if path.exists():
+            for p, entry in json.loads(path.read_text()).items():
+                if int(p) < len(self.lag_counts):
+                    self.add_lag_counts(int(p), entry["counts"])
+
+    def lag_summary(self, policy: int) -> dict | None:
+        """The policy's lag distribution: trained steps, mean, min, percentiles, max and the counts per lag; None
+        before any (an algorithm that does not measure lag, DQN: nothing)."""
+        counts = self.lag_counts[policy]
+        n = int(counts.sum())
+        if n == 0:
+            return None
+        cdf, lags = np.cumsum(counts), np.arange(len(counts))
+        pct = {f"p{q}": int(np.searchsorted(cdf, q / 100 * n)) for q in (50, 90, 99)}
+        nonzero = np.flatnonzero(counts)
+        mean = float((lags * counts).sum() / n)
+        return {
+            "samples": n,
+            "mean": mean,
+            "min": int(nonzero[0]),
+            **pct,
+            "max": int(nonzero[-1]),
+            "counts": counts.tolist(),
+        }
+
+    def write_lag(self, exp_dir: Path) -> None:
+        summaries = {str(p): s for p in range(len(self.lag_counts)) if (s := self.lag_summary(p)) is not None}
+        if summaries:
+            tmp = exp_dir / f".{LAG_FILE}.tmp"
+            tmp.write_text(json.dumps(summaries) + "\n")
+            os.replace(tmp, exp_dir / LAG_FILE)
 
     def add_inference(self, policy: int, requests: int, batches: int) -> None:
         self.inference["requests", policy] += requests
@@ -205,6 +252,11 @@ class ProgressTracker:
                 f"{steps} {unit}{this_session} ({steps / max(elapsed, 1e-6):.0f} FPS), "
                 f"{self.dropped_samples[p]} samples dropped for lag, checkpoint {self.last_checkpoint.get(p)}"
             )
+            if (lag := self.lag_summary(p)) is not None:
+                lines.append(
+                    f"  policy {p} lag over the run (policy versions): mean {lag['mean']:.2f}, median {lag['p50']}, "
+                    f"p90 {lag['p90']}, p99 {lag['p99']}, max {lag['max']} (policy_lag.json)"
+                )
             custom = self.episode_stats_means(p)
             if custom:
                 lines.append(f"  policy {p} episode stats: " + ", ".join(f"{k} {v:.4g}" for k, v in custom.items()))

@@ -182,3 +182,42 @@ def test_no_eta_while_stalled(clock):
     clock[0] += 60  # nothing in the last 10 s: the 10 s FPS is 0
     line = progress.line()
     assert "ETA" not in line and "env steps: 1000 (1.0%)" in line, line
+
+
+def test_iteration_samples_count_whole_iterations_in_a_fixed_order():
+    """Sync mode: reports arrive in any order; they count only as whole iterations, in (worker, split, rollout)
+    order, and none past the budget, so the episode window is the same in every run."""
+    cfg = parse_cfg(["--env=CartPole-v1", "--train_for_env_steps=300"])
+    results = []
+    for arrival in ([(0, 0), (0, 1), (1, 0), (1, 1)], [(1, 1), (1, 0), (0, 1), (0, 0)]):
+        progress = ProgressTracker(cfg)
+        counted = summaries.IterationSamples(num_workers=2, splits_per_worker=1, rollouts_per_split=2, budget=300)
+        added = []
+        for iteration in range(3):
+            for w, k in arrival:
+                rollout = iteration * 2 + k
+                counted.add(w, 0, rollout, [(0, 50, [(float(10 * w + rollout), 5)], {})])
+                added.append(counted.apply(progress))
+        assert sum(added) == 2  # 2 iterations of 200 steps reach the budget; the third is not counted
+        assert added[3] == 1 and added[7] == 1  # each when its last report came
+        assert progress.env_steps == [400]
+        results.append(list(progress.episodes[0]))
+    assert (
+        results[0] == results[1] == [(0.0, 5), (1.0, 5), (10.0, 5), (11.0, 5), (2.0, 5), (3.0, 5), (12.0, 5), (13.0, 5)]
+    )
+
+
+def test_lag_distribution_is_written_and_resumed(tmp_path):
+    cfg = parse_cfg(["--env=CartPole-v1"])
+    progress = ProgressTracker(cfg)
+    assert progress.lag_summary(0) is None
+    progress.add_train_stats(0, {"policy_lag_counts": [10, 0, 80], "samples": 90})
+    progress.add_train_stats(0, {"policy_lag_counts": [10], "samples": 10})
+    lag = progress.lag_summary(0)
+    assert lag == {"samples": 100, "mean": 1.6, "min": 0, "p50": 2, "p90": 2, "p99": 2, "max": 2, "counts": [20, 0, 80]}
+    assert "policy_lag_counts" not in progress.train_stats[0]
+    progress.write_lag(tmp_path)
+    resumed = ProgressTracker(cfg)
+    resumed.load_lag(tmp_path)
+    resumed.add_train_stats(0, {"policy_lag_counts": [0, 0, 0, 100]})
+    assert resumed.lag_summary(0)["counts"] == [20, 0, 80, 100] and resumed.lag_summary(0)["p50"] == 2

@@ -4,6 +4,7 @@ aside). The two runs go concurrently: process scheduling differs between them, w
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,8 @@ def assert_same_run(a, b) -> None:
     def rows(run) -> list[dict[str, str]]:
         return [{k: v for k, v in r.items() if k not in TIME_COLUMNS} for r in run.progress_rows()]
 
+    lag_a, lag_b = (run.exp_dir / "policy_lag.json" for run in (a, b))
+    assert lag_a.exists() == lag_b.exists() and (not lag_a.exists() or lag_a.read_text() == lag_b.read_text())
     rows_a, rows_b = rows(a), rows(b)
     assert len(rows_a) >= 2, rows_a
     assert rows_a == rows_b, f"progress.csv differs:\n{rows_a}\n{rows_b}"
@@ -66,6 +69,9 @@ def test_sync_runs_are_reproducible(tmp_path, train_run, flags):
         assert run.wait(timeout=240) == 0, run.describe()
         run.assert_no_leftovers()
     assert_same_run(*runs)
+    if "--algo=DQN" not in flags:  # sync PPO trains on the current policy's samples only: every lag is 0
+        lag = json.loads((runs[0].exp_dir / "policy_lag.json").read_text())
+        assert {p: (v["max"], len(v["counts"])) for p, v in lag.items()} == {str(p): (0, 1) for p in range(len(lag))}
 
 
 @pytest.mark.timeout(300)
