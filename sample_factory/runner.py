@@ -36,7 +36,7 @@ from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.precision import resolve_auto_precision
 from sample_factory.pbt.controller import PbtController
 from sample_factory.runtime.component import TERMINATED, Component, ComponentKey, SerialDriver
-from sample_factory.runtime.device import resolve_device_name
+from sample_factory.runtime.device import resolve_device_name, torch_device
 from sample_factory.runtime.fork_server import mp_context
 from sample_factory.runtime.heartbeat import enable_stack_dumps
 from sample_factory.runtime.messages import REPORT, Channels, Report, SaveBest, SaveNow
@@ -124,8 +124,8 @@ class Runner:
         if note := episode_limit_note(cfg):
             log(note)
         self.callbacks = make_callbacks(cfg)
-        if reproducible(cfg):
-            pin_kernels()  # the runner's kernels too: serial mode, and the initial weights' computation
+        if reproducible(cfg):  # in serial mode the components run here
+            pin_kernels(torch_device(cfg.device) if cfg.serial_mode else torch.device("cpu"))
         if cfg.serial_mode:
             # Serial mode promises bit-identical weights for a seed, so no kernel may be picked by timing: tanh's
             # sigmoid identity (model/activations.py) differs from torch.tanh in the last bits, and which of the two

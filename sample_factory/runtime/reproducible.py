@@ -29,14 +29,17 @@ def reproducible(cfg: Config) -> bool:
     return cfg.seed is not None and not cfg.async_rl
 
 
-def pin_kernels() -> None:
-    """No kernel chosen by timing (tanh's sigmoid identity flips under load) and torch's deterministic variants
-    (a warning, not an error, for an op that has none). Call before the process's first CUDA op."""
+def pin_kernels(device: torch.device) -> None:
+    """No kernel chosen by timing (tanh's sigmoid identity flips under load); on a GPU, torch's deterministic variants
+    (a warning, not an error, for an op that has none). Call before the process's first CUDA op. Not on the CPU: the
+    CPU kernels we run give the same bits for the same inputs and thread count, and the switch imports torch._dynamo
+    (a second or more per process on a loaded 2-core machine)."""
     from sample_factory.model import activations
 
     activations.USE_IDENTITY = False
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's deterministic workspace
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's deterministic workspace
+        torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def request_seed(seed: int, policy_id: int, actor_idx: int, split_idx: int, seq: int) -> int:

@@ -124,9 +124,9 @@ class Learner(Component):
 
     def init(self) -> None:
         cfg = self.cfg
-        if reproducible(cfg):
-            pin_kernels()
         self.device = torch_device(cfg.device)
+        if reproducible(cfg):
+            pin_kernels(self.device)
         bind_device(self.device)
         self.callbacks = make_callbacks(cfg)
         if cfg.seed is not None:

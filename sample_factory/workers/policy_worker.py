@@ -68,6 +68,7 @@ class PolicyWorker(Component):
         self.deterministic = False
         self.agent_ranks = False  # set from the algorithm class in init
         self.runner: InferenceRunner | None = None  # the inference step (staging buffers, CUDA graphs): init
+        self.sampling_generator: torch.Generator | None = None  # the device's default generator: init
         # --use_sde: each agent's exploration matrix, kept by this worker (with several workers per policy an agent
         # served by two holds one in each: its noise changes more often, its distribution is the same)
         self.sde: ExplorationMatrices | None = None
@@ -79,9 +80,9 @@ class PolicyWorker(Component):
         self.answer_version_np: np.ndarray | None = None  # [W, splits] versions of the answers
 
     def init(self) -> None:
-        if self.reproducible:
-            pin_kernels()
         self.device = torch_device(self.cfg.device)
+        if self.reproducible:
+            pin_kernels(self.device)
         bind_device(self.device)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
         dtype = reduced_precision_dtype(self.cfg.inference_precision, self.device)
@@ -100,11 +101,15 @@ class PolicyWorker(Component):
         self.activity = "waiting for requests"
 
     # runner: not pickled (serial-mode snapshots): CUDA graphs do not pickle; remade by bind_views, it holds no state
-    # that outlives a batch
-    _view_attrs = ("generation", "request_seq", "answer_np", "answer_version_np", "runner")
+    # that outlives a batch. sampling_generator: the device's default generator (seeded per request)
+    _view_attrs = ("generation", "request_seq", "answer_np", "answer_version_np", "runner", "sampling_generator")
 
     def bind_views(self) -> None:
         b = self.buffers
+        cuda = self.device.type == "cuda"
+        self.sampling_generator = (
+            torch.cuda.default_generators[self.device.index or 0] if cuda else torch.default_generator
+        )
         self.generation = b.generation.numpy()
         self.request_seq = b.request_seq.numpy()
         names = ("answer_actions", "answer_log_probs", "answer_values", "answer_rnn_states")
@@ -213,7 +218,9 @@ class PolicyWorker(Component):
             if self.reproducible:  # one request here: its own random streams (sampling, exploration, gSDE)
                 r = requests[0]
                 seed = request_seed(self.cfg.seed, self.policy_id, r.actor_idx, r.split_idx, r.seq)
-                torch.manual_seed(seed)
+                # the generator sampling draws from; not torch.manual_seed, which also visits every device type
+                # (160 us a call against 5)
+                self.sampling_generator.manual_seed(seed)
                 if self.sde is not None:
                     self.sde.gen.manual_seed(seed)
             if self.sde is not None:
