@@ -286,16 +286,20 @@ class IterationSamples:
             (w, s, k) for w in range(num_workers) for s in range(splits_per_worker) for k in range(rollouts_per_split)
         ]
         self.rollouts_per_split, self.budget = rollouts_per_split, budget
-        self.iteration = 0  # the next one to add
+        # the next one to add: the first report's (0 in a new session; a serial-mode snapshot's actors go on counting,
+        # and no split starts an iteration before every split finished the one before)
+        self.iteration: int | None = None
         self.pending: dict[tuple[int, int, int], list] = {}  # (worker, split, rollout number) -> its reports
 
     def add(self, worker: int, split: int, rollout: int, reports: list) -> None:
+        if self.iteration is None:
+            self.iteration = rollout // self.rollouts_per_split
         self.pending[worker, split, rollout] = reports
 
     def apply(self, progress: ProgressTracker) -> int:
         """Add every complete iteration (within the budget) to `progress`; returns how many were added."""
         added = 0
-        while progress.budget_env_steps() < self.budget:
+        while self.iteration is not None and progress.budget_env_steps() < self.budget:
             base = self.iteration * self.rollouts_per_split
             keys = [(w, s, base + k) for w, s, k in self.order]
             if any(key not in self.pending for key in keys):
