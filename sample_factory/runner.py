@@ -87,6 +87,7 @@ class Runner:
             "samples": self._on_samples,
             "split_samples": self._on_split_samples,
             "sync_trained": self._on_sync_trained,
+            "lag_counts": lambda r: self.progress.add_lag_counts(r.index, r.payload),
             "train": self._on_train,
             "inference": self._on_inference,
             "resumed": self._on_resumed,

@@ -382,6 +382,7 @@ class APPOAlgorithm(Algorithm):
             replay_own, replay_lag = p.own[fresh:], p.lag[fresh:]
             p = p._replace(own=p.own[:fresh], lag=p.lag[:fresh], active=p.active[:fresh])
         lag = p.lag[p.own] if p.own.any() else p.lag.reshape(-1)
+        self.lag_counts = np.bincount(lag.reshape(-1).clip(min=0))  # [max lag + 1] steps per lag (the learner reports)
         extra = {}
         if fresh is not None:
             rl = replay_lag[replay_own] if replay_own.any() else np.zeros(1)
@@ -400,8 +401,6 @@ class APPOAlgorithm(Algorithm):
             "policy_lag_min": float(lag.min()),
             "policy_lag_avg": float(lag.mean()),
             "policy_lag_max": float(lag.max()),
-            # [max lag + 1] steps per lag, for the run's distribution (policy_lag.json)
-            "policy_lag_counts": np.bincount(lag.reshape(-1).clip(min=0)).tolist(),
             "dropped_samples": int(((p.lag > self.cfg.max_policy_lag) & p.own).sum()),
             "inactive_samples": int((~p.active).sum()),
             "samples": int(p.own.sum()),

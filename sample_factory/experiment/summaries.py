@@ -93,8 +93,6 @@ class ProgressTracker:
             self.history.append((now, self.total_env_steps() - sum(self.resumed_steps)))
 
     def add_train_stats(self, policy: int, stats: dict) -> None:
-        if (counts := stats.pop("policy_lag_counts", None)) is not None:
-            self.add_lag_counts(policy, counts)
         self.train_stats[policy] = stats
         self.samples_trained[policy] += stats.get("samples", 0)
         self.dropped_samples[policy] += stats.get("dropped_samples", 0)

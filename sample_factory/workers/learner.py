@@ -71,6 +71,8 @@ class Learner(Component):
     role = "learner"
     dp = None  # algo/data_parallel.py: this rank's collectives, with --learners_per_policy > 1 (set in init)
     group_failed = False  # a collective failed: the weights may be mid-step, no final checkpoint
+    sync = False  # sync mode's whole iterations (set in __init__)
+    held: tuple[PendingRollout, ...] = ()  # sync: the slots kept once the budget is spent
 
     def __init__(
         self,
@@ -115,7 +117,6 @@ class Learner(Component):
         # slot order, i.e. (worker, split, rollout), and none past the env-step budget: the same batches in every run.
         self.sync = not cfg.async_rl and not cfg.sampler_only and not cfg.evaluation_run
         self.run_env_steps = np.zeros(cfg.num_policies, dtype=np.int64)  # sync: every policy's trained env steps
-        self.held: list[PendingRollout] = []  # sync: the slots kept once the budget is spent
         self.discarded_rollouts = 0
         self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
         self.early: list[tuple] = []  # messages taken from the inbox during an iteration, handled after it
@@ -222,8 +223,8 @@ class Learner(Component):
 
     def on_idle(self) -> None:
         if self.held and not self._budget_spent():  # a serial-mode resume with a larger budget: go on
-            self._return_slots(self.held)
-            self.held = []
+            self._return_slots(list(self.held))
+            self.held = ()
         self._drop_stale()
         # Train on the rollouts pending now, not on those that arrive meanwhile (a learner that is always behind
         # must still come back for periodic saves and heartbeats), and look at the inbox between iterations so that
@@ -303,13 +304,13 @@ class Learner(Component):
             counts = np.bincount(ids[:, :-1].reshape(-1).numpy(), minlength=self.cfg.num_policies)
             samples = int(counts[self.policy_id])
         if self._budget_spent():  # a run resumed past its budget: the runner stops at once (the slots are kept)
-            self.held += taken
+            self.held = (*self.held, *taken)
             return
         env_steps = self.env_steps + samples * fpes  # the run's unit (frames on Atari)
         if self.sync and samples == 0:  # none of this policy's steps in the iteration: nothing to train on
             self.run_env_steps += counts * fpes
             if self._budget_spent():
-                self.held += taken
+                self.held = (*self.held, *taken)
             else:
                 self._return_slots(taken)
             self.report("sync_trained", int(self.run_env_steps.min()))
@@ -344,13 +345,16 @@ class Learner(Component):
         self._check_nonfinite()
         with self.timing.add("publish_weights"):
             self.weights.publish(self.model, self.version)
-        if self._budget_spent():
-            self.held += taken  # the actors stop at the end of the last iteration (a reproducible run saves them there)
+        if self._budget_spent():  # the actors stop at the end of the last iteration (a reproducible run saves them)
+            self.held = (*self.held, *taken)
         elif not self.cfg.async_rl:
             self._return_slots(taken)  # only now: the next batch is collected with the weights just published
         stats.update(env_steps=self.env_steps, version=self.version, train_time=train_time)
         call_hook(self.callbacks, "on_training_result", self.policy_id, stats)
         self.report("train", stats)
+        if self.algo.lag_counts is not None:
+            self.report("lag_counts", self.algo.lag_counts.tolist())
+            self.algo.lag_counts = None
         if self.sync:
             self.report("sync_trained", int(self.run_env_steps.min()))
         self.activity = "waiting for rollouts"

@@ -211,13 +211,12 @@ def test_lag_distribution_is_written_and_resumed(tmp_path):
     cfg = parse_cfg(["--env=CartPole-v1"])
     progress = ProgressTracker(cfg)
     assert progress.lag_summary(0) is None
-    progress.add_train_stats(0, {"policy_lag_counts": [10, 0, 80], "samples": 90})
-    progress.add_train_stats(0, {"policy_lag_counts": [10], "samples": 10})
+    progress.add_lag_counts(0, [10, 0, 80])
+    progress.add_lag_counts(0, [10])
     lag = progress.lag_summary(0)
     assert lag == {"samples": 100, "mean": 1.6, "min": 0, "p50": 2, "p90": 2, "p99": 2, "max": 2, "counts": [20, 0, 80]}
-    assert "policy_lag_counts" not in progress.train_stats[0]
     progress.write_lag(tmp_path)
     resumed = ProgressTracker(cfg)
     resumed.load_lag(tmp_path)
-    resumed.add_train_stats(0, {"policy_lag_counts": [0, 0, 0, 100]})
+    resumed.add_lag_counts(0, [0, 0, 0, 100])
     assert resumed.lag_summary(0)["counts"] == [20, 0, 80, 100] and resumed.lag_summary(0)["p50"] == 2
