@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from sample_factory.algo.registry import algorithm_class
-from sample_factory.config import Config
+from sample_factory.config import Config, reproducible
 from sample_factory.envs.env_utils import env_backend, episode_limit_note, probe_env, set_step_units
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
 from sample_factory.experiment.best_checkpoints import BestCheckpoints
@@ -41,7 +41,6 @@ from sample_factory.runtime.fork_server import mp_context
 from sample_factory.runtime.heartbeat import enable_stack_dumps
 from sample_factory.runtime.messages import REPORT, Channels, Report, SaveBest, SaveNow
 from sample_factory.runtime.placement import place_components
-from sample_factory.runtime.reproducible import pin_kernels, reproducible
 from sample_factory.runtime.serial_snapshot import load_snapshot, save_snapshot
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
 from sample_factory.runtime.supervisor import RESTARTABLE, Supervisor
@@ -126,7 +125,7 @@ class Runner:
             log(note)
         self.callbacks = make_callbacks(cfg)
         if reproducible(cfg):  # in serial mode the components run here
-            pin_kernels(torch_device(cfg.device) if cfg.serial_mode else torch.device("cpu"))
+            activations.pin_kernels(torch_device(cfg.device) if cfg.serial_mode else torch.device("cpu"))
         if cfg.serial_mode:
             # Serial mode promises bit-identical weights for a seed, so no kernel may be picked by timing: tanh's
             # sigmoid identity (model/activations.py) differs from torch.tanh in the last bits, and which of the two

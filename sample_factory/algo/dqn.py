@@ -28,9 +28,8 @@ from torch import Tensor
 from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, learning_rate_at, make_adam
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
 from sample_factory.algo.transfer import DeferredReads, PinnedStaging, host_read
-from sample_factory.config import Config, ConfigError
+from sample_factory.config import Config, ConfigError, reproducible
 from sample_factory.envs.spaces import ACTION_MASK_KEY
-from sample_factory.runtime.reproducible import reproducible
 
 # The per-step statistics an iteration averages over its applied SGD steps, in sgd_step's order.
 STEP_STATS = ("loss", "q_mean", "q_target", "td_error_abs", "importance_weight", "grad_norm")

@@ -49,13 +49,20 @@ OPTIONS: dict[str, list[Option]] = {
             "Where policy workers and learners run: auto (GPU when available), gpu, or cpu.",
             choices=("auto", "gpu", "cpu"),
         ),
-        Option("seed", int, None, "Random seed. With --serial_mode=True a fixed seed makes the run reproducible."),
+        Option(
+            "seed",
+            int,
+            None,
+            "Random seed. With --async_rl=False or --serial_mode=True a fixed seed makes the run reproducible "
+            "(same weights for the same command, on the CPU; docs/algorithms.md).",
+        ),
         Option("serial_mode", str2bool, False, "Run actor, policy and learner components in one process (debugging)."),
         Option(
             "async_rl",
             str2bool,
             True,
-            "Asynchronous collection (APPO). False: collect one batch with the current policy, train, repeat.",
+            "Asynchronous collection (APPO). False: collect one batch with the current policy, train, repeat "
+            "(with --seed: reproducible, see docs/algorithms.md).",
         ),
         Option(
             "restart_behavior",

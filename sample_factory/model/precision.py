@@ -21,9 +21,8 @@ import torch
 from torch import nn
 
 from sample_factory.algo.base import reduced_precision_dtype
-from sample_factory.config import Config
+from sample_factory.config import Config, reproducible
 from sample_factory.model.compile import zero_obs
-from sample_factory.runtime.reproducible import reproducible
 
 MIN_SPEEDUP = 1.1  # bf16 must be at least this much faster: near a tie, fp32's accuracy (and stable choice) wins
 TRAIN_ROWS = 64  # rows of a timed training pass (the per-row ratio of fp32 to bf16 holds from about 32 rows up)

@@ -7,39 +7,19 @@ weights, whatever the process scheduling. What each component does for it:
   request number), so an action never depends on which requests were batched together (`PolicyWorker._serve`);
 - learners: the slots of an iteration in (worker, split, rollout) order, and no iteration past the env-step budget
   (`Learner`);
-- the runner: samples counted and progress rows written per complete iteration (`SyncProgress`);
-- every process that runs the model: kernels picked without timing, torch's deterministic algorithms (`pin_kernels`);
+- the runner: samples counted and progress rows written per complete iteration
+  (experiment/summaries.py::IterationSamples);
+- every process that runs the model: kernels picked without timing, torch's deterministic algorithms on a GPU
+  (model/activations.py::pin_kernels);
 - at a stop, the actor workers' envs and counters are saved, so that a resumed run continues the same trajectory
   (`save_actor_state`).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import torch
-
 from sample_factory.config import Config
-
-
-def reproducible(cfg: Config) -> bool:
-    """Whether a multi-process run promises the same weights for the same command: synchronous, with a seed.
-    (Serial mode is reproducible by running everything in one thread, in a fixed order.)"""
-    return cfg.seed is not None and not cfg.async_rl
-
-
-def pin_kernels(device: torch.device) -> None:
-    """No kernel chosen by timing (tanh's sigmoid identity flips under load); on a GPU, torch's deterministic variants
-    (a warning, not an error, for an op that has none). Call before the process's first CUDA op. Not on the CPU: the
-    CPU kernels we run give the same bits for the same inputs and thread count, and the switch imports torch._dynamo
-    (a second or more per process on a loaded 2-core machine)."""
-    from sample_factory.model import activations
-
-    activations.USE_IDENTITY = False
-    if device.type == "cuda":
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's deterministic workspace
-        torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def request_seed(seed: int, policy_id: int, actor_idx: int, split_idx: int, seq: int) -> int:

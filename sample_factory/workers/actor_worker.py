@@ -28,7 +28,7 @@ import numpy as np
 import psutil
 
 from sample_factory.algo.dqn import REPORTED_RANK
-from sample_factory.config import Config
+from sample_factory.config import Config, reproducible
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import env_backend, make_env
 from sample_factory.experiment.callbacks import (
@@ -51,7 +51,7 @@ from sample_factory.runtime.messages import (
     Request,
     Rollout,
 )
-from sample_factory.runtime.reproducible import load_actor_state, reproducible, save_actor_state
+from sample_factory.runtime.reproducible import load_actor_state, save_actor_state
 from sample_factory.runtime.shared_buffers import SharedWeights, SlotPool, TrajectoryBuffers
 from sample_factory.workers.policy_mapping import PolicyMapping, checked_mapping, get_policy_mapping
 

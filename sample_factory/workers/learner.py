@@ -25,7 +25,7 @@ import torch
 
 from sample_factory.algo.base import forward_autocast
 from sample_factory.algo.registry import make_algorithm
-from sample_factory.config import Config
+from sample_factory.config import Config, reproducible
 from sample_factory.experiment.callbacks import call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import (
     CheckpointError,
@@ -37,6 +37,7 @@ from sample_factory.experiment.checkpoints import (
     save_checkpoint,
     save_milestone,
 )
+from sample_factory.model.activations import pin_kernels
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role, warm_up
 from sample_factory.pbt.population import apply_hyperparams
@@ -53,7 +54,6 @@ from sample_factory.runtime.messages import (
     FreeSlots,
     Message,
 )
-from sample_factory.runtime.reproducible import pin_kernels, reproducible
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
 from sample_factory.workers.learner_group import release_ranks, share_out, too_few_rows
 

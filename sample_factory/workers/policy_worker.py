@@ -21,13 +21,14 @@ import torch
 from sample_factory.algo.base import reduced_precision_dtype, sde_period
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.algo.sde import ExplorationMatrices, matrices_seed
-from sample_factory.config import Config
+from sample_factory.config import Config, reproducible
+from sample_factory.model.activations import pin_kernels
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role, warm_up
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import bind_device, torch_device
 from sample_factory.runtime.messages import REQUEST, STOP, ActionsReady, Channels, Request, Stop, decode
-from sample_factory.runtime.reproducible import pin_kernels, reproducible, request_seed
+from sample_factory.runtime.reproducible import request_seed
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
 from sample_factory.workers.inference_runner import InferenceRunner, obs_spec_of, resolve_mode
 

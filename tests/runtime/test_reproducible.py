@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from sample_factory.config import parse_cfg
+from sample_factory.config import parse_cfg, reproducible
 from sample_factory.experiment.checkpoints import list_checkpoints
-from sample_factory.runtime.reproducible import load_actor_state, reproducible, request_seed, save_actor_state
+from sample_factory.runtime.reproducible import load_actor_state, request_seed, save_actor_state
 from tests.policy_helpers import train_tiny
 
 
