@@ -481,7 +481,13 @@ OPTIONS: dict[str, list[Option]] = {
             "User hooks: a Callbacks subclass registered with sample_factory.experiment.callbacks.register_callbacks "
             "(its name) or module:Class (docs/callbacks-and-metrics.md).",
         ),
-        Option("report_interval_sec", float, 5.0, "Seconds between progress lines (and progress.csv rows)."),
+        Option(
+            "report_interval_sec",
+            float,
+            5.0,
+            "Seconds between progress lines (and progress.csv rows; with --async_rl=False rows come only at "
+            "--progress_every_env_steps, whole iterations, so that they are the same in every run).",
+        ),
         Option(
             "progress_every_env_steps",
             _num,
