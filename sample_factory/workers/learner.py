@@ -352,7 +352,7 @@ class Learner(Component):
         stats.update(env_steps=self.env_steps, version=self.version, train_time=train_time)
         call_hook(self.callbacks, "on_training_result", self.policy_id, stats)
         self.report("train", stats)
-        if self.algo.lag_counts is not None:
+        if getattr(self.algo, "lag_counts", None) is not None:  # (an algorithm that measures lag)
             self.report("lag_counts", self.algo.lag_counts.tolist())
             self.algo.lag_counts = None
         if self.sync:
