@@ -220,7 +220,10 @@ class ActorWorker(Component):
         env_steps = self.base_env_steps + rollouts.pop() // spec.slots_per_split * iteration
         point = (tuple(w.version for w in self.weights), env_steps)
         state = {"splits": self.splits, "rng": self.rng, "shaping": self.shaping}
-        save_actor_state(experiment_dir(self.cfg), self.index, self.cfg, point, state)
+        try:
+            save_actor_state(experiment_dir(self.cfg), self.index, self.cfg, point, state)
+        except Exception as e:  # noqa: BLE001 - envs that do not pickle (EnvPool, engines): a resume starts afresh
+            self.report("note", f"envs not saved for an exact resume ({type(e).__name__}: {str(e)[:200]})")
 
     def _decorrelation_delays(self) -> list[float]:
         """Seconds each split waits before its first request, uniform in [0, --decorrelate_experience_max_seconds]
