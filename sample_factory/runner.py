@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from sample_factory.algo.registry import algorithm_class
-from sample_factory.config import Config
+from sample_factory.config import Config, reproducible
 from sample_factory.config.parse import defaults_line
 from sample_factory.envs.env_utils import env_backend, episode_limit_note, probe_env, set_step_units
 from sample_factory.evaluation.periodic_eval import PeriodicEvaluator
@@ -39,13 +39,19 @@ from sample_factory.experiment.folder import (
     write_cfg_json,
 )
 from sample_factory.experiment.run_log import log
-from sample_factory.experiment.summaries import ProgressPoints, ProgressTracker, SummaryWriteError, SummaryWriters
+from sample_factory.experiment.summaries import (
+    IterationSamples,
+    ProgressPoints,
+    ProgressTracker,
+    SummaryWriteError,
+    SummaryWriters,
+)
 from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.precision import resolve_auto_precision
 from sample_factory.pbt.controller import PbtController
 from sample_factory.runtime.component import TERMINATED, Component, ComponentKey, SerialDriver
-from sample_factory.runtime.device import resolve_device_name
+from sample_factory.runtime.device import resolve_device_name, torch_device
 from sample_factory.runtime.fork_server import mp_context
 from sample_factory.runtime.heartbeat import enable_stack_dumps
 from sample_factory.runtime.messages import REPORT, Channels, Report, SaveBest, SaveNow
@@ -94,12 +100,16 @@ class Runner:
         self.previous_cfg: bytes | None = None  # a resumed run's cfg.json as it was before this command
         self.callbacks: Callbacks | None = None  # the runner process's instance of --callbacks
         self.remote: Any = None  # --sampler_nodes: distributed.remote_samplers.RemoteSamplers
+        self.iteration_samples: IterationSamples | None = None  # sync mode: samples counted by whole iterations
         # report kind -> handler. Every report is a sign of life for the supervisor's monitor, which is all that
         # "started" and "heartbeat" are.
         self.report_handlers: dict[str, Callable[[Report], None]] = {
             "started": self._on_started,
             "note": self._on_note,
             "samples": self._on_samples,
+            "split_samples": self._on_split_samples,
+            "sync_trained": self._on_sync_trained,
+            "lag_counts": lambda r: self.progress.add_lag_counts(r.index, r.payload),
             "train": self._on_train,
             "inference": self._on_inference,
             "resumed": self._on_resumed,
@@ -147,6 +157,8 @@ class Runner:
         if note := episode_limit_note(cfg):
             log(note)
         self.callbacks = make_callbacks(cfg)
+        if reproducible(cfg):  # in serial mode the components run here
+            activations.pin_kernels(torch_device(cfg.device) if cfg.serial_mode else torch.device("cpu"))
         if cfg.serial_mode:
             # Serial mode promises bit-identical weights for a seed, so no kernel may be picked by timing: tanh's
             # sigmoid identity (model/activations.py) differs from torch.tanh in the last bits, and which of the two
@@ -172,7 +184,10 @@ class Runner:
 
             self.remote = RemoteSamplers(cfg, spec, log)  # adds the import slots to spec
         self.buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
-        self.weights, self.resumed_env_steps = initial_weights(cfg, model, self.obs_space, self.action_space)
+        self.weights, self.resumed_env_steps, resumed_steps = initial_weights(
+            cfg, model, self.obs_space, self.action_space
+        )
+        resume_point = (tuple(w.version for w in self.weights), resumed_steps) if resumed_steps else None
         kind = "local" if cfg.serial_mode else cfg.message_queue
         self.channels = Channels(spec.num_workers, cfg.num_policies, kind, cfg.learners_per_policy)
         if cfg.with_pbt:  # with the published weights: their versions say which policies have trained
@@ -186,9 +201,17 @@ class Runner:
             self.obs_space,
             self.action_space,
             hyperparams=lambda p: self.pbt.hyperparams(p) if self.pbt is not None else None,
+            resume_point=resume_point,
         )
         self.components = [self.roles.make(role, index) for role, index in self.roles.keys()]
         self.progress = ProgressTracker(cfg)
+        if not cfg.evaluation_run:
+            self.progress.load_lag(self.exp_dir)
+        if not cfg.async_rl and not cfg.evaluation_run:
+            self.iteration_samples = IterationSamples(
+                cfg.num_workers, cfg.worker_num_splits, spec.slots_per_split, cfg.train_for_env_steps
+            )
+            self.progress.trained_budget = [0] * cfg.num_policies
         self.evaluator = PeriodicEvaluator(
             cfg,
             self.exp_dir,
@@ -316,7 +339,8 @@ class Runner:
     def _main_loop(self) -> None:
         cfg = self.cfg
         last_print = last_summary = last_best = time.monotonic()
-        self.points = ProgressPoints(cfg.progress_every_env_steps, self.summaries, last_print)
+        per_iteration = self.iteration_samples is not None
+        self.points = ProgressPoints(cfg.progress_every_env_steps, self.summaries, last_print, per_iteration)
         while self.stop_reason is None:
             if self.driver is not None:
                 for _ in range(20):
@@ -332,7 +356,8 @@ class Runner:
                 last_print = now
                 log(self.progress.line())
                 self.points.report(self.progress, now)
-            self.points.update(self.progress, now)
+            if not per_iteration:
+                self.points.update(self.progress, now)
             self._periodic_eval()
             if now - last_best >= cfg.save_best_every_sec:
                 last_best = now
@@ -365,6 +390,16 @@ class Runner:
     def _on_samples(self, report: Report) -> None:
         policy, steps, episodes, stats = report.payload
         self.progress.add_samples(policy, steps, episodes, stats)
+
+    def _on_split_samples(self, report: Report) -> None:
+        split, rollout, reports = report.payload
+        self.iteration_samples.add(report.index, split, rollout, reports)
+        if self.stop_reason is None:  # after the stop, the counts stay those of the iterations trained on
+            for _ in range(self.iteration_samples.apply(self.progress)):
+                self.points.update(self.progress, time.monotonic())
+
+    def _on_sync_trained(self, report: Report) -> None:
+        self.progress.trained_budget[report.index] = report.payload
 
     def _on_train(self, report: Report) -> None:
         self.progress.add_train_stats(report.index, report.payload)
@@ -509,6 +544,8 @@ class Runner:
         self._experiment_ended()
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
+        if not self.cfg.evaluation_run:
+            self.progress.write_lag(self.exp_dir)
         if not self.cfg.evaluation_run:  # after the summary, whose times and FPS are training's
             signals = self.signals_received  # a Ctrl+C during the final evaluations stops them
             skip = signals > 0 or self.exit_code != 0  # interrupted or failed: no evaluation is due
@@ -554,11 +591,13 @@ class Runner:
 
 def initial_weights(
     cfg: Config, model: ActorCritic, obs_space: gym.Space, action_space: gym.Space
-) -> tuple[list[SharedWeights], list[int]]:
+) -> tuple[list[SharedWeights], list[int], int]:
     """Each policy's weights, published before any component starts: `model`'s for policy 0 and fresh random ones
     for the others of a population, or the latest checkpoint's where the run resumes or evaluates one (so no worker
-    ever acts with random weights there). Returns them with each policy's env steps at its checkpoint (0: none)."""
-    weights, env_steps = [], []
+    ever acts with random weights there). Returns them with each policy's env steps at its checkpoint (0: none) and
+    the env steps of all policies the checkpoints trained on (0: none; sync mode's learners record every policy's,
+    else their own are added up)."""
+    weights, env_steps, run_steps = [], [], 0
     for p in range(cfg.num_policies):
         if p > 0:
             model = ActorCritic(cfg, obs_space, action_space)
@@ -575,11 +614,12 @@ def initial_weights(
         if loaded is not None:
             model.load_state_dict(loaded[0]["model"])
             version = loaded[0]["policy_version"]
+            run_steps = run_steps or int(sum(loaded[0].get("run_env_steps", [0])))
         env_steps.append(loaded[0]["env_steps"] if loaded is not None else 0)
         w = SharedWeights.for_model(model)
         w.publish(model, version)
         weights.append(w)
-    return weights, env_steps
+    return weights, env_steps, run_steps or sum(env_steps)
 
 
 def run(cfg: Config) -> int:

@@ -421,6 +421,7 @@ class APPOAlgorithm(Algorithm):
             replay_own, replay_lag = p.own[fresh:], p.lag[fresh:]
             p = p._replace(own=p.own[:fresh], lag=p.lag[:fresh], active=p.active[:fresh])
         lag = p.lag[p.own] if p.own.any() else p.lag.reshape(-1)
+        self.lag_counts = np.bincount(lag.reshape(-1).clip(min=0))  # [max lag + 1] steps per lag (the learner reports)
         extra = {}
         if fresh is not None:
             rl = replay_lag[replay_own] if replay_own.any() else np.zeros(1)

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -134,6 +135,9 @@ class Algorithm(ABC):
     required_buffers: ClassVar[tuple[str, ...]]
     # Whether `act` reads agent_rank: policy workers compute the ranks only for algorithms that do.
     uses_agent_rank: ClassVar[bool] = False
+    # [max lag + 1] the last iteration's trained steps per policy lag, for the run's distribution (policy_lag.json):
+    # an algorithm that measures lag sets it in `train`; the learner reports and clears it
+    lag_counts: np.ndarray | None = None
 
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         self.cfg, self.model, self.device = cfg, model, device

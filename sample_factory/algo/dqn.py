@@ -28,7 +28,7 @@ from torch import Tensor
 from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, learning_rate_at, make_adam
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
 from sample_factory.algo.transfer import DeferredReads, PinnedStaging, host_read
-from sample_factory.config import Config, ConfigError
+from sample_factory.config import Config, ConfigError, reproducible
 from sample_factory.config.presets import is_atari_name
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 
@@ -371,7 +371,9 @@ class DQNAlgorithm(Algorithm):
                 break
             sample = None
             if holds_replay:
-                self._apply_priorities(self.priority_reads.ready())
+                # reproducible runs: every read applied before the next sample, not those that happen to be done
+                reads = self.priority_reads.drain() if reproducible(cfg) else self.priority_reads.ready()
+                self._apply_priorities(reads)
                 if minibatches is not None:
                     sample = self.replay.take(*minibatches[i])
                 else:

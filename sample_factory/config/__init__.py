@@ -2,7 +2,7 @@
 option attributes generated into fields.py), env-family presets (presets.py), parsing and checks (parse.py), and
 the generated reference (reference.py)."""
 
-from sample_factory.config.cfg import Config
+from sample_factory.config.cfg import Config, reproducible
 from sample_factory.config.options import OPTIONS, ConfigError, Option, all_options, int_list, str2bool
 from sample_factory.config.parse import (
     MAX_EXPERIMENT_NAME,
@@ -36,6 +36,7 @@ __all__ = [
     "parse_env_overrides",
     "parse_eval_policies",
     "preset_name_for_env",
+    "reproducible",
     "str2bool",
     "strip_flags",
     "suggest_flag",

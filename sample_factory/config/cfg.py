@@ -21,6 +21,12 @@ def option_defaults() -> dict[str, Any]:
     return {opt.name: copy.deepcopy(opt.default) for opt in all_options()}
 
 
+def reproducible(cfg: Config) -> bool:
+    """Whether a multi-process run promises the same weights for the same command: synchronous, with a seed
+    (runtime/reproducible.py). Serial mode is reproducible by running everything in one thread, in a fixed order."""
+    return cfg.seed is not None and not cfg.async_rl
+
+
 class Config(OptionFields, argparse.Namespace):
     """Every option is an instance attribute (argparse or `from_dict` sets each one). Derived fields have
     class-level defaults instead, so `vars(cfg)` (cfg.json) holds only the ones code has set; no option may have a

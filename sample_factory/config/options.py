@@ -59,13 +59,20 @@ OPTIONS: dict[str, list[Option]] = {
             "gets, on the CPU: same samples per update, same frames to a score (up to policy lag), slower.",
             choices=("auto", "gpu", "cpu"),
         ),
-        Option("seed", int, None, "Random seed. With --serial_mode=True a fixed seed makes the run reproducible."),
+        Option(
+            "seed",
+            int,
+            None,
+            "Random seed. With --async_rl=False or --serial_mode=True a fixed seed makes the run reproducible "
+            "(same weights for the same command, on the CPU; docs/algorithms.md).",
+        ),
         Option("serial_mode", str2bool, False, "Run actor, policy and learner components in one process (debugging)."),
         Option(
             "async_rl",
             str2bool,
             True,
-            "Asynchronous collection (APPO). False: collect one batch with the current policy, train, repeat.",
+            "Asynchronous collection (APPO). False: collect one batch with the current policy, train, repeat "
+            "(with --seed: reproducible, see docs/algorithms.md).",
         ),
         Option(
             "restart_behavior",
@@ -511,7 +518,13 @@ OPTIONS: dict[str, list[Option]] = {
             "User hooks: a Callbacks subclass registered with sample_factory.experiment.callbacks.register_callbacks "
             "(its name) or module:Class (docs/callbacks-and-metrics.md).",
         ),
-        Option("report_interval_sec", float, 5.0, "Seconds between progress lines (and progress.csv rows)."),
+        Option(
+            "report_interval_sec",
+            float,
+            5.0,
+            "Seconds between progress lines (and progress.csv rows; with --async_rl=False rows come only at "
+            "--progress_every_env_steps, whole iterations, so that they are the same in every run).",
+        ),
         Option(
             "progress_every_env_steps",
             _num,

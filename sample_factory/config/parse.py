@@ -399,8 +399,6 @@ def finalize_cfg(cfg: Config) -> Config:
     cfg.train_for_env_steps = int(cfg.train_for_env_steps)
     if cfg.env_backend == "envpool" and cfg.serial_mode:
         raise ConfigError("--env_backend=envpool does not run in --serial_mode (EnvPool batches cannot be snapshotted)")
-    if cfg.num_policies > 1 and not cfg.async_rl:
-        raise ConfigError("--num_policies > 1 needs --async_rl=True (policies share the actor workers' slots)")
     if not cfg.async_rl:
         envs_per_split = cfg.num_envs_per_worker // cfg.worker_num_splits
         round_samples = cfg.num_workers * cfg.worker_num_splits * envs_per_split * cfg.rollout

@@ -8,6 +8,7 @@ column that shows a count or a rate names it."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import socket
 import struct
@@ -24,6 +25,7 @@ from sample_factory.config import Config
 from sample_factory.experiment.wandb_logging import WandbLogger
 
 FPS_WINDOWS = (10, 60, 300)
+LAG_FILE = "policy_lag.json"  # in the experiment folder: each policy's lag distribution over the whole run
 
 
 def unit_name(cfg: Config) -> str:
@@ -43,11 +45,16 @@ class ProgressTracker:
         self.start = time.monotonic()
         self.env_steps = [0] * P  # collected by actors, plus what a resumed checkpoint had
         self.resumed_steps = [0] * P
+        # sync mode: the env steps every learner has trained on (the least of the policies'), per learner; the
+        # budget stop waits for them, so that no STOP cuts the last iteration's training short
+        self.trained_budget: list[int] | None = None
         self.episodes = [collections.deque(maxlen=cfg.stats_avg) for _ in range(P)]
         self.num_episodes = [0] * P
         self.all_episodes: list[list[tuple[float, int]]] = [[] for _ in range(P)]  # kept for evaluation runs
         self.train_stats: list[dict] = [{} for _ in range(P)]
         self.samples_trained = [0] * P
+        # per policy: [max lag + 1] trained steps per policy lag, over the run (resumed sessions included)
+        self.lag_counts = [np.zeros(0, dtype=np.int64) for _ in range(P)]
         self.dropped_samples = [0] * P
         # per policy: {--episode_info_keys / episode_extra_stats key: the last --stats_avg values}
         self.episode_stats: list[dict[str, collections.deque]] = [{} for _ in range(P)]
@@ -95,6 +102,47 @@ class ProgressTracker:
         self.samples_trained[policy] += stats.get("samples", 0)
         self.dropped_samples[policy] += stats.get("dropped_samples", 0)
 
+    def add_lag_counts(self, policy: int, counts: list[int] | np.ndarray) -> None:
+        counts, total = np.asarray(counts, dtype=np.int64), self.lag_counts[policy]
+        if len(counts) > len(total):
+            total = self.lag_counts[policy] = np.pad(total, (0, len(counts) - len(total)))
+        total[: len(counts)] += counts
+
+    def load_lag(self, exp_dir: Path) -> None:
+        """A resumed run's distribution goes on from the one its earlier sessions wrote."""
+        path = exp_dir / LAG_FILE
+        if path.exists():
+            for p, entry in json.loads(path.read_text()).items():
+                if int(p) < len(self.lag_counts):
+                    self.add_lag_counts(int(p), entry["counts"])
+
+    def lag_summary(self, policy: int) -> dict | None:
+        """The policy's lag distribution: trained steps, mean, min, percentiles, max and the counts per lag; None
+        before any (an algorithm that does not measure lag, DQN: nothing)."""
+        counts = self.lag_counts[policy]
+        n = int(counts.sum())
+        if n == 0:
+            return None
+        cdf, lags = np.cumsum(counts), np.arange(len(counts))
+        pct = {f"p{q}": int(np.searchsorted(cdf, q / 100 * n)) for q in (50, 90, 99)}
+        nonzero = np.flatnonzero(counts)
+        mean = float((lags * counts).sum() / n)
+        return {
+            "samples": n,
+            "mean": mean,
+            "min": int(nonzero[0]),
+            **pct,
+            "max": int(nonzero[-1]),
+            "counts": counts.tolist(),
+        }
+
+    def write_lag(self, exp_dir: Path) -> None:
+        summaries = {str(p): s for p in range(len(self.lag_counts)) if (s := self.lag_summary(p)) is not None}
+        if summaries:
+            tmp = exp_dir / f".{LAG_FILE}.tmp"
+            tmp.write_text(json.dumps(summaries) + "\n")
+            os.replace(tmp, exp_dir / LAG_FILE)
+
     def add_inference(self, policy: int, requests: int, batches: int) -> None:
         self.inference["requests", policy] += requests
         self.inference["batches", policy] += batches
@@ -127,7 +175,8 @@ class ProgressTracker:
         budget first, then the time limit, then --stop_at_reward; an evaluation also stops at its episode or step
         count."""
         cfg = self.cfg
-        if self.budget_env_steps() >= cfg.train_for_env_steps:
+        trained = self.trained_budget is None or min(self.trained_budget) >= cfg.train_for_env_steps
+        if self.budget_env_steps() >= cfg.train_for_env_steps and trained:
             per_policy = " per policy" if cfg.num_policies > 1 else ""
             return f"reached {cfg.train_for_env_steps} env steps{per_policy}"
         if elapsed >= cfg.train_for_seconds:
@@ -206,6 +255,11 @@ class ProgressTracker:
                 f"{steps} {unit}{this_session} ({steps / max(elapsed, 1e-6):.0f} FPS), "
                 f"{self.dropped_samples[p]} samples dropped for lag, checkpoint {self.last_checkpoint.get(p)}"
             )
+            if (lag := self.lag_summary(p)) is not None:
+                lines.append(
+                    f"  policy {p} lag over the run (policy versions): mean {lag['mean']:.2f}, median {lag['p50']}, "
+                    f"p90 {lag['p90']}, p99 {lag['p99']}, max {lag['max']} (policy_lag.json)"
+                )
             custom = self.episode_stats_means(p)
             if custom:
                 lines.append(f"  policy {p} episode stats: " + ", ".join(f"{k} {v:.4g}" for k, v in custom.items()))
@@ -283,6 +337,43 @@ def _counter(row: str) -> int | None:
         return None
 
 
+class IterationSamples:
+    """Sync mode: the actors' sample reports (one per finished rollout of a split, tagged (split, rollout number))
+    are added to the tracker one whole iteration at a time, in (worker, split, rollout) order, and none past the
+    env-step budget. The counts, the episode windows and so the stop point and progress.csv's rows are then the same
+    in every run of a seed, whichever process reported first."""
+
+    def __init__(self, num_workers: int, splits_per_worker: int, rollouts_per_split: int, budget: int):
+        self.order = [
+            (w, s, k) for w in range(num_workers) for s in range(splits_per_worker) for k in range(rollouts_per_split)
+        ]
+        self.rollouts_per_split, self.budget = rollouts_per_split, budget
+        # the next one to add: the first report's (0 in a new session; a serial-mode snapshot's actors go on counting,
+        # and no split starts an iteration before every split finished the one before)
+        self.iteration: int | None = None
+        self.pending: dict[tuple[int, int, int], list] = {}  # (worker, split, rollout number) -> its reports
+
+    def add(self, worker: int, split: int, rollout: int, reports: list) -> None:
+        if self.iteration is None:
+            self.iteration = rollout // self.rollouts_per_split
+        self.pending[worker, split, rollout] = reports
+
+    def apply(self, progress: ProgressTracker) -> int:
+        """Add every complete iteration (within the budget) to `progress`; returns how many were added."""
+        added = 0
+        while self.iteration is not None and progress.budget_env_steps() < self.budget:
+            base = self.iteration * self.rollouts_per_split
+            keys = [(w, s, base + k) for w, s, k in self.order]
+            if any(key not in self.pending for key in keys):
+                break
+            for key in keys:
+                for policy, steps, episodes, stats in self.pending.pop(key):
+                    progress.add_samples(policy, steps, episodes, stats)
+            self.iteration += 1
+            added += 1
+        return added
+
+
 # --progress_every_env_steps rows and points: at most this many a second (progress.csv of a fast env stays small).
 MAX_POINTS_PER_SEC = 4.0
 
@@ -292,18 +383,23 @@ class ProgressPoints:
     and points each --progress_every_env_steps, at most MAX_POINTS_PER_SEC (`update`), so that a run of seconds gets
     a curve, not the two points of its reports."""
 
-    def __init__(self, every: int, summaries: SummaryWriters, now: float):
-        self.every, self.summaries = every, summaries
+    def __init__(self, every: int, summaries: SummaryWriters, now: float, per_iteration: bool = False):
+        """per_iteration (sync mode): rows only at whole iterations (`update`, called as they are counted), at each
+        --progress_every_env_steps with no rate limit, and none on the report timer: the same rows in every run."""
+        self.every, self.summaries, self.per_iteration = every, summaries, per_iteration
         self.next_at = 0  # total env steps of the next point
         self.last_row = now  # time.monotonic() of the last row of either kind
 
     def report(self, progress: ProgressTracker, now: float) -> None:
+        if self.per_iteration:
+            return
         self.summaries.progress_row(progress)
         self.last_row = now
 
     def update(self, progress: ProgressTracker, now: float) -> None:
         total = progress.total_env_steps()
-        if self.every <= 0 or total < self.next_at or now - self.last_row < 1.0 / MAX_POINTS_PER_SEC:
+        too_soon = now - self.last_row < 1.0 / MAX_POINTS_PER_SEC and not self.per_iteration
+        if self.every <= 0 or total < self.next_at or too_soon:
             return
         self.next_at = (total // self.every + 1) * self.every
         self.last_row = now

@@ -7,6 +7,7 @@ and mujoco presets use tanh). Serial mode takes torch's kernel untimed (runner.p
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -35,6 +36,18 @@ def time_both(reps: int = 15) -> tuple[float, float]:
             fn(x)
             best[k] = min(best[k], time.perf_counter() - t0)
     return best[0], best[1]
+
+
+def pin_kernels(device: torch.device) -> None:
+    """Reproducible runs: no kernel chosen by timing (the identity's choice flips under load); on a GPU, torch's
+    deterministic variants (a warning, not an error, for an op that has none). Call before the process's first CUDA
+    op. Not on the CPU: the CPU kernels we run give the same bits for the same inputs and thread count, and the switch
+    imports torch._dynamo (a second or more per process on a loaded 2-core machine)."""
+    global USE_IDENTITY
+    USE_IDENTITY = False
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's deterministic workspace
+        torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def identity_pays() -> bool:

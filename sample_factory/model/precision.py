@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from sample_factory.algo.base import reduced_precision_dtype
-from sample_factory.config import Config
+from sample_factory.config import Config, reproducible
 from sample_factory.model.compile import zero_obs
 
 MIN_SPEEDUP = 1.1  # bf16 must be at least this much faster: near a tie, fp32's accuracy (and stable choice) wins
@@ -88,9 +88,9 @@ def resolve_auto_precision(cfg: Config, model: nn.Module, obs_space: gym.Space, 
     device = torch.device("cuda" if cfg.device == "gpu" else cfg.device)
     if not roles or device.type != "cpu":
         return
-    # No native bf16: nothing to time. Serial mode: no timed choice either, it would flip on a loaded CPU and
-    # serial mode promises the same weights for a seed (runner.py pins tanh's kernel for the same reason).
-    if cfg.serial_mode or reduced_precision_dtype("auto", device) is None:
+    # No native bf16: nothing to time. Serial mode and reproducible sync runs: no timed choice either, it would flip
+    # on a loaded CPU and they promise the same weights for a seed (runner.py pins tanh's kernel for the same reason).
+    if cfg.serial_mode or reproducible(cfg) or reduced_precision_dtype("auto", device) is None:
         for name in roles:
             setattr(cfg, name, "fp32")
         return

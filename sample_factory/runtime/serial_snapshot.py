@@ -71,11 +71,17 @@ def save_snapshot(exp_dir: Path, cfg: Config, components: list, channels: Any, b
         "counters": counters,
         "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
     }
+    path = exp_dir / SNAPSHOT_NAME
+    write_signed(path, state)
+    return path
+
+
+def write_signed(path: Path, state: dict) -> None:
+    """torch.save(state) into `path` (atomically), signed with this user's key (see the module's docstring)."""
     payload = io.BytesIO()
     torch.save(state, payload)
     data = payload.getvalue()
-    path = exp_dir / SNAPSHOT_NAME
-    tmp = exp_dir / f".{SNAPSHOT_NAME}.tmp"
+    tmp = path.with_name(f".{path.name}.tmp")
     key = _snapshot_key(create=True)
     assert key is not None  # create=True makes one when there is none
     signed = _MAGIC + hmac.digest(key, data, hashlib.sha256) + data
@@ -85,7 +91,34 @@ def save_snapshot(exp_dir: Path, cfg: Config, components: list, channels: Any, b
     except BaseException:
         tmp.unlink(missing_ok=True)  # a part-written file on a full disk holds the space the checkpoint needs
         raise
-    return path
+
+
+def read_signed(path: Path, what: str) -> tuple[dict | None, str]:
+    """(the state `write_signed` saved in `path`, "") if it is there and signed with this user's key; else (None,
+    why not), `what` naming the file in the reason."""
+    if not path.exists():
+        return None, f"no {what}"
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return None, f"{what} unreadable ({e.strerror})"
+    try:
+        key = _snapshot_key(create=False)
+    except SnapshotKeyError as e:
+        return None, f"{e}; the {what} is not unpickled"
+    mac, payload = data[len(_MAGIC) : len(_MAGIC) + 32], data[len(_MAGIC) + 32 :]
+    if key is None or not data.startswith(_MAGIC) or not hmac.compare_digest(mac, hmac.digest(key, payload, "sha256")):
+        return None, f"{what} not signed with this user's key ({snapshot_key_path()}): not unpickled"
+    try:
+        return torch.load(io.BytesIO(payload), weights_only=False), ""  # signed by this user: their own objects
+    except Exception as e:
+        return None, f"{what} unreadable ({type(e).__name__})"
+
+
+def changed_flags(saved: dict, cfg: Config) -> list[str]:
+    """The flags, other than those SAFE_TO_CHANGE, whose values differ between a saved fingerprint and cfg."""
+    now = _fingerprint(cfg)
+    return sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
 
 
 class SnapshotKeyError(RuntimeError):
@@ -135,27 +168,10 @@ def _snapshot_key(create: bool) -> bytes | None:
 
 def load_snapshot(exp_dir: Path, cfg: Config, latest_checkpoint: tuple[int, int] | None) -> tuple[dict | None, str]:
     """Returns (state, why) — state is None when the snapshot cannot be used, with the reason."""
-    path = exp_dir / SNAPSHOT_NAME
-    if not path.exists():
-        return None, "no serial snapshot"
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        return None, f"serial snapshot unreadable ({e.strerror})"
-    try:
-        key = _snapshot_key(create=False)
-    except SnapshotKeyError as e:
-        return None, f"{e}; the snapshot is not unpickled"
-    mac, payload = data[len(_MAGIC) : len(_MAGIC) + 32], data[len(_MAGIC) + 32 :]
-    if key is None or not data.startswith(_MAGIC) or not hmac.compare_digest(mac, hmac.digest(key, payload, "sha256")):
-        return None, f"serial snapshot not signed with this user's key ({snapshot_key_path()}): not unpickled"
-    try:
-        state = torch.load(io.BytesIO(payload), weights_only=False)  # signed by this user: their own objects
-    except Exception as e:
-        return None, f"serial snapshot unreadable ({type(e).__name__})"
-    now = _fingerprint(cfg)
-    if state["cfg"] != now:
-        changed = sorted(k for k in set(state["cfg"]) | set(now) if state["cfg"].get(k) != now.get(k))
+    state, why = read_signed(exp_dir / SNAPSHOT_NAME, "serial snapshot")
+    if state is None:
+        return None, why
+    if changed := changed_flags(state["cfg"], cfg):
         return None, f"configuration changed since the snapshot ({', '.join(changed)})"
     if latest_checkpoint != state["counters"]["checkpoint"]:
         return None, "the snapshot is older than the latest checkpoint"

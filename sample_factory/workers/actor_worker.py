@@ -28,7 +28,7 @@ import numpy as np
 import psutil
 
 from sample_factory.algo.dqn import REPORTED_RANK
-from sample_factory.config import Config
+from sample_factory.config import Config, reproducible
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import env_backend, make_env
 from sample_factory.experiment.callbacks import (
@@ -39,6 +39,7 @@ from sample_factory.experiment.callbacks import (
     make_callbacks,
     overrides,
 )
+from sample_factory.experiment.folder import experiment_dir
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.messages import (
     ACTIONS_READY,
@@ -50,7 +51,8 @@ from sample_factory.runtime.messages import (
     Request,
     Rollout,
 )
-from sample_factory.runtime.shared_buffers import SlotPool, TrajectoryBuffers
+from sample_factory.runtime.reproducible import load_actor_state, save_actor_state
+from sample_factory.runtime.shared_buffers import SharedWeights, SlotPool, TrajectoryBuffers
 from sample_factory.workers.policy_mapping import PolicyMapping, checked_mapping, get_policy_mapping
 
 # Position T of a finished slot that the next slot starts from: inputs (and the observation dict), and (async) the
@@ -77,13 +79,26 @@ class Split:
     wait_since: float = 0.0  # when it started waiting for a slot
     answers_due: set[int] = field(default_factory=set)  # policies yet to answer the latest request
     start_at: float = 0.0  # --decorrelate_experience_max_seconds: when the first request goes out; 0: sent
+    rollouts: int = 0  # rollouts finished (sync mode: tags its sample reports)
 
 
 class ActorWorker(Component):
     role = "actor"
     flushes_denormals = False  # the envs' own arithmetic, exactly (runtime/component.py::flush_denormals)
 
-    def __init__(self, cfg: Config, index: int, buffers: TrajectoryBuffers, channels: Channels, resumed: bool = False):
+    def __init__(
+        self,
+        cfg: Config,
+        index: int,
+        buffers: TrajectoryBuffers,
+        channels: Channels,
+        resumed: bool = False,
+        weights: list[SharedWeights] | None = None,
+        resume_point: tuple[tuple[int, ...], int] | None = None,
+    ):
+        """weights, resume_point: reproducible runs save the envs at the stop and restore them on resume
+        (runtime/reproducible.py): the published weights (their versions at the stop), and the checkpoints' (policy
+        versions, env steps of all policies) this run resumes from."""
         super().__init__(index, channels.actor[index], channels.report)
         self.gen = int(buffers.generation[index])  # > 0 when this worker replaces a crashed one
         # Random decorrelation steps only where the policy has not trained yet: a resumed run's (or a replacement
@@ -98,8 +113,16 @@ class ActorWorker(Component):
         self.num_splits = cfg.worker_num_splits
         self.num_policies = cfg.num_policies
         self.recurrent = buffers.spec.rnn_size > 0
+        # Sync mode: each split fills its own slots and reports its own samples, tagged, so that the learner's batch
+        # and the runner's counts are the same whichever split finishes first (runtime/reproducible.py).
+        self.sync = not cfg.async_rl
+        self.tagged_reports = self.sync and not cfg.evaluation_run  # an evaluation counts episodes as they end
+        # the envs' state saved at the stop, restored on resume (not by a replacement worker: it starts afresh)
+        self.saves_state = reproducible(cfg) and not cfg.evaluation_run and not cfg.serial_mode and weights is not None
+        self.weights, self.resume_point = weights, resume_point
+        self.base_env_steps = resume_point[1] if resume_point else 0  # env steps trained before this session
         # Everything below is set up by `init`, in the worker's own process.
-        self.pool: SlotPool | None = None
+        self.pools: list[SlotPool] = []  # per split: one shared pool (async), or each split's own slots (sync)
         self.rng: np.random.Generator | None = None
         self.splits: list[Split] = []
         # draws each agent's policy where an env's agents play different policies; None: rotation per env
@@ -107,10 +130,13 @@ class ActorWorker(Component):
         self.slot_holders: dict[int, int] = {}  # slot -> learners that still hold it
         self.shaping: dict[int, dict[str, float]] = {}  # PBT: reward-shaping coefficients per policy
         self.waiting: list[Split] = []  # splits parked until the learner returns a slot
-        self.env_steps = [0] * self.num_policies  # since the last progress report
-        self.episodes: list[list[tuple[float, int]]] = [[] for _ in range(self.num_policies)]
-        # per policy: {key: [value per episode]} from the final info (--episode_info_keys) and on_episode_end
-        self.episode_stats: list[dict[str, list[float]]] = [{} for _ in range(self.num_policies)]
+        P = self.num_policies
+        # per split, per policy, since the split's last progress report: env steps, (return, length) of the finished
+        # episodes, and {key: [value per episode]} from the final info (--episode_info_keys) and on_episode_end
+        splits = range(self.num_splits)
+        self.env_steps = [[0] * P for _ in splits]
+        self.episodes: list[list[list[tuple[float, int]]]] = [[[] for _ in range(P)] for _ in splits]
+        self.episode_stats: list[list[dict[str, list[float]]]] = [[{} for _ in range(P)] for _ in splits]
         self.callbacks = None  # the user's hooks (--callbacks), built in init
         self.episode_hook = False  # on_episode_end is overridden
         # DQN: per split, [n] bool: the column is among the least-exploring third of all agents (see
@@ -133,11 +159,18 @@ class ActorWorker(Component):
         self.callbacks = make_callbacks(cfg)
         self.episode_hook = overrides(self.callbacks, "on_episode_end")
         self.bind_views()
-        self.pool = SlotPool(self.buffers.slots_of_worker(self.index))
+        slots = self.buffers.slots_of_worker(self.index)
+        if self.sync:
+            k = len(slots) // self.num_splits
+            self.pools = [SlotPool(slots[s * k : (s + 1) * k]) for s in range(self.num_splits)]
+        else:
+            self.pools = [SlotPool(slots)] * self.num_splits
         base_seed = None if cfg.seed is None else cfg.seed * 1000 + cfg.env_seed_offset
         self.rng = np.random.default_rng(None if base_seed is None else base_seed + self.index)
         # Envs start one by one (a VizDoom engine takes a second or more, on its first reset): a STOP that arrives
         # meanwhile ends start-up between two of them (raise_if_stopped), and `finish` closes the splits made.
+        if self._restore_state():
+            return
         for s in range(self.num_splits):
             group = self._make_group(s, base_seed)
             self.splits.append(Split(s, group, np.zeros(group.n, dtype=np.int64)))
@@ -152,6 +185,45 @@ class ActorWorker(Component):
             self.raise_if_stopped()
             self._start_split(split, delay)
         self.activity = "stepping envs" if not any(s.start_at for s in self.splits) else "decorrelating experience"
+
+    def _restore_state(self) -> bool:
+        """A resumed reproducible run: the splits (envs included) and random state saved at the stop, if they
+        belong to the checkpoints resumed; every split then starts the next iteration where the stopped run would
+        have. False: fresh envs (with a note saying why, where a state was saved)."""
+        if not self.saves_state or self.resume_point is None or self.gen > 0:
+            return False
+        state, why = load_actor_state(experiment_dir(self.cfg), self.index, self.cfg, self.resume_point)
+        if state is None:
+            if not why.startswith("no "):
+                self.report("note", f"envs start afresh, the run will not match an uninterrupted one: {why}")
+            return False
+        self.splits, self.rng, self.shaping = state["splits"], state["rng"], state["shaping"]
+        num_agents = self.splits[0].group.num_agents
+        mix = self.num_policies > 1 and num_agents > 1 and self.cfg.pbt_mix_policies_in_one_env
+        self.mapping = get_policy_mapping(self.cfg.policy_mapping) if (mix or self.cfg.policy_mapping) else None
+        if self.cfg.algo == "DQN":
+            self.reported_columns = [self._least_exploring(s.index, s.group.n) for s in self.splits]
+        for split in self.splits:
+            split.rollouts = 0  # report tags count this session's iterations
+            self._continue_in_new_slot(split)
+        self.activity = "stepping envs"
+        return True
+
+    def _save_state(self) -> None:
+        """At the stop of a reproducible run, if every split is parked at the end of the same iteration (the
+        learners keep the last iteration's slots): the splits and random state, for an exact resume."""
+        rollouts = {s.rollouts for s in self.splits}
+        if len(self.waiting) != self.num_splits or len(rollouts) != 1 or any(s.start_at for s in self.splits):
+            return
+        spec = self.buffers.spec
+        iteration = spec.num_slots * spec.samples_per_slot * self.cfg.frames_per_env_step  # all policies
+        env_steps = self.base_env_steps + rollouts.pop() // spec.slots_per_split * iteration
+        point = (tuple(w.version for w in self.weights), env_steps)
+        state = {"splits": self.splits, "rng": self.rng, "shaping": self.shaping}
+        try:
+            save_actor_state(experiment_dir(self.cfg), self.index, self.cfg, point, state)
+        except Exception as e:  # noqa: BLE001 - envs that do not pickle (EnvPool, engines): a resume starts afresh
+            self.report("note", f"envs not saved for an exact resume ({type(e).__name__}: {str(e)[:200]})")
 
     def _decorrelation_delays(self) -> list[float]:
         """Seconds each split waits before its first request, uniform in [0, --decorrelate_experience_max_seconds]
@@ -215,7 +287,7 @@ class ActorWorker(Component):
         if self.decorrelate:
             counts = [int(self.rng.integers(0, 2 * self.rollout)) for _ in range(group.num_envs)]
             group.random_steps(counts, **between)
-        slot = self.pool.acquire()
+        slot = self.pools[split.index].acquire()
         assert slot is not None, "a fresh worker always has a slot per split"
         split.slot, split.t = slot, 0
         if self.num_policies > 1:
@@ -295,9 +367,13 @@ class ActorWorker(Component):
                 if self.slot_holders[slot] == 0:
                     del self.slot_holders[slot]
                     returned.append(slot)
-            self.pool.release(returned)
-            while self.waiting and self.pool.free:
-                self._continue_in_new_slot(self.waiting.pop(0))
+            returned.sort()  # a split takes its free slots lowest first, however the learners returned them
+            for pool in self.pools[: 1 if not self.sync else None]:
+                pool.release([slot for slot in returned if slot in pool.owned])
+            for split in list(self.waiting):
+                if self.pools[split.index].free:
+                    self.waiting.remove(split)
+                    self._continue_in_new_slot(split)
         elif msg.kind == SET_REWARD_SHAPING:
             self.shaping[msg.policy_id] = msg.coefficients
             for split in self.splits:
@@ -361,15 +437,16 @@ class ActorWorker(Component):
             self._episode_stats(split, finished)
         if self.reported_columns is not None and finished:
             finished = self._exploring_episodes(split, finished)
+        env_steps, episodes = self.env_steps[split.index], self.episodes[split.index]
         if self.num_policies == 1:
-            self.env_steps[0] += group.n
-            self.episodes[0].extend(finished)
+            env_steps[0] += group.n
+            episodes[0].extend(finished)
         else:
             for p, count in enumerate(np.bincount(pol, minlength=self.num_policies)):
-                self.env_steps[p] += int(count)
+                env_steps[p] += int(count)
             for episode, col in zip(finished, group.finished_columns, strict=True):
                 if episode is not None:
-                    self.episodes[pol[col]].append(episode)
+                    episodes[pol[col]].append(episode)
             for i in np.flatnonzero(group.env_reset):
                 self._draw_policies(split, int(i))
         split.t = t + 1
@@ -385,7 +462,7 @@ class ActorWorker(Component):
                 kept.append(episode)
             else:
                 p = int(split.col_policy[col])
-                self.episode_stats[p].setdefault("exploring_return", []).append(episode[0])
+                self.episode_stats[split.index][p].setdefault("exploring_return", []).append(episode[0])
                 if self.num_policies > 1:
                     kept.append(None)
         return kept
@@ -401,7 +478,7 @@ class ActorWorker(Component):
                 episode = EpisodeEnd(self.index, group.env_ids[col // A], col % A, p, ret, length, info)
                 stats.update(hook_stats(call_hook(self.callbacks, "on_episode_end", episode), "on_episode_end"))
             for k, v in stats.items():
-                self.episode_stats[p].setdefault(k, []).append(v)
+                self.episode_stats[split.index][p].setdefault(k, []).append(v)
 
     def _finish_rollout(self, split: Split) -> None:
         slot, T = split.slot, self.rollout
@@ -412,13 +489,20 @@ class ActorWorker(Component):
         carry["rnn_out"] = self.buffers.rnn_states[slot, T + 1].clone()
         split.carry = carry
         # the learners of every policy that acted at positions 0..T-1 (T only bootstraps)
-        holders = [0] if self.num_policies == 1 else np.unique(self.arrays["policy_id"][slot, :T]).tolist()
+        # (sync mode: every learner, so each knows when it has the whole iteration)
+        if self.num_policies == 1:
+            holders = [0]
+        elif self.sync:
+            holders = list(range(self.num_policies))
+        else:
+            holders = np.unique(self.arrays["policy_id"][slot, :T]).tolist()
         self.slot_holders[slot] = len(holders)
         for p in holders:
             self.channels.learner[p].put(Rollout.wire(self.index, slot, self.gen))
-        self._report_progress()
+        split.rollouts += 1
+        self._report_progress(split)
         split.slot = None
-        if self.pool.free:
+        if self.pools[split.index].free:
             self._continue_in_new_slot(split)
         else:
             split.wait_since = time.monotonic()
@@ -426,7 +510,7 @@ class ActorWorker(Component):
             self.activity = "waiting for a trajectory buffer"
 
     def _continue_in_new_slot(self, split: Split) -> None:
-        slot = self.pool.acquire()
+        slot = self.pools[split.index].acquire()
         carry, buf = split.carry, self.buffers
         split.slot, split.t, split.carry = slot, 0, None
         for k in _CARRY_INPUTS:
@@ -469,15 +553,29 @@ class ActorWorker(Component):
                     f"split {split.index}: no trajectory buffer returned by the learner for {limit:.0f} s"
                 )
 
-    def _report_progress(self) -> None:
-        """Sent once per finished rollout (not on a timer), so serial runs stop at the same point every time."""
+    def _report_progress(self, split: Split) -> None:
+        """Sent once per finished rollout of the split (not on a timer), so serial runs stop at the same point every
+        time. Sync mode: one report per rollout, tagged (split, rollout number), which the runner counts one whole
+        iteration at a time (experiment/summaries.py::IterationSamples)."""
+        s = split.index
+        env_steps, episodes, stats = self.env_steps[s], self.episodes[s], self.episode_stats[s]
+        reports = []
         for p in range(self.num_policies):
-            if self.env_steps[p] or self.episodes[p]:
-                steps = self.env_steps[p] * self.cfg.frames_per_env_step  # in the run's unit (frames on Atari)
-                self.report("samples", (p, steps, self.episodes[p], self.episode_stats[p]))
-                self.env_steps[p], self.episodes[p], self.episode_stats[p] = 0, [], {}
+            if env_steps[p] or episodes[p]:
+                steps = env_steps[p] * self.cfg.frames_per_env_step  # in the run's unit (frames on Atari)
+                reports.append((p, steps, episodes[p], stats[p]))
+                env_steps[p], episodes[p], stats[p] = 0, [], {}
+        if self.tagged_reports and split.slot is not None:
+            self.report("split_samples", (s, split.rollouts - 1, reports))
+        else:
+            for r in reports:
+                self.report("samples", r)
 
     def finish(self) -> None:
-        self._report_progress()
+        if self.saves_state and self.initialized and self.gen == 0:
+            self._save_state()
+        if not self.tagged_reports:  # sync: what the splits collected since their last rollout is trained on by no one
+            for split in self.splits:
+                self._report_progress(split)
         for split in self.splits:
             split.group.close()

@@ -25,7 +25,7 @@ import torch
 
 from sample_factory.algo.base import forward_autocast
 from sample_factory.algo.registry import make_algorithm
-from sample_factory.config import Config
+from sample_factory.config import Config, reproducible
 from sample_factory.experiment.callbacks import call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import (
     CheckpointError,
@@ -37,6 +37,7 @@ from sample_factory.experiment.checkpoints import (
     save_checkpoint,
     save_milestone,
 )
+from sample_factory.model.activations import pin_kernels
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role, warm_up
 from sample_factory.pbt.population import apply_hyperparams
@@ -70,6 +71,8 @@ class Learner(Component):
     role = "learner"
     dp = None  # algo/data_parallel.py: this rank's collectives, with --learners_per_policy > 1 (set in init)
     group_failed = False  # a collective failed: the weights may be mid-step, no final checkpoint
+    sync = False  # sync mode's whole iterations (set in __init__)
+    held: tuple[PendingRollout, ...] = ()  # sync: the slots kept once the budget is spent
 
     def __init__(
         self,
@@ -110,6 +113,10 @@ class Learner(Component):
         self.max_held_slots = max(1, (buffers.spec.num_slots - filling) // cfg.num_policies)
         self.callbacks = None  # the user's hooks (--callbacks), built in init
         self.pending: list[PendingRollout] = []  # oldest first
+        # Sync mode: an iteration is every slot (each learner gets each slot, with several policies too), trained in
+        # slot order, i.e. (worker, split, rollout), and none past the env-step budget: the same batches in every run.
+        self.sync = not cfg.async_rl and not cfg.sampler_only and not cfg.evaluation_run
+        self.run_env_steps = np.zeros(cfg.num_policies, dtype=np.int64)  # sync: every policy's trained env steps
         self.discarded_rollouts = 0
         self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
         self.early: list[tuple] = []  # messages taken from the inbox during an iteration, handled after it
@@ -120,6 +127,8 @@ class Learner(Component):
     def init(self) -> None:
         cfg = self.cfg
         self.device = torch_device(cfg.device)
+        if reproducible(cfg):
+            pin_kernels(self.device)
         bind_device(self.device)
         self.callbacks = make_callbacks(cfg)
         if cfg.seed is not None:
@@ -157,6 +166,7 @@ class Learner(Component):
             self.model.load_state_dict(state["model"])
             self.algo.load_state_dict(state["algo"])
             self.version, self.env_steps = state["policy_version"], state["env_steps"]
+            self.run_env_steps[:] = state.get("run_env_steps", self.env_steps)
             if "rng" in state:
                 torch.set_rng_state(state["rng"].cpu())
             if "cuda_rng" in state and self.device.type == "cuda":
@@ -172,6 +182,8 @@ class Learner(Component):
         if self.rank == 0:
             self.weights.publish(self.model, self.version)
         self.bind_views()
+        if self.sync and self.rank == 0:
+            self.report("sync_trained", int(self.run_env_steps.min()))
         self.last_save = self.last_milestone = time.monotonic()
         self.activity = "waiting for rollouts"
 
@@ -210,6 +222,9 @@ class Learner(Component):
             self.pending = fresh
 
     def on_idle(self) -> None:
+        if self.held and not self._budget_spent():  # a serial-mode resume with a larger budget: go on
+            self._return_slots(list(self.held))
+            self.held = ()
         self._drop_stale()
         # Train on the rollouts pending now, not on those that arrive meanwhile (a learner that is always behind
         # must still come back for periodic saves and heartbeats), and look at the inbox between iterations so that
@@ -253,7 +268,13 @@ class Learner(Component):
         return self.stop_arrived
 
     def _take_iteration(self) -> list[PendingRollout] | None:
-        """The oldest pending slots that hold an iteration's worth of this policy's trajectories, if there are."""
+        """The oldest pending slots that hold an iteration's worth of this policy's trajectories, if there are.
+        Sync mode: every slot, in slot order."""
+        if self.sync:
+            if len(self.pending) < self.buffers.spec.num_slots:
+                return None
+            taken, self.pending = sorted(self.pending, key=lambda p: p.slot), []
+            return taken
         count = 0
         for i, p in enumerate(self.pending):
             count += len(p.cols)
@@ -274,12 +295,26 @@ class Learner(Component):
         self.activity = "copying a batch"
         slots = [p.slot for p in taken]
         columns = None if self.cfg.num_policies == 1 else [p.cols for p in taken]
+        fpes = self.cfg.frames_per_env_step
         if self.cfg.num_policies == 1:
             samples = len(taken) * self.buffers.spec.samples_per_slot
+            counts = np.array([samples])
         else:  # the columns may hold steps of other policies too (an env passes to another policy)
-            ids = self.buffers.gather(slots, columns, ("policy_id",))["policy_id"]
-            samples = int((ids[:, :-1] == self.policy_id).sum())
-        env_steps = self.env_steps + samples * self.cfg.frames_per_env_step  # the run's unit (frames on Atari)
+            ids = self.buffers.gather(slots, None if self.sync else columns, ("policy_id",))["policy_id"]
+            counts = np.bincount(ids[:, :-1].reshape(-1).numpy(), minlength=self.cfg.num_policies)
+            samples = int(counts[self.policy_id])
+        if self._budget_spent():  # a run resumed past its budget: the runner stops at once (the slots are kept)
+            self.held = (*self.held, *taken)
+            return
+        env_steps = self.env_steps + samples * fpes  # the run's unit (frames on Atari)
+        if self.sync and samples == 0:  # none of this policy's steps in the iteration: nothing to train on
+            self.run_env_steps += counts * fpes
+            if self._budget_spent():
+                self.held = (*self.held, *taken)
+            else:
+                self._return_slots(taken)
+            self.report("sync_trained", int(self.run_env_steps.min()))
+            return
         with self.timing.add("copy_batch"):
             if self.dp is None:
                 batch = self.buffers.gather(slots, columns, self.batch_keys, self.device.type == "cuda")
@@ -305,16 +340,28 @@ class Learner(Component):
             self.activity = "waiting for rollouts"
             return
         self.env_steps = env_steps  # only now: a failed iteration's samples are not counted as trained on
+        self.run_env_steps += counts * fpes
         train_time = self.timing["train"] - trained_before
         self._check_nonfinite()
         with self.timing.add("publish_weights"):
             self.weights.publish(self.model, self.version)
-        if not self.cfg.async_rl:
+        if self._budget_spent():  # the actors stop at the end of the last iteration (a reproducible run saves them)
+            self.held = (*self.held, *taken)
+        elif not self.cfg.async_rl:
             self._return_slots(taken)  # only now: the next batch is collected with the weights just published
         stats.update(env_steps=self.env_steps, version=self.version, train_time=train_time)
         call_hook(self.callbacks, "on_training_result", self.policy_id, stats)
         self.report("train", stats)
+        if getattr(self.algo, "lag_counts", None) is not None:  # (an algorithm that measures lag)
+            self.report("lag_counts", self.algo.lag_counts.tolist())
+            self.algo.lag_counts = None
+        if self.sync:
+            self.report("sync_trained", int(self.run_env_steps.min()))
         self.activity = "waiting for rollouts"
+
+    def _budget_spent(self) -> bool:
+        """Sync mode: every policy has trained --train_for_env_steps (the runner stops after this iteration)."""
+        return self.sync and self.run_env_steps.min() >= self.cfg.train_for_env_steps
 
     def _check_nonfinite(self) -> None:
         if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:
@@ -366,6 +413,7 @@ class Learner(Component):
             "algo": self.algo.state_dict(),
             "policy_version": self.version,
             "env_steps": self.env_steps,
+            "run_env_steps": self.run_env_steps.tolist(),  # every policy's (sync mode's budget)
             "rng": torch.get_rng_state(),
             "cfg": vars(self.cfg),
         }

@@ -21,12 +21,14 @@ import torch
 from sample_factory.algo.base import reduced_precision_dtype, sde_period
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.algo.sde import ExplorationMatrices, matrices_seed
-from sample_factory.config import Config
+from sample_factory.config import Config, reproducible
+from sample_factory.model.activations import pin_kernels
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role, warm_up
 from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import bind_device, torch_device
 from sample_factory.runtime.messages import REQUEST, STOP, ActionsReady, Channels, Request, Stop, decode
+from sample_factory.runtime.reproducible import request_seed
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
 from sample_factory.workers.inference_runner import InferenceRunner, obs_spec_of, resolve_mode
 
@@ -51,6 +53,8 @@ class PolicyWorker(Component):
         self.num_splits = cfg.worker_num_splits
         self.niceness = cfg.default_niceness or None  # 0: the runner's
         self.multi_policy = cfg.num_policies > 1
+        # one forward pass per request, its draws seeded per request: answers independent of the batching
+        self.reproducible = reproducible(cfg)
         self.answer_area = policy_id * cfg.policy_workers_per_policy + worker_idx  # first index of answer_*
         # (actor_idx, split_idx) -> (gen, seq) of the latest request this worker answered: it answers each once
         self.answered: dict[tuple[int, int], tuple[int, int]] = {}
@@ -65,6 +69,7 @@ class PolicyWorker(Component):
         self.deterministic = False
         self.agent_ranks = False  # set from the algorithm class in init
         self.runner: InferenceRunner | None = None  # the inference step (staging buffers, CUDA graphs): init
+        self.sampling_generator: torch.Generator | None = None  # the device's default generator: init
         # --use_sde: each agent's exploration matrix, kept by this worker (with several workers per policy an agent
         # served by two holds one in each: its noise changes more often, its distribution is the same)
         self.sde: ExplorationMatrices | None = None
@@ -77,6 +82,8 @@ class PolicyWorker(Component):
 
     def init(self) -> None:
         self.device = torch_device(self.cfg.device)
+        if self.reproducible:
+            pin_kernels(self.device)
         bind_device(self.device)
         self.model = ActorCritic(self.cfg, self.obs_space, self.action_space).to(self.device).eval()
         dtype = reduced_precision_dtype(self.cfg.inference_precision, self.device)
@@ -95,11 +102,15 @@ class PolicyWorker(Component):
         self.activity = "waiting for requests"
 
     # runner: not pickled (serial-mode snapshots): CUDA graphs do not pickle; remade by bind_views, it holds no state
-    # that outlives a batch
-    _view_attrs = ("generation", "request_seq", "answer_np", "answer_version_np", "runner")
+    # that outlives a batch. sampling_generator: the device's default generator (seeded per request)
+    _view_attrs = ("generation", "request_seq", "answer_np", "answer_version_np", "runner", "sampling_generator")
 
     def bind_views(self) -> None:
         b = self.buffers
+        cuda = self.device.type == "cuda"
+        self.sampling_generator = (
+            torch.cuda.default_generators[self.device.index or 0] if cuda else torch.default_generator
+        )
         self.generation = b.generation.numpy()
         self.request_seq = b.request_seq.numpy()
         names = ("answer_actions", "answer_log_probs", "answer_values", "answer_rnn_states")
@@ -113,7 +124,9 @@ class PolicyWorker(Component):
                 obs_spec_of(b.obs, leading=3),
                 self.device,
                 max_rows=self.num_agents,  # every split's request in one batch
-                mode=resolve_mode(self.cfg, self.device, self._note),
+                # reproducible: eager, so that each request's seed reaches the sampling kernels (a graph replays
+                # its own generator offsets)
+                mode="eager" if self.reproducible else resolve_mode(self.cfg, self.device, self._note),
                 log=self._note,
                 out_dtypes={f: getattr(b, f"answer_{f}").dtype for f in ("actions", "log_probs", "values")}
                 | {"new_rnn_states": b.answer_rnn_states.dtype},
@@ -162,7 +175,11 @@ class PolicyWorker(Component):
             with self.timing.add("weight_update"):
                 self._maybe_update_weights()
             with self.timing.add("inference"):
-                self._serve(requests)
+                if self.reproducible:
+                    for r in requests:
+                        self._serve([r])
+                else:
+                    self._serve(requests)
             self.activity = "waiting for requests"
 
     def _maybe_update_weights(self) -> None:
@@ -199,6 +216,14 @@ class PolicyWorker(Component):
                 self._rows(b.is_first, requests, cols, out=x.is_first)
             if self.agent_ranks:
                 x.agent_rank.copy_(self._agent_rank(rows, cols))
+            if self.reproducible:  # one request here: its own random streams (sampling, exploration, gSDE)
+                r = requests[0]
+                seed = request_seed(self.cfg.seed, self.policy_id, r.actor_idx, r.split_idx, r.seq)
+                # the generator sampling draws from; not torch.manual_seed, which also visits every device type
+                # (160 us a call against 5)
+                self.sampling_generator.manual_seed(seed)
+                if self.sde is not None:
+                    self.sde.gen.manual_seed(seed)
             if self.sde is not None:
                 self.sde.draw(self._agents(rows, cols), out=x.sde_eps)
             # host tensors; values: real scale, as the buffers hold them

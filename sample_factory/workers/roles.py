@@ -32,6 +32,8 @@ class RunComponents:
     obs_space: gym.Space
     action_space: gym.Space
     hyperparams: Callable[[int], dict | None]  # policy -> its PBT hyperparameters now (None without PBT)
+    # the checkpoints a resumed run starts from: (policy versions, env steps of all policies); None: a new run
+    resume_point: tuple[tuple[int, ...], int] | None = None
 
     def keys(self) -> list[tuple[str, Any]]:
         cfg, keys = self.cfg, []
@@ -56,4 +58,7 @@ class RunComponents:
             cfg = self.placement.cfg_for(self.cfg, self.placement.policy_workers[index])
             return PolicyWorker(cfg, index[0], index[1], b, ch, self.weights[index[0]], *spaces)
         # no random decorrelation steps once a policy has trained (a resumed run)
-        return ActorWorker(self.cfg, index, b, ch, resumed=any(w.version > 0 for w in self.weights))
+        resumed = any(w.version > 0 for w in self.weights)
+        return ActorWorker(
+            self.cfg, index, b, ch, resumed=resumed, weights=self.weights, resume_point=self.resume_point
+        )

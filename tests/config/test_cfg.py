@@ -265,7 +265,6 @@ def test_abbreviations_are_not_accepted(capsys):
         (["--rollout=0"], "--rollout must be >= 1, got 0"),
         (["--gamma=1.5"], "--gamma must be in [0, 1]"),
         (["--learning_rate=0"], "--learning_rate must be > 0"),
-        (["--num_policies=2", "--async_rl=False"], "--num_policies > 1 needs --async_rl=True"),
         (
             ["--async_rl=False", "--batch_size=64", "--rollout=32", "--num_envs_per_worker=2", "--worker_num_splits=2"],
             "--async_rl=False needs batch_size*num_batches_per_epoch (64)",

@@ -259,3 +259,41 @@ def test_a_resume_drops_the_rows_and_points_past_its_checkpoint(tmp_path):
     writers.close()
     assert [int(r["env_steps"]) for r in _rows(tmp_path / "progress.csv")] == [500, 1000, 1100]
     assert [step for step, _ in read_scalars(tmp_path / ".summary" / "0")["reward/mean"]] == [500, 1000, 1100]
+
+
+def test_iteration_samples_count_whole_iterations_in_a_fixed_order():
+    """Sync mode: reports arrive in any order; they count only as whole iterations, in (worker, split, rollout)
+    order, and none past the budget, so the episode window is the same in every run."""
+    cfg = parse_cfg(["--env=CartPole-v1", "--train_for_env_steps=300"])
+    results = []
+    for arrival in ([(0, 0), (0, 1), (1, 0), (1, 1)], [(1, 1), (1, 0), (0, 1), (0, 0)]):
+        progress = ProgressTracker(cfg)
+        counted = summaries.IterationSamples(num_workers=2, splits_per_worker=1, rollouts_per_split=2, budget=300)
+        added = []
+        for iteration in range(3):
+            for w, k in arrival:
+                rollout = iteration * 2 + k
+                counted.add(w, 0, rollout, [(0, 50, [(float(10 * w + rollout), 5)], {})])
+                added.append(counted.apply(progress))
+        assert sum(added) == 2  # 2 iterations of 200 steps reach the budget; the third is not counted
+        assert added[3] == 1 and added[7] == 1  # each when its last report came
+        assert progress.env_steps == [400]
+        results.append(list(progress.episodes[0]))
+    assert (
+        results[0] == results[1] == [(0.0, 5), (1.0, 5), (10.0, 5), (11.0, 5), (2.0, 5), (3.0, 5), (12.0, 5), (13.0, 5)]
+    )
+
+
+def test_lag_distribution_is_written_and_resumed(tmp_path):
+    cfg = parse_cfg(["--env=CartPole-v1"])
+    progress = ProgressTracker(cfg)
+    assert progress.lag_summary(0) is None
+    progress.add_lag_counts(0, [10, 0, 80])
+    progress.add_lag_counts(0, [10])
+    lag = progress.lag_summary(0)
+    assert lag == {"samples": 100, "mean": 1.6, "min": 0, "p50": 2, "p90": 2, "p99": 2, "max": 2, "counts": [20, 0, 80]}
+    progress.write_lag(tmp_path)
+    resumed = ProgressTracker(cfg)
+    resumed.load_lag(tmp_path)
+    resumed.add_lag_counts(0, [0, 0, 0, 100])
+    assert resumed.lag_summary(0)["counts"] == [20, 0, 80, 100] and resumed.lag_summary(0)["p50"] == 2

@@ -9,7 +9,7 @@ import pytest
 
 import tests.envs.multi_agent_envs  # noqa: F401  (registers the envs and the "by_agent" mapping)
 from sample_factory.algo.appo import APPOAlgorithm
-from sample_factory.config import ConfigError, finalize_cfg, parse_cfg
+from sample_factory.config import parse_cfg
 from sample_factory.evaluation.policy_api import load_policy
 from sample_factory.experiment.checkpoints import list_checkpoints
 from sample_factory.runner import Runner
@@ -109,11 +109,20 @@ def test_env_rotation_gives_every_policy_a_fair_share_of_whole_episodes(tmp_path
         assert list_checkpoints(tmp_path / "x" / f"checkpoint_p{p}")
 
 
-def test_multiple_policies_need_async():
-    cfg = parse_cfg(["--env=CartPole-v1", "--num_policies=2", "--num_workers=1"])
-    cfg.async_rl = False
-    with pytest.raises(ConfigError, match="async_rl"):
-        finalize_cfg(cfg)
+@pytest.mark.timeout(120)
+def test_sync_mode_trains_every_policy_on_each_whole_iteration(tmp_path, monkeypatch):
+    """--async_rl=False with two policies: each learner gets every slot of an iteration and trains on its own
+    columns of all of them, so the two learners' batches together are exactly the iteration (4 slots of 4 x 16)."""
+    calls = _capture_training(monkeypatch)
+    argv = ["--env=CartPole-v1", *BASE, "--async_rl=False", "--num_envs_per_worker=4", "--num_policies=2"]
+    argv += ["--batch_size=64", "--num_batches_per_epoch=4", "--worker_num_splits=1", "--train_for_env_steps=600"]
+    assert Runner(parse_cfg([*argv, f"--train_dir={tmp_path}"])).run() == 0
+    by_policy = {0: [c for c in calls if c[0] == 0], 1: [c for c in calls if c[0] == 1]}
+    assert len(by_policy[0]) == len(by_policy[1]) >= 2, [p for p, _ in calls]
+    for (_, b0), (_, b1) in zip(by_policy[0], by_policy[1], strict=True):
+        assert (b0["policy_id"][:, :-1] == 0).any(1).all() and (b1["policy_id"][:, :-1] == 1).any(1).all()
+        own = (b0["policy_id"][:, :-1] == 0).sum() + (b1["policy_id"][:, :-1] == 1).sum()
+        assert int(own) == 4 * 4 * 16  # every step of the iteration, trained by the policy that took it
 
 
 @pytest.mark.timeout(120)
