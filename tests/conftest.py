@@ -43,6 +43,11 @@ PROCESS_TESTS = (
     "test_train.py",
     "test_makefile.py",
     # files and tests elsewhere that start a run, a subprocess or a helper process
+    "experiment/test_summaries.py::test_a_full_disk_stops_the_summaries_with_one_error_instead_of_blocking",
+    "experiment/test_checkpoint_safety.py::test_the_runner_reads_the_weights_of_the_checkpoint_not_its_replay_buffer",
+    "runtime/test_supervisor.py::test_temp_folders_of_runs_that_died_whole_are_removed",
+    "runtime/test_heartbeat.py::test_a_zombie_is_not_alive",
+    "launcher/test_run.py",
     "algo/test_data_parallel.py",
     "algo/test_optim.py::test_a_learner_never_imports_dynamo",
     "benchmarks/test_benchmark_channels.py",
