@@ -545,7 +545,10 @@ class Runner:
         self.summaries.progress_row(self.progress)  # the final state, also for runs shorter than one interval
         self.summaries.write(self.progress)
         if not self.cfg.evaluation_run:
-            self.progress.write_lag(self.exp_dir)
+            try:
+                self.progress.write_lag(self.exp_dir)
+            except OSError as e:  # a full disk: the run's end is reported without it
+                log(f"could not write the policy-lag distribution in {self.exp_dir}: {e.strerror}")
         if not self.cfg.evaluation_run:  # after the summary, whose times and FPS are training's
             signals = self.signals_received  # a Ctrl+C during the final evaluations stops them
             skip = signals > 0 or self.exit_code != 0  # interrupted or failed: no evaluation is due

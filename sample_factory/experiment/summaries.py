@@ -140,8 +140,12 @@ class ProgressTracker:
         summaries = {str(p): s for p in range(len(self.lag_counts)) if (s := self.lag_summary(p)) is not None}
         if summaries:
             tmp = exp_dir / f".{LAG_FILE}.tmp"
-            tmp.write_text(json.dumps(summaries) + "\n")
-            os.replace(tmp, exp_dir / LAG_FILE)
+            try:
+                tmp.write_text(json.dumps(summaries) + "\n")
+                os.replace(tmp, exp_dir / LAG_FILE)
+            except OSError:
+                tmp.unlink(missing_ok=True)  # a part-written file on a full disk
+                raise
 
     def add_inference(self, policy: int, requests: int, batches: int) -> None:
         self.inference["requests", policy] += requests

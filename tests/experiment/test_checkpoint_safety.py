@@ -420,7 +420,7 @@ def test_the_runner_reads_the_weights_of_the_checkpoint_not_its_replay_buffer(ru
         return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])
 
     before = rchar()
-    weights, steps = runner_module.initial_weights(cfg, ActorCritic(cfg, obs, act), obs, act)
+    weights, steps, _ = runner_module.initial_weights(cfg, ActorCritic(cfg, obs, act), obs, act)
     read = rchar() - before
     assert steps == [state["env_steps"]] and weights[0].version == state["policy_version"]
     assert read < 16 * 2**20, f"read {read / 2**20:.1f} MiB of a {latest.stat().st_size / 2**20:.0f} MiB checkpoint"

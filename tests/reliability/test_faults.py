@@ -235,7 +235,9 @@ def test_the_temp_folder_of_a_run_killed_whole_is_removed_by_the_next_run(tmp_pa
     run.wait(timeout=10)
     time.sleep(1)
     stale = run.leftover_tmpdirs()
-    assert stale, "the case of the test: the killed run's temp folder is left"
+    if not stale:  # a run of another test file, started meanwhile, removed it already: what is tested here
+        assert run.mp_tmpdirs and not any(d.exists() for d in run.mp_tmpdirs), run.mp_tmpdirs
+        return
     other = start_run([*CARTPOLE, "--train_for_seconds=2"], tmp_path / "td", experiment="y")
     assert other.wait(timeout=90) == 0, other.describe()
     assert not any(d.exists() for d in stale), stale
