@@ -165,8 +165,10 @@ def test_pbt_population_on_two_nodes_with_a_member_killed(tmp_path, ray_cluster,
     rows = summary["members"]
     assert [r["status"] for r in rows] == ["finished"] * 4, out[-3000:]
     assert all(r["env_steps"] >= 9000 for r in rows), rows
-    # member 1's killed segment is run again: one more segment and one restart
-    assert [r["restarts"] for r in rows] == [0, 1, 0, 0] and [len(r["segments"]) for r in rows] == [3, 4, 3, 3], rows
+    # member 1's killed segment is run again: one restart, and one more segment, unless the kill landed after the
+    # segment's last checkpoint (a loaded machine): the rerun then trains nothing and is no segment of its own
+    assert [r["restarts"] for r in rows] == [0, 1, 0, 0], rows
+    assert [len(r["segments"]) for r in rows] in ([3, 4, 3, 3], [3, 3, 3, 3]), rows
     assert len({n for r in rows for n in r["nodes"]}) == 2, rows  # members ran on both nodes
 
     # ---- the killed member: restarted from its last checkpoint, its killed run's processes gone
