@@ -23,7 +23,7 @@ import torch
 
 from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config, parse_cfg
-from sample_factory.config.presets import is_atari_name
+from sample_factory.config.env_defaults import is_atari_name
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import compile_for_role
 

@@ -29,7 +29,7 @@ from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, lea
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
 from sample_factory.algo.transfer import DeferredReads, PinnedStaging, host_read
 from sample_factory.config import Config, ConfigError, reproducible
-from sample_factory.config.presets import is_atari_name
+from sample_factory.config.env_defaults import is_atari_name
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 
 # The per-step statistics an iteration averages over its applied SGD steps, in sgd_step's order.

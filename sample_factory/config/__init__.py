@@ -3,6 +3,7 @@ option attributes generated into fields.py), env-family presets (presets.py), pa
 the generated reference (reference.py)."""
 
 from sample_factory.config.cfg import Config, reproducible
+from sample_factory.config.env_defaults import preset_name_for_env
 from sample_factory.config.options import OPTIONS, ConfigError, Option, all_options, int_list, str2bool
 from sample_factory.config.parse import (
     MAX_EXPERIMENT_NAME,
@@ -17,7 +18,7 @@ from sample_factory.config.parse import (
     suggest_flag,
     typed_flags,
 )
-from sample_factory.config.presets import PRESETS, preset_name_for_env
+from sample_factory.config.presets import PRESETS
 
 __all__ = [
     "OPTIONS",

@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sample_factory.config.cfg import Config
-from sample_factory.config.env_defaults import defaults_line, preset_for, set_spaces_reader  # noqa: F401
+from sample_factory.config.env_defaults import defaults_line, is_atari_name, preset_for, set_spaces_reader  # noqa: F401
 from sample_factory.config.extras import install_hint
 from sample_factory.config.machine import usable_cores
 from sample_factory.config.options import ENJOY_ONLY_GROUP, OPTIONS, ConfigError, Option, all_options, int_list
-from sample_factory.config.presets import is_atari_name
 
 TRAIN_USAGE = "train.py --env=ENV [--experiment=NAME] [--option=value ...]"
 TRAIN_DESCRIPTION = (

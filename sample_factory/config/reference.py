@@ -11,8 +11,9 @@ import re
 import sys
 from pathlib import Path
 
+from sample_factory.config.env_defaults import PRESET_ENVS
 from sample_factory.config.options import OPTIONS
-from sample_factory.config.presets import PRESET_ENVS, PRESETS
+from sample_factory.config.presets import PRESETS
 
 
 def markdown_reference() -> str:

@@ -19,8 +19,8 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from sample_factory.config import Config
+from sample_factory.config.env_defaults import ATARI_V4_ID
 from sample_factory.config.extras import install_hint
-from sample_factory.config.presets import ATARI_V4_ID
 from sample_factory.envs.atari_frames import AleFrameSkip, FrameStack
 
 NOOP = 0  # ALE's minimal action sets start with NOOP (AtariPreprocessing checks it)

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 
 from sample_factory.config import Config
+from sample_factory.config.env_defaults import ATARI_V4_ID, MUJOCO_NAMES, is_atari_name
 from sample_factory.config.extras import install_hint
 from sample_factory.config.parse import set_spaces_reader
-from sample_factory.config.presets import ATARI_V4_ID, MUJOCO_NAMES, is_atari_name
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
 from sample_factory.envs.env_group import env_num_agents
 from sample_factory.envs.minatar import is_minatar_id, make_minatar_env, parse_minatar_id, unknown_minatar_message

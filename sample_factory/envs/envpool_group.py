@@ -20,8 +20,8 @@ import gymnasium as gym
 import numpy as np
 
 from sample_factory.config import Config
+from sample_factory.config.env_defaults import MUJOCO_NAMES
 from sample_factory.config.extras import install_hint
-from sample_factory.config.presets import MUJOCO_NAMES
 from sample_factory.envs.atari import atari_env_id, episodic_life_enabled
 from sample_factory.envs.env_group import BatchedEnvGroup, EnvError
 from sample_factory.envs.spaces import OBS_KEY

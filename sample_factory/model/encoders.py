@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from sample_factory.config import Config
-from sample_factory.config.presets import channels_last_frames
+from sample_factory.config.env_defaults import channels_last_frames
 from sample_factory.model.activations import Tanh
 
 NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": Tanh}

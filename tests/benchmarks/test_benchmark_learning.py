@@ -20,7 +20,7 @@ import pytest
 
 from benchmarks import benchmark_learning as bl
 from benchmarks.learning_suites import LEVELS, NOT_FILLED, SUITES, suite_envs
-from sample_factory.config.presets import preset_name_for_env
+from sample_factory.config.env_defaults import preset_name_for_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -8,9 +8,9 @@ import typing
 import pytest
 
 from sample_factory.config import PRESETS, Config, Option, all_options, parse_cfg
+from sample_factory.config.env_defaults import preset_values
 from sample_factory.config.fields import OptionFields
 from sample_factory.config.machine import usable_cores
-from sample_factory.config.presets import preset_values
 from sample_factory.config.reference import markdown_reference
 
 BASE = ["--env=SomeCustomEnv-v0", "--num_workers=2"]  # an env without a preset: plain defaults apply
@@ -448,7 +448,7 @@ def test_atari_dqn_preset_applies_and_typed_flags_win(env):
 def test_atari_preset_takes_its_gpu_setup_where_training_is_on_a_gpu(monkeypatch):
     """--device=gpu (or auto with CUDA visible) applies GPU_PRESETS' changes on top of the atari preset; --device=cpu,
     or auto on a machine without an NVIDIA driver, keeps the 2-core setup; a flag the user typed wins over both."""
-    from sample_factory.config import presets
+    from sample_factory.config import env_defaults, presets
 
     cpu = parse_cfg(["--env=atari_pong", "--device=cpu"])
     gpu = parse_cfg(["--env=atari_pong", "--device=gpu"])
@@ -456,11 +456,11 @@ def test_atari_preset_takes_its_gpu_setup_where_training_is_on_a_gpu(monkeypatch
         assert getattr(gpu, k) == v
     assert (cpu.batch_size, cpu.num_envs_per_worker) == (256, 16)
     assert parse_cfg(["--env=atari_pong", "--device=gpu", "--batch_size=512"]).batch_size == 512
-    monkeypatch.setattr(presets.os.path, "exists", lambda p: False)
-    monkeypatch.setattr(presets.os.path, "isdir", lambda p: False)
+    monkeypatch.setattr(env_defaults.os.path, "exists", lambda p: False)
+    monkeypatch.setattr(env_defaults.os.path, "isdir", lambda p: False)
     assert parse_cfg(["--env=atari_pong"]).batch_size == 256  # auto, no driver: torch is not even asked
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert not presets.gpu_expected("auto")
+    assert not env_defaults.gpu_expected("auto")
 
 
 def test_tuned_for_picks_the_presets_setup_whatever_the_device(capsys):
@@ -489,9 +489,9 @@ def test_auto_device_asks_nvml_not_the_cuda_runtime(monkeypatch):
     the CUDA runtime (torch.cuda.is_available()) cannot use CUDA, NVML's device count can be asked."""
     import torch
 
-    from sample_factory.config import presets
+    from sample_factory.config import env_defaults
 
-    monkeypatch.setattr(presets.os.path, "exists", lambda p: p == "/dev/nvidia0")
+    monkeypatch.setattr(env_defaults.os.path, "exists", lambda p: p == "/dev/nvidia0")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
     def runtime_query():
@@ -499,9 +499,9 @@ def test_auto_device_asks_nvml_not_the_cuda_runtime(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", runtime_query)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert presets.gpu_expected("auto")
+    assert env_defaults.gpu_expected("auto")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    assert not presets.gpu_expected("auto")
+    assert not env_defaults.gpu_expected("auto")
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,10 @@
-"""The --algo=DQN presets (config/presets_dqn.py): every family with a DQN variant gets it, and the variants keep
+"""The --algo=DQN presets (config/presets.py): every family with a DQN variant gets it, and the variants keep
 their family's env side."""
 
 from __future__ import annotations
 
-from sample_factory.config.presets import PRESETS, preset_name_for_env
-from sample_factory.config.presets_dqn import DQN_VARIANT
+from sample_factory.config.env_defaults import DQN_VARIANT, preset_name_for_env
+from sample_factory.config.presets import PRESETS
 
 
 def test_every_variant_is_a_feed_forward_preset_that_dqn_runs_pick():

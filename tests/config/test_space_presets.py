@@ -8,7 +8,8 @@ import pytest
 
 from benchmarks.learning_suites import SUITES
 from sample_factory.config import parse_cfg
-from sample_factory.config.presets import PRESET_ENVS, PRESETS, SPACE_PRESETS, horizon_gamma, space_preset
+from sample_factory.config.env_defaults import PRESET_ENVS, horizon_gamma, space_preset
+from sample_factory.config.presets import PRESETS, SPACE_PRESETS
 from sample_factory.envs import env_utils  # noqa: F401 - as train.py: the spaces of every env make_env makes
 
 

@@ -8,7 +8,7 @@ import torch
 
 from sample_factory.algo.distributions import CategoricalDist, DiagGaussianDist
 from sample_factory.config import parse_cfg
-from sample_factory.config.presets import channels_last_frames
+from sample_factory.config.env_defaults import channels_last_frames
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.runtime.shared_buffers import SharedWeights
 
