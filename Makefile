@@ -12,8 +12,7 @@
 #                   TRAIN_ARGS="--env=atari_pong --experiment=pong" (extras: atari, mujoco, vizdoom, envpool, ...);
 #                   CartPole's env, experiment and --stop_at_reward=475 apply only when TRAIN_ARGS names no env
 #   make format     auto-format and auto-fix lint
-#   make docs       regenerate docs/config-reference.md, sample_factory/config/fields.py and the package tree of
-#                   docs/architecture.md
+#   make docs       regenerate docs/config-reference.md and the package tree of docs/architecture.md
 #   make benchmark  run the throughput benchmark, benchmarks/benchmark.py (extra flags: make benchmark ARGS="...")
 #   make clean      remove .venv, build artifacts and train_dir
 
@@ -94,8 +93,6 @@ docs: venv
 	mkdir -p docs
 	$(VENV_PY) -m sample_factory.config.reference > docs/config-reference.md.tmp
 	mv docs/config-reference.md.tmp docs/config-reference.md
-	$(VENV_PY) -m sample_factory.config.reference fields > sample_factory/config/fields.py.tmp
-	mv sample_factory/config/fields.py.tmp sample_factory/config/fields.py
 	$(VENV_PY) -m sample_factory.config.reference architecture > docs/architecture.md.tmp
 	mv docs/architecture.md.tmp docs/architecture.md
 

@@ -1,6 +1,6 @@
-"""Configuration: every option declared once (options.py), the typed config components take (cfg.py, with the
-option attributes generated into fields.py), env-family presets (presets.py), parsing and checks (parse.py), and
-the generated reference (reference.py)."""
+"""Configuration: every option declared once, in typed groups (options.py and options_<concept>.py), the typed config
+components take (cfg.py: every group merged), env-family presets as tables (presets.py) and the choice of a run's
+preset (env_defaults.py), parsing and checks (parse.py), and the generated reference (reference.py)."""
 
 from sample_factory.config.cfg import Config, reproducible
 from sample_factory.config.env_defaults import preset_name_for_env

@@ -1,7 +1,7 @@
 """The typed config: `Config` is what `parse_cfg` returns and what every component takes as `cfg`.
 
-Its attributes are the options, typed in config/fields.py (generated from the option table, so each option is still
-declared once), plus the derived fields declared below, which code sets rather than a flag. It is an
+Its attributes are the options, typed where they are declared (it inherits every option group: config/options.py's
+AllOptions), plus the derived fields declared below, which code sets rather than a flag. It is an
 `argparse.Namespace`, so `vars(cfg)` is exactly what cfg.json and checkpoints store, and it pickles and copies as
 before."""
 
@@ -12,8 +12,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sample_factory.config.fields import OptionFields
-from sample_factory.config.options import all_options
+from sample_factory.config.options import AllOptions, all_options
 
 
 def option_defaults() -> dict[str, Any]:
@@ -27,10 +26,10 @@ def reproducible(cfg: Config) -> bool:
     return cfg.seed is not None and not cfg.async_rl
 
 
-class Config(OptionFields, argparse.Namespace):
-    """Every option is an instance attribute (argparse or `from_dict` sets each one). Derived fields have
-    class-level defaults instead, so `vars(cfg)` (cfg.json) holds only the ones code has set; no option may have a
-    class-level value, or argparse would not set its default on the instance."""
+class Config(AllOptions, argparse.Namespace):
+    """Every option is an instance attribute (argparse or `from_dict` sets each one; the option groups keep no
+    class-level values, or argparse would not set their defaults on the instance). Derived fields have class-level
+    defaults instead, so `vars(cfg)` (cfg.json) holds only the ones code has set."""
 
     preset: str | None = None
     """The env-family preset applied to the flags not typed (config/presets.py); None: the env has none."""

@@ -1,8 +1,8 @@
-"""What is generated from the code (`make docs` writes all three):
-`python -m sample_factory.config.reference > docs/config-reference.md` (the config reference),
-`python -m sample_factory.config.reference fields > sample_factory/config/fields.py` (the options' typed
-attributes of `Config`) and `python -m sample_factory.config.reference architecture` (docs/architecture.md with its
-package tree made from the modules' docstrings; `tree` prints the tree alone). Tests fail when any is out of date."""
+"""What is generated from the code (`make docs` writes both):
+`python -m sample_factory.config.reference > docs/config-reference.md` (the config reference, from the option
+groups and the presets) and `python -m sample_factory.config.reference architecture` (docs/architecture.md with its
+package tree made from the modules' docstrings; `tree` prints the tree alone). Tests fail when either is out of
+date."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def markdown_reference() -> str:
     lines = [
         "# Config reference",
         "",
-        "Generated from `sample_factory/config/options.py` by `make docs` "
+        "Generated from the option groups (`sample_factory/config/options*.py`) by `make docs` "
         "(`python -m sample_factory.config.reference`).",
         "Flags written `--a / --b` are aliases. Booleans take `True`/`False` (a bare `--flag` means True).",
         "",
@@ -49,35 +49,6 @@ def markdown_reference() -> str:
         lines += [f"| `--{k}` | `{v}` |" for k, v in values.items()]
         lines.append("")
     return "\n".join(lines)
-
-
-LINE_LENGTH = 120  # pyproject.toml's ruff line-length: the generated module is linted like the rest
-
-
-def fields_module() -> str:
-    """The source of config/fields.py: one annotation per option, grouped as in the table, with its default."""
-    lines = [
-        '"""Generated from config/options.py by `make docs` (`python -m sample_factory.config.reference fields`); '
-        "do not edit.",
-        "The type of every option's value, so that editors and readers see each option attribute of `Config`.",
-        '"""',
-        "",
-        "from __future__ import annotations",
-        "",
-        "",
-        "class OptionFields:",
-        '    """Annotations only: argparse (or `Config.from_dict`) sets every option on the instance."""',
-    ]
-    for group_name, options in OPTIONS.items():
-        lines += ["", f"    # {group_name}"]
-        for opt in options:
-            choices = f"; one of {', '.join(opt.choices)}" if opt.choices else ""
-            field, comment = f"    {opt.name}: {opt.annotation}", f"# default {opt.default!r}{choices}"
-            if len(field) + 2 + len(comment) <= LINE_LENGTH:
-                lines.append(f"{field}  {comment}")
-            else:  # ruff's line length: the comment goes on the line above
-                lines += [f"    {comment}", field]
-    return "\n".join(lines) + "\n"
 
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -127,13 +98,11 @@ def architecture_page(text: str) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["fields"]:
-        print(fields_module(), end="")
-    elif sys.argv[1:] == ["tree"]:
+    if sys.argv[1:] == ["tree"]:
         print(package_tree())
     elif sys.argv[1:] == ["architecture"]:
         print(architecture_page(ARCHITECTURE.read_text()), end="")
     elif not sys.argv[1:]:
         print(markdown_reference())
     else:
-        sys.exit("usage: python -m sample_factory.config.reference [fields | tree | architecture]")
+        sys.exit("usage: python -m sample_factory.config.reference [tree | architecture]")

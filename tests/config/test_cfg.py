@@ -9,8 +9,9 @@ import pytest
 
 from sample_factory.config import PRESETS, Config, Option, all_options, parse_cfg
 from sample_factory.config.env_defaults import preset_values
-from sample_factory.config.fields import OptionFields
 from sample_factory.config.machine import usable_cores
+from sample_factory.config.option_types import OptionGroup
+from sample_factory.config.options import GROUPS, AllOptions
 from sample_factory.config.reference import markdown_reference
 
 BASE = ["--env=SomeCustomEnv-v0", "--num_workers=2"]  # an env without a preset: plain defaults apply
@@ -334,7 +335,7 @@ def test_option_names_and_flags_are_unique():
 
 
 def _matches(value, hint) -> bool:
-    """isinstance for the annotations config/fields.py uses: X, X | None, list[int]; an int is a valid float."""
+    """isinstance for the annotations the option groups use: X, X | None, list[int]; an int is a valid float."""
     if isinstance(hint, types.UnionType):
         return any(_matches(value, h) for h in typing.get_args(hint))
     if hint is type(None):
@@ -350,8 +351,9 @@ def _matches(value, hint) -> bool:
 
 
 def test_config_declares_every_option_with_its_type():
-    hints = typing.get_type_hints(OptionFields)
-    assert list(hints) == [opt.name for opt in all_options()]  # same names, in table order
+    hints = typing.get_type_hints(Config)
+    declared = [name for group in GROUPS for name in group.__annotations__ if name not in OptionGroup.__annotations__]
+    assert declared == [opt.name for opt in all_options()]  # each option annotated in its group, in table order
     for opt in all_options():
         assert _matches(opt.default, hints[opt.name]), (opt.name, opt.default, hints[opt.name])
     # Parsed values (with a preset, and finalized) have the declared types too.
@@ -375,7 +377,7 @@ def test_options_have_no_class_level_value():
 
 
 def test_derived_fields_are_declared_with_defaults_and_docs():
-    derived = typing.get_type_hints(Config).keys() - typing.get_type_hints(OptionFields).keys()
+    derived = typing.get_type_hints(Config).keys() - typing.get_type_hints(AllOptions).keys()
     assert derived == {
         "preset",
         "preset_reason",
