@@ -43,9 +43,10 @@ from sample_factory.config import (
     suggest_flag,
     typed_flags,
 )
+from sample_factory.config.checks import run_name
 from sample_factory.config.extras import install_hint
 from sample_factory.config.options import EVAL_GROUPS
-from sample_factory.config.parse import normalize_flags, run_name
+from sample_factory.config.parse import normalize_flags
 from sample_factory.envs.env_group import EnvGroup, env_num_agents
 from sample_factory.envs.env_utils import make_env
 from sample_factory.evaluation.policy_api import load_policy

@@ -20,7 +20,7 @@ from sample_factory.algo.dqn import (
 )
 from sample_factory.algo.replay import nstep_targets
 from sample_factory.config import ConfigError, parse_cfg
-from sample_factory.config.parse import finalize_cfg
+from sample_factory.config.checks import finalize_cfg
 from sample_factory.model.actor_critic import ActorCritic
 
 OBS, ACT = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3)

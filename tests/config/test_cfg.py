@@ -71,7 +71,7 @@ def test_a_run_without_experiment_gets_a_folder_of_its_own():
 
 
 def test_num_workers_defaults_to_usable_cores(monkeypatch):
-    import sample_factory.config.parse as cfg_module
+    import sample_factory.config.checks as cfg_module
 
     monkeypatch.setattr(cfg_module, "usable_cores", lambda: 7)
     assert parse_cfg(["--env=SomeCustomEnv-v0"]).num_workers == 7
@@ -153,7 +153,7 @@ def test_classic_control_preset_applies_only_to_untyped_flags():
 def test_mujoco_preset_is_synchronous_and_valid_on_a_big_machine(env, monkeypatch):
     """The synchronous mujoco preset must parse on a machine with many cores (the default num_workers is one per
     core, and 16 workers' rounds would not divide its 2,048-sample iteration); a typed worker count still wins."""
-    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: 16)
+    monkeypatch.setattr("sample_factory.config.checks.usable_cores", lambda: 16)
     monkeypatch.setattr("sample_factory.config.env_defaults.usable_cores", lambda: 16)
     cfg = parse_cfg([f"--env={env}"])
     assert cfg.preset == "mujoco" and not cfg.async_rl and not cfg.use_rnn

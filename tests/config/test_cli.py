@@ -154,7 +154,7 @@ def test_num_envs_is_cleanrls_total_spread_over_the_workers(monkeypatch, capsys)
     # an odd share: one split (the preset's 2 would not divide it)
     cfg = parse_cfg(["--env=LunarLander-v3", "--num_envs=6", "--num_workers=2"])
     assert (cfg.num_envs_per_worker, cfg.worker_num_splits) == (3, 1)
-    monkeypatch.setattr("sample_factory.config.parse.usable_cores", lambda: 4)
+    monkeypatch.setattr("sample_factory.config.checks.usable_cores", lambda: 4)
     cfg = parse_cfg(["--env=CartPole-v1", "--num_envs=6"])  # workers not typed: the most of 4 that divide 6
     assert (cfg.num_workers, cfg.num_envs_per_worker) == (3, 2)
     assert parse_cfg(["--env=CartPole-v1", "--num_envs=1"]).num_workers == 1
