@@ -5,17 +5,7 @@ merges them, and `Config` (cfg.py) inherits it, so each option's annotation is i
 
 from __future__ import annotations
 
-from sample_factory.config.option_types import (  # noqa: F401
-    ConfigError,
-    ConvArchitecture,
-    Number,
-    Option,
-    OptionGroup,
-    int_list,
-    opt,
-    str2bool,
-    str_list,
-)
+from sample_factory.config.option_types import ConfigError, Option, OptionGroup, int_list, opt, str2bool  # noqa: F401
 from sample_factory.config.options_devices import DeviceOptions
 from sample_factory.config.options_eval import EnjoyOptions, EvalOptions
 from sample_factory.config.options_learner import LearnerOptions, SpeedOptions
@@ -113,4 +103,4 @@ EVAL_GROUPS = (EvalOptions.group_title, ENJOY_ONLY_GROUP)
 
 
 def all_options() -> list[Option]:
-    return [opt for options in OPTIONS.values() for opt in options]
+    return [option for options in OPTIONS.values() for option in options]

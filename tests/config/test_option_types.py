@@ -74,6 +74,11 @@ def test_bad_declarations_fail_at_import_with_the_fix():
         class Unknown(OptionGroup, title="x"):
             n: dict[str, int] = opt({}, "no parser for dicts")
 
+    with pytest.raises(TypeError, match="has no annotation"):
+
+        class Unannotated(OptionGroup, title="x"):
+            n = opt(1, "no type")
+
     with pytest.raises(TypeError, match="give it a title="):
 
         class Untitled(OptionGroup):
