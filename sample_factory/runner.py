@@ -30,6 +30,7 @@ from sample_factory.experiment.checkpoints import (
     newest_checkpoint_since,
     remove_partial_writes,
 )
+from sample_factory.experiment.episode_windows import checkpoint_env_steps, load_windows, save_window
 from sample_factory.experiment.exit_codes import interrupted_exit_code
 from sample_factory.experiment.folder import (
     experiment_dir,
@@ -323,13 +324,19 @@ class Runner:
         self.components, self.channels, self.buffers = state["components"], state["channels"], state["buffers"]
         for p, steps in enumerate(state["counters"]["env_steps"]):
             self.progress.resume(p, steps)
+        for p, window in enumerate(state["counters"].get("episode_windows", [])):
+            self.progress.restore_window(p, window)
         self.resumed_env_steps = list(state["counters"]["env_steps"])
         log(f"{why} at {sum(state['counters']['env_steps'])} env steps")
         return True
 
     def _save_serial_snapshot(self) -> None:
         learner = self._learners()[0]
-        counters = {"checkpoint": (learner.version, learner.env_steps), "env_steps": list(self.progress.env_steps)}
+        counters = {
+            "checkpoint": (learner.version, learner.env_steps),
+            "env_steps": list(self.progress.env_steps),
+            "episode_windows": [self.progress.window(p) for p in range(self.cfg.num_policies)],
+        }
         save_snapshot(self.exp_dir, self.cfg, self.components, self.channels, self.buffers, counters)
 
     def _periodic_eval(self) -> None:
@@ -412,11 +419,23 @@ class Runner:
         self.progress.add_inference(*report.payload)
 
     def _on_resumed(self, report: Report) -> None:
-        self.progress.resume(report.index, report.payload["env_steps"])
-        log(f"policy {report.index} resumed from {report.payload['path']} at {report.payload['env_steps']} env steps")
+        p, steps = report.index, report.payload["env_steps"]
+        self.progress.resume(p, steps)
+        window = load_windows(checkpoint_dir(self.cfg, p)).get(str(steps))
+        if window is not None:
+            self.progress.restore_window(p, window)
+        kept = f", its last {len(window['episodes'])} episodes in the reward window" if window else ""
+        log(f"policy {p} resumed from {report.payload['path']} at {steps} env steps{kept}")
 
     def _on_checkpoint(self, report: Report) -> None:
         self.progress.last_checkpoint[report.index] = report.payload
+        steps = checkpoint_env_steps(report.payload)
+        window = None if steps is None else self.progress.window_history[report.index].at(steps)
+        if window is not None:
+            try:
+                save_window(checkpoint_dir(self.cfg, report.index), steps, window)
+            except OSError as e:  # the checkpoint itself is written; a resume would start an empty window
+                log(f"WARNING: could not save the episode window beside {report.payload}: {e}")
         self.evaluator.on_checkpoint(report.index, report.payload)
 
     def _on_timing(self, report: Report) -> None:

@@ -22,6 +22,7 @@ from tensorboardX.record_writer import masked_crc32c
 from tensorboardX.summary import scalar
 
 from sample_factory.config import Config
+from sample_factory.experiment.episode_windows import WindowHistory
 from sample_factory.experiment.wandb_logging import WandbLogger
 
 FPS_WINDOWS = (10, 60, 300)
@@ -58,6 +59,7 @@ class ProgressTracker:
         self.dropped_samples = [0] * P
         # per policy: {--episode_info_keys / episode_extra_stats key: the last --stats_avg values}
         self.episode_stats: list[dict[str, collections.deque]] = [{} for _ in range(P)]
+        self.window_history = [WindowHistory() for _ in range(P)]  # saved beside each checkpoint
         self.history: collections.deque = collections.deque([(self.start, 0)], maxlen=2000)
         self.inference = collections.Counter()
         self.discarded_rollouts = 0  # half-finished or orphaned by a worker crash
@@ -93,9 +95,28 @@ class ProgressTracker:
         if self.cfg.evaluation_run:
             self.all_episodes[policy].extend(episodes)
         self.num_episodes[policy] += len(episodes)
+        if episodes or stats:
+            self.window_history[policy].record(self.env_steps[policy], self.window(policy))
         now = time.monotonic()
         if now - self.history[-1][0] > 0.2:
             self.history.append((now, self.total_env_steps() - sum(self.resumed_steps)))
+
+    def window(self, policy: int) -> dict[str, Any]:
+        """The policy's episode windows as plain lists (JSON): [[reward, length], ...], {stat: [values]}."""
+        return {
+            "episodes": [list(e) for e in self.episodes[policy]],
+            "stats": {k: list(v) for k, v in self.episode_stats[policy].items()},
+        }
+
+    def restore_window(self, policy: int, window: dict[str, Any]) -> None:
+        """A resumed run's windows go on from those saved with its checkpoint (the session's episode count starts at
+        0 as before)."""
+        self.episodes[policy].clear()
+        self.episodes[policy].extend((float(r), int(n)) for r, n in window["episodes"])
+        self.episode_stats[policy] = {
+            k: collections.deque(v, maxlen=self.cfg.stats_avg) for k, v in window["stats"].items()
+        }
+        self.window_history[policy].record(self.env_steps[policy], self.window(policy))
 
     def add_train_stats(self, policy: int, stats: dict) -> None:
         self.train_stats[policy] = stats

@@ -4,6 +4,7 @@ checkpoint when the latest one is corrupted."""
 
 from __future__ import annotations
 
+import csv
 import re
 import signal
 import subprocess
@@ -155,7 +156,9 @@ ATARI = [
 )
 def test_exact_serial_resume(tmp_path, capsys, flags, first, total):
     """train N, stop, resume to N + M  ==  train N + M: identical final checkpoint, bit for bit (Atari: the emulator
-    state travels with the env in the snapshot, envs/atari_frames.py)."""
+    state travels with the env in the snapshot, envs/atari_frames.py), and the same final mean reward (the episode
+    window, 1,000 episodes wide so that it spans the stop, travels too)."""
+    flags = [*flags, "--stats_avg=1000"]
     assert train(tmp_path, "split", *flags, f"--train_for_env_steps={first}") == 0
     capsys.readouterr()
     assert train(tmp_path, "split", *flags, f"--train_for_env_steps={total}") == 0
@@ -170,6 +173,10 @@ def test_exact_serial_resume(tmp_path, capsys, flags, first, total):
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"]), "weights differ"
     opt_a, opt_b = a["algo"]["optimizer"]["state"], b["algo"]["optimizer"]["state"]
     assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in opt_a[i]), "optimizer state differs"
+    last = [list(csv.DictReader((tmp_path / e / "progress.csv").open()))[-1] for e in ("split", "straight")]
+    for row in last:
+        del row["time_s"], row["fps_10s"]
+    assert last[0] == last[1], last  # the env steps and the mean reward
 
 
 @pytest.fixture

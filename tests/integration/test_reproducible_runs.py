@@ -78,7 +78,8 @@ def test_sync_runs_are_reproducible(tmp_path, train_run, flags):
 def test_stopped_and_resumed_run_matches_the_uninterrupted_one(tmp_path, train_run):
     """8,192 env steps, stop, resume to 16,384 (the actors' envs restored from sync_state/) ends with the same
     checkpoint as 16,384 in one go. Without the saved envs, the resumed run would restart every episode."""
-    common = ["--async_rl=False", "--num_workers=2", "--seed=5"]
+    # a window of 1,000 episodes spans iterations (an iteration of CartPole finishes about 200)
+    common = ["--async_rl=False", "--num_workers=2", "--seed=5", "--stats_avg=1000"]
     full = train_run([*common, "--train_for_env_steps=16000"], tmp_path / "full")
     first = train_run([*common, "--train_for_env_steps=8000"], tmp_path / "resumed")
     assert first.wait(timeout=240) == 0, first.describe()
@@ -94,3 +95,13 @@ def test_stopped_and_resumed_run_matches_the_uninterrupted_one(tmp_path, train_r
     (a,), (b,) = ckpt_full.values(), ckpt_resumed.values()
     differing = [k for k in a["model"] if not torch.equal(a["model"][k], b["model"][k])]
     assert not differing, f"the resumed run ended with other weights in {differing}"
+
+    # The reward window went on from the checkpoint's episodes (episode_windows.json), so the rows after the resume
+    # match too. The stop adds a row at 8,192 that the uninterrupted run may not have (rows come at report times).
+    def rows(run) -> dict[str, dict[str, str]]:
+        return {r["env_steps"]: {k: v for k, v in r.items() if k not in TIME_COLUMNS} for r in run.progress_rows()}
+
+    rows_full, rows_resumed = rows(full), rows(second)
+    after = [s for s in rows_full if int(s) > 8192 and s in rows_resumed]
+    assert after, f"no row past the resume in both runs:\n{rows_full}\n{rows_resumed}"
+    assert [rows_full[s] for s in after] == [rows_resumed[s] for s in after], f"{rows_full}\n{rows_resumed}"
