@@ -103,6 +103,10 @@ class DataParallel:
     def my_rows(self, rows: int) -> tuple[int, int]:
         return self.share(rows, self.world, self.rank)
 
+    def rows_of(self, batch: dict[str, Any], rows: int) -> dict[str, Any]:
+        lo, hi = self.my_rows(rows)
+        return {k: {n: t[lo:hi] for n, t in v.items()} if isinstance(v, dict) else v[lo:hi] for k, v in batch.items()}
+
     def permutation(self, rows: int, device: torch.device) -> Tensor:
         """Drawn on the CPU, where every rank has the same generator state, and rank 0's broadcast: the ranks
         agree even if their random states ever differed."""

@@ -88,11 +88,6 @@ def initial_priorities(targets_returns: Tensor, discounts: Tensor, offsets: Tens
     return (targets_returns + discounts * boot - q_taken).abs()
 
 
-def _rows(x: Any, lo: int, hi: int) -> Any:
-    """Rows [lo, hi) of a tensor or of each tensor of a dict."""
-    return {k: v[lo:hi] for k, v in x.items()} if isinstance(x, dict) else x[lo:hi]
-
-
 def frame_stacked_keys(cfg: Config, obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, int]:
     """Observation keys the replay stores as single frames: Atari's uint8 [--env_framestack, H, W] stacks."""
     if not is_atari_name(cfg.env) or cfg.env_framestack < 2:
@@ -410,17 +405,15 @@ class DQNAlgorithm(Algorithm):
         cfg = self.cfg
         B = len(s.indices)
         lo, hi = self.dp.my_rows(B)
-        s = s._replace(**{k: _rows(getattr(s, k), lo, hi) for k in s._fields if k != "indices"})
-        d = self.staging.to_device(
-            {
-                "obs": s.obs,  # {key: [B, *shape]}
-                "next_obs": s.next_obs,
-                "actions": s.actions,
-                "returns": s.returns,
-                "discounts": s.discounts,
-                "weights": s.weights,
-            }
-        )
+        minibatch = {
+            "obs": s.obs,  # {key: [B, *shape]}
+            "next_obs": s.next_obs,
+            "actions": s.actions,
+            "returns": s.returns,
+            "discounts": s.discounts,
+            "weights": s.weights,
+        }
+        d = self.staging.to_device(self.dp.rows_of(minibatch, B))  # (this rank's rows [lo, hi) of each)
         obs, next_obs, returns, discounts, weights = (
             d["obs"], d["next_obs"], d["returns"], d["discounts"], d["weights"]
         )  # fmt: skip

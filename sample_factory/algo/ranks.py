@@ -55,6 +55,10 @@ class Ranks(Protocol):
     def my_rows(self, rows: int) -> tuple[int, int]:
         """The rows [lo, hi) of `rows` that this rank trains on."""
 
+    def rows_of(self, batch: dict[str, Any], rows: int) -> dict[str, Any]:
+        """This rank's rows (`my_rows`) of each tensor, or dict of tensors, of `batch`, whose rows are the `rows` of
+        a whole minibatch (for one learner `batch` itself)."""
+
     def permutation(self, rows: int, device: torch.device) -> Tensor:
         """A random order of `rows` rows [rows], the same on every rank."""
 
@@ -135,6 +139,9 @@ class SingleRank:
 
     def my_rows(self, rows: int) -> tuple[int, int]:
         return 0, rows
+
+    def rows_of(self, batch: dict[str, Any], rows: int) -> dict[str, Any]:
+        return batch
 
     def permutation(self, rows: int, device: torch.device) -> Tensor:
         return torch.randperm(rows, device=device)  # on the training device: no copy of the indices per minibatch

@@ -39,6 +39,10 @@ def test_collectives_of_one_learner_are_identities():
     assert one.broadcast_(t) is t and one.mean(t) is t and one.place_rows(t, 2) is t
     assert one.agree(True) and not one.agree(False) and one.broadcast_object(t) is t
     assert one.sum_counts({"samples": 3}) == {"samples": 3}
+    minibatch = {"obs": {"obs": torch.arange(4)}, "actions": torch.arange(4)}
+    assert one.rows_of(minibatch, 4) is minibatch
+    second = DataParallel(1, 2, timeout_sec=5.0).rows_of(minibatch, 4)  # rank 1 of 2: rows [2, 4)
+    assert second["obs"]["obs"].tolist() == second["actions"].tolist() == [2, 3]
     grads = [torch.ones(2)]
     assert one.reduce_grads(grads, t.sum(), extra=t) is not None and grads[0].tolist() == [1.0, 1.0]
     assert one.share_of_mean(t, 2).item() == 1.5
