@@ -170,7 +170,7 @@ def time_isolated(algo, cfg: Config, batch: dict, device: torch.device, repeats:
         mb = torch.arange(min(cfg.batch_size // cfg.rollout, p.is_first.shape[0]), device=device)
 
         def step() -> None:
-            loss, _ = algo.minibatch_loss(p, mb)
+            loss = algo.minibatch_loss(p, mb).loss
             algo.device_step(loss, algo.optimizer)
 
     for _ in range(2):

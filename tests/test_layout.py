@@ -18,9 +18,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "sample_factory"
 MAX_MODULE_LINES = 600
-# Type-only edges of a cycle that item 3 of issue 52 (one training path for one or many learners) removes:
-# learner_group.py names Learner and PendingRollout in its annotations while learner.py imports learner_group.
-KNOWN_TYPE_ONLY_EDGES = {("sample_factory.workers.learner_group", "sample_factory.workers.learner")}
 
 # package (first component under sample_factory/, or a top-level module) -> what it may import besides itself
 ALLOWED: dict[str, set[str]] = {
@@ -72,13 +69,6 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(path: Path, module: str, top_level_only: bool) -> set[str]:
     """sample_factory modules imported by `module` (relative imports resolved); with `top_level_only`, those at
     module level (not inside functions), which are the ones that can cycle. `if TYPE_CHECKING:` imports count: a
@@ -128,8 +118,6 @@ def test_imports_follow_the_layering(module):
 
 def test_no_import_cycles():
     graph = {m: {i for i in _imports(p, m, top_level_only=True) if i in MODULES and i != m} for m, p in MODULES.items()}
-    for a, b in KNOWN_TYPE_ONLY_EDGES:
-        graph[a].discard(b)
     # importing `a.b.c` first imports the package `a.b`: its __init__ is an edge too, unless the importer lives in
     # that package (then the package is already being imported, which Python allows)
     for m, deps in graph.items():
@@ -169,26 +157,16 @@ def test_module_size():
             )
 
 
-def test_known_type_only_edges_are_type_only():
-    """The exception above covers annotation imports only: a runtime import of the same edge is still a cycle."""
-    for a, b in KNOWN_TYPE_ONLY_EDGES:
-        tree = ast.parse(MODULES[a].read_text())
-        runtime = {
-            n.module
-            for n in ast.walk(tree)
-            if isinstance(n, ast.ImportFrom) and not any(n in ast.walk(i) for i in _type_checking_blocks(tree))
-        }
-        assert b not in runtime, f"{a} imports {b} at run time: the cycle is real"
-
-
-def _type_checking_blocks(tree: ast.AST) -> list[ast.If]:
-    return [n for n in ast.walk(tree) if isinstance(n, ast.If) and _is_type_checking(n)]
-
-
-def test_type_checking_imports_are_edges():
-    """The cycle check sees imports under `if TYPE_CHECKING:` (learner_group.py has one)."""
-    module = "sample_factory.workers.learner_group"
-    assert "sample_factory.workers.learner" in _imports(MODULES[module], module, top_level_only=True)
+def test_type_checking_imports_are_edges(tmp_path):
+    """The cycle check sees imports under `if TYPE_CHECKING:` (one hid learner.py <-> learner_group.py)."""
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\nimport typing\n"
+        "if TYPE_CHECKING:\n    from sample_factory.workers.learner import Learner\n"
+        "if typing.TYPE_CHECKING:\n    from . import roles\n"
+    )
+    found = _imports(source, "sample_factory.workers.m", top_level_only=True)
+    assert {"sample_factory.workers.learner", "sample_factory.workers.roles"} <= found
 
 
 def test_the_checker_sees_real_imports():

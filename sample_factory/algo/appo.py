@@ -13,6 +13,7 @@ from torch import Tensor
 
 from sample_factory.algo.base import (
     Algorithm,
+    StepStats,
     exploration_coeff_at,
     forward_autocast,
     kl_adaptive_lr,
@@ -25,18 +26,16 @@ from sample_factory.algo.losses import (
     entropy_loss,
     kl_penalty,
     masked_mean,
-    normalize_advantages,
     ppo_policy_loss,
     symmetric_kl_loss,
 )
 from sample_factory.algo.replay import TrajectoryReplay, concat_batches, replayed_count
 from sample_factory.algo.returns import calculate_gae, calculate_vtrace
-from sample_factory.algo.transfer import host_read
 from sample_factory.config import Config, ConfigError
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 
-# Per-iteration counts a data-parallel group sums over its ranks (each rank counts its own rows).
-DP_SUMMED = ("dropped_samples", "inactive_samples", "samples")
+# Per-iteration counts summed over a data-parallel group's ranks (each rank counts its own rows).
+RANK_SUMMED = ("dropped_samples", "inactive_samples", "samples")
 
 
 def shaped_rewards(rewards: Tensor, truncated: Tensor, final_values: Tensor, cfg: Config) -> Tensor:
@@ -46,6 +45,14 @@ def shaped_rewards(rewards: Tensor, truncated: Tensor, final_values: Tensor, cfg
     if cfg.value_bootstrap:
         r = r + cfg.gamma * final_values * truncated.float()
     return r
+
+
+class MinibatchLoss(NamedTuple):
+    """One minibatch's loss (this rank's share of it, in a data-parallel group) and its detached statistics."""
+
+    loss: Tensor  # scalar
+    stats: dict[str, Tensor]  # scalars
+    has_data: Tensor | None  # bool scalar: the minibatch has a sample to learn from (None: every sample counts)
 
 
 class PreparedBatch(NamedTuple):
@@ -192,73 +199,36 @@ class APPOAlgorithm(Algorithm):
         if self.replay is not None:
             batch, fresh = self.mix_replay(batch)
         p = self.prepare(batch, policy_version, policy_id, fresh)
-        M = p.is_first.shape[0]
-        names: list[str] = []
-        sums: Tensor | None = None  # [K] the applied steps' statistics, summed on the device
-        applied = torch.zeros((), dtype=torch.int64, device=self.device)  # steps applied this iteration
-        rows = M if self.dp is None else self.dp.rows  # a data-parallel rank permutes the global rows
+        step_stats = StepStats(self.device)
+        rows = self.dp.global_rows(p.is_first.shape[0])  # a data-parallel rank permutes the global rows
         for epoch in range(self.cfg.num_epochs):
             if epoch > 0 and self.should_stop():  # (epoch 0: asked above)
                 break
-            # data-parallel: drawn on the CPU, where every rank has the same generator state (data_parallel.py)
-            perm = torch.randperm(rows, device=self.device if self.dp is None else "cpu")
-            if self.dp is not None:  # rank 0's draw: the ranks agree even if their random states ever differed
-                perm = self.dp.broadcast_(perm, cpu=True)
+            perm = self.dp.permutation(rows, self.device)
             for mb in torch.tensor_split(perm, min(self.cfg.num_batches_per_epoch, rows)):
                 if self.should_stop():  # the learner must save and exit: keep the steps taken, drop the rest
                     break
                 # A minibatch with nothing to learn from (all past --max_policy_lag, inactive or another policy's)
                 # is skipped on the device: a step would still move the weights by Adam's momentum.
-                if self.dp is not None:
-                    loss, mb_stats, has_data = self.dp_minibatch_loss(p, mb)
-                else:
-                    has_data = None if p.all_valid else p.valid[mb].any()
-                    loss, mb_stats = self.minibatch_loss(p, mb)
+                loss, mb_stats, has_data = self.minibatch_loss(p, mb)
                 grad_norm, ok = self.device_step(loss, self.optimizer, has_data)
                 if self.lr_t is not None:
                     self.steer_lr(mb_stats["approx_kl"], ok)
-                names = [*mb_stats, "grad_norm"]
-                step_stats = torch.stack([*mb_stats.values(), grad_norm]).double()  # [K]
-                step_stats = torch.where(ok, step_stats, 0.0)  # a skipped step's NaN never reaches the sums
-                sums = step_stats if sums is None else sums + step_stats
-                applied = applied + ok
-        if self.dp is not None and sums is not None:  # the ranks' means of the step statistics
-            sums = self.dp.all_reduce_(sums) / self.dp.world
-        # the iteration's one read-back: [K sums, learning rate, applied steps, skipped total, skipped in a row]
+                step_stats.add([*mb_stats, "grad_norm"], torch.stack([*mb_stats.values(), grad_norm]), ok)  # [K]
+        step_stats.average(self.dp)
         lr = self.lr_t if self.lr_t is not None else torch.tensor(self.optimizer.param_groups[0]["lr"])
-        tail = torch.cat([lr.to(self.device).view(1), applied.view(1), self._skip_counts]).double()
-        host = host_read(tail if sums is None else torch.cat([sums, tail]))
-        num_steps = int(host[-3])
-        self.read_skip_counts([int(host[-2]), int(host[-1])])
-        stats = {k: v / max(num_steps, 1) for k, v in zip(names, host[: len(names)], strict=True)}
-        stats.update(self.batch_stats(p, num_steps, fresh, lr=float(host[-4])))
-        if self.dp is not None:  # sample counts of the whole batch (the other statistics are this rank's)
-            counts = torch.tensor([float(stats[k]) for k in DP_SUMMED], dtype=torch.float64, device=self.device)
-            stats.update(zip(DP_SUMMED, (int(c) for c in host_read(self.dp.all_reduce_(counts))), strict=True))
+        stats, num_steps, (lr_read,) = self.read_back(step_stats, lr)
+        stats.update(self.batch_stats(p, num_steps, fresh, lr=float(lr_read)))
+        # sample counts of the whole batch (in a group the other statistics are this rank's)
+        stats.update(self.dp.sum_counts({k: stats[k] for k in RANK_SUMMED}))
         return stats, policy_version + num_steps
 
     def steer_lr(self, kl: Tensor, applied: Tensor) -> None:
         """--lr_schedule=kl_adaptive after an SGD step: the rate follows the minibatch's approx_kl (in a data-parallel
         group the ranks' mean, so that every rank keeps the same rate); a skipped step leaves it as it was."""
-        if self.dp is not None:
-            kl = self.dp.all_reduce_(kl.detach().clone().view(1)).view(()) / self.dp.world
         cfg = self.cfg
-        new = kl_adaptive_lr(self.lr_t, kl.detach(), cfg.kl_threshold, cfg.lr_min, cfg.lr_max)
+        new = kl_adaptive_lr(self.lr_t, self.dp.mean(kl.detach()), cfg.kl_threshold, cfg.lr_min, cfg.lr_max)
         self.lr_t.copy_(torch.where(applied, new, self.lr_t))
-
-    def dp_minibatch_loss(self, p: PreparedBatch, mb: Tensor) -> tuple[Tensor, dict[str, Tensor], Tensor]:
-        """A data-parallel rank's part of minibatch `mb` (global row indices, CPU): the loss of its own rows as
-        their share of the whole minibatch's loss (sums over its samples / the global count), its stats, and
-        whether the global minibatch has a sample to learn from. A rank holding none of the rows computes on one
-        of its rows with every sample masked out: the ranks' collectives must match one for one."""
-        local = self.dp.local_rows(mb)
-        empty = local.numel() == 0
-        local = torch.zeros(1, dtype=torch.long) if empty else local
-        local = local.to(self.device, non_blocking=True)
-        mask = p.valid[local] & (not empty)  # [b, T]
-        loss, stats, n_global = self.minibatch_loss(p, local, mask_override=mask)
-        n_local = mask.sum(dtype=torch.float32)
-        return loss * (n_local / n_global.clamp(min=1.0)).to(loss.dtype), stats, n_global > 0
 
     def mix_replay(self, batch: dict[str, Any]) -> tuple[dict[str, Any], int]:
         """The fresh trajectories [M] plus replay_proportion * M replayed ones drawn uniformly from the buffer (which
@@ -284,7 +254,7 @@ class APPOAlgorithm(Algorithm):
         if policy_id is not None and "policy_id" in batch:
             own = own & (batch["policy_id"][:, :T].numpy() == policy_id)
         valid = (lag <= cfg.max_policy_lag) & own  # [M, T]
-        all_valid = bool(valid.all()) and self.dp is None  # data-parallel ranks always take masked means
+        all_valid = bool(valid.all())
         b = {k: v.to(dev, non_blocking=True) for k, v in batch.items() if k != "obs"}
         obs = {k: v.to(dev, non_blocking=True) for k, v in batch["obs"].items()}  # {key: [M, T+1, *shape]}
         rewards = shaped_rewards(b["rewards"], b["truncated"], b["final_values"], cfg)  # [M, T]
@@ -294,12 +264,7 @@ class APPOAlgorithm(Algorithm):
             seen = own if fresh is None else own[:fresh]  # replayed observations were counted when they were fresh
             seen = torch.from_numpy(seen).to(dev, non_blocking=True).reshape(-1)
             flat = {k: v[: len(seen) // T, :T].flatten(0, 1) for k, v in obs.items()}
-            if self.dp is None:
-                self.model.update_normalizers(flat, seen)
-            else:  # the statistics of every rank's observations
-                for k, norm in self.model.obs_normalizers.items():
-                    n, mean, var = self.dp.moments(flat[k].reshape(len(seen), -1), seen)
-                    norm.update_moments(n, mean.view(norm.mean.shape), var.view(norm.mean.shape))
+            self.dp.update_normalizers(self.model, flat, seen)  # (of every rank's observations)
         gae_adv = gae_ret = None
         if not cfg.with_vtrace:
             adv, ret = calculate_gae(rewards.T, dones.T, old_values.T, cfg.gamma, cfg.gae_lambda)
@@ -323,15 +288,15 @@ class APPOAlgorithm(Algorithm):
             gae_returns=gae_ret,
         )
 
-    def minibatch_loss(
-        self, p: PreparedBatch, mb: Tensor, mask_override: Tensor | None = None
-    ) -> tuple[Tensor, dict[str, Tensor]] | tuple[Tensor, dict[str, Tensor], Tensor]:
-        """The loss of the trajectories `mb` [B] (indices into the batch) and its detached stats. Also updates the
-        returns normalizer with the minibatch's value targets (between the policy and the value loss).
-        A data-parallel rank (`dp_minibatch_loss`) passes its sample mask [B, T]: advantage normalization and the
-        returns normalizer then use the whole minibatch's statistics, merged over the ranks, and the global count
-        of valid samples is returned as a third element."""
+    def minibatch_loss(self, p: PreparedBatch, mb: Tensor) -> MinibatchLoss:
+        """The loss of the trajectories `mb` [B] (indices into the batch), its detached stats and whether it has a
+        sample to learn from. Also updates the returns normalizer with the minibatch's value targets (between the
+        policy and the value loss). In a data-parallel group `mb` holds global row indices: the rank computes the
+        loss of its own rows as their share of the whole minibatch's (`dp.minibatch`), and advantage
+        normalization and the returns normalizer use the whole minibatch's statistics, merged over the ranks."""
         cfg, T, model = self.cfg, self.cfg.rollout, self.model
+        share = self.dp.minibatch(mb, p.valid, p.all_valid, self.device)
+        mb, mask = share.rows, share.mask  # [B] this rank's rows; [B*T] the samples that count (None: every one)
         B = mb.numel()
         # values: what the value head predicts (normalized with --normalize_returns); values_real: returns
         obs_mb = {k: v[mb] for k, v in p.obs.items()}  # {key: [B, T+1, *shape]}
@@ -353,17 +318,10 @@ class APPOAlgorithm(Algorithm):
             targets, adv = vs.T, pg_adv.T  # [B, T]
         else:
             targets, adv = p.gae_returns[mb], p.gae_advantages[mb]
-        mask = None if p.all_valid else p.valid[mb].reshape(-1)  # [B*T]; None: every sample counts
         adv = adv.reshape(-1)  # [B*T]
-        returns_moments = None
-        if mask_override is not None:  # data-parallel: count, means and variances of the global minibatch
-            mask = mask_override.reshape(-1)
-            returns_moments = self.dp.moments(torch.stack([adv, targets.reshape(-1)], dim=1), mask)
-            if cfg.normalize_advantage:
-                n, mean, var = returns_moments
-                adv = ((adv.double() - mean[0]) / (var[0].sqrt() + 1e-7)).to(adv.dtype)
-        elif cfg.normalize_advantage:
-            adv = normalize_advantages(adv, mask)
+        share.merge(adv, targets)
+        if cfg.normalize_advantage:
+            adv = share.normalized_advantages(adv)
         policy_loss, pstats = ppo_policy_loss(
             log_probs,
             old_log_probs.reshape(-1),
@@ -373,11 +331,8 @@ class APPOAlgorithm(Algorithm):
             clip_mode=cfg.ppo_clip_mode,
             ratio_clamp=cfg.ppo_ratio_clamp,
         )
-        if returns_moments is None:
-            model.update_returns_normalizer(targets, None if mask is None else mask.view(B, T))
-        elif model.returns_normalizer is not None:
-            n, mean, var = returns_moments
-            model.returns_normalizer.update_moments(n, mean[1], var[1])
+        if model.returns_normalizer is not None:
+            share.update_returns_normalizer(model.returns_normalizer, targets)
         value_loss = clipped_value_loss(
             values[:, :T].reshape(-1),
             model.normalize_values(p.old_values[mb, :T]).reshape(-1),
@@ -408,9 +363,7 @@ class APPOAlgorithm(Algorithm):
             **pstats,
             **extra,
         }
-        if returns_moments is not None:
-            return loss, stats, returns_moments[0]
-        return loss, stats
+        return MinibatchLoss(share.share(loss), stats, share.has_data())
 
     def batch_stats(
         self, p: PreparedBatch, sgd_steps: int, fresh: int | None = None, lr: float | None = None

@@ -13,18 +13,16 @@ import contextlib
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from sample_factory.algo.optim import FusedAdam, Optimizer, fused_adam_available
+from sample_factory.algo.ranks import Ranks, SingleRank
 from sample_factory.algo.transfer import host_read
 from sample_factory.config import Config, ConfigError
-
-if TYPE_CHECKING:  # torch.distributed is imported by data-parallel learners only
-    from sample_factory.algo.data_parallel import DataParallel
 
 
 class ActResult(NamedTuple):
@@ -123,6 +121,28 @@ def forward_autocast(algo: Algorithm) -> contextlib.AbstractContextManager:
     return torch.autocast(algo.device.type, dtype=algo.autocast_dtype)
 
 
+class StepStats:
+    """An iteration's statistics of its applied SGD steps, summed on the training device: nothing goes to the host
+    until `Algorithm.read_back` reads them at the end of the iteration, together with the skip counters."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.names: list[str] = []  # of the statistics, in order
+        self.sums: Tensor | None = None  # [K] float64 (None: no step yet)
+        self.applied = torch.zeros((), dtype=torch.int64, device=device)  # steps applied
+
+    def add(self, names: list[str], values: Tensor, applied: Tensor) -> None:
+        """One SGD step's statistics values [K], named `names`, and whether it was applied (a bool scalar): a skipped
+        step adds zeros, so its NaN never reaches the sums."""
+        step = torch.where(applied, values.double(), 0.0)
+        self.names, self.sums = names, step if self.sums is None else self.sums + step
+        self.applied = self.applied + applied
+
+    def average(self, ranks: Ranks) -> None:
+        """The sums as the ranks' mean (a data-parallel group: each rank summed its own share's statistics)."""
+        if self.sums is not None:
+            self.sums = ranks.mean(self.sums)
+
+
 class Algorithm(ABC):
     """Trains one policy's model in place from batches of trajectories.
 
@@ -152,8 +172,9 @@ class Algorithm(ABC):
         self.iteration_unused = False
         # lines for the run's log (the learner reports and clears them after each `train`)
         self.notes: list[str] = []
-        # set by the learner of a --learners_per_policy > 1 group: this rank's collectives (algo/data_parallel.py)
-        self.dp: DataParallel | None = None
+        # the learners that train this policy: one (identities), or set by the learner of a --learners_per_policy > 1
+        # group to this rank's collectives (algo/data_parallel.py)
+        self.dp: Ranks = SingleRank()
         # Listed once: model.parameters() recurses through the modules, and clip_grad_norm_ did so three times a
         # step (0.3 of a CartPole minibatch's 2.5 ms on CPU). .to(device) and weight loads keep these objects.
         self._params: list[torch.nn.Parameter] = list(model.parameters())
@@ -163,8 +184,7 @@ class Algorithm(ABC):
         the steps taken so far are kept (and counted in the version), the rest of the iteration is dropped, and
         the learner saves its final checkpoint in time however long a whole iteration would take. Cheap. In a
         data-parallel group rank 0 decides for every rank (a broadcast), so that all leave at the same step."""
-        local = self.stop_check is not None and self.stop_check()
-        return local if self.dp is None else self.dp.agree(local)
+        return self.dp.agree(self.stop_check is not None and self.stop_check())
 
     @classmethod
     def check_spaces(cls, cfg: Config, obs_space: object, action_space: object) -> None:
@@ -216,16 +236,15 @@ class Algorithm(ABC):
         sample to learn from (has_data, a bool scalar, False), which would still move the weights by Adam's momentum.
         Returns (gradient norm before clipping, applied: bool scalar), both device tensors. Skips for NaN/inf are
         counted on the device; `read_skip_counts` brings the counts to the host.
-        In a data-parallel group (`dp`) each rank's loss is its share of the global minibatch's loss: gradients,
-        the loss and `extra` (in place) are summed over the ranks before clipping and the guard, so every rank
-        applies the same step; has_data must then be the same on every rank too."""
+        In a data-parallel group each rank's loss is its share of the global minibatch's loss: gradients, the loss
+        and `extra` (in place) are summed over the ranks (`dp.reduce_grads`) before clipping and the guard, so every
+        rank applies the same step; has_data must then be the same on every rank too."""
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # torch.nn.utils.clip_grad_norm_'s arithmetic on CPU and CUDA tensors of one device, without its grouping
         # by device and dtype (another 0.2 ms a step there).
         grads = [p.grad for p in self._params if p.grad is not None]
-        if self.dp is not None:
-            loss = self.dp.reduce_grads(grads, loss, extra)
+        loss = self.dp.reduce_grads(grads, loss, extra)
         norms = torch._foreach_norm(grads) if grads else [loss.new_zeros(())]
         grad_norm = torch.linalg.vector_norm(torch.stack(norms))  # all gradients as one vector
         if self.cfg.max_grad_norm > 0 and grads:
@@ -248,6 +267,18 @@ class Algorithm(ABC):
         """Set `skipped_updates` / `consecutive_skipped` from the device counters (a read-back), or from `counts`
         ([total, consecutive]) that the caller read back together with its other statistics."""
         self.skipped_updates, self.consecutive_skipped = counts if counts is not None else host_read(self._skip_counts)
+
+    def read_back(self, stats: StepStats, *extra: Tensor) -> tuple[dict[str, float], int, list[float]]:
+        """The iteration's one read-back: each statistic's mean over the applied steps, the number of applied steps,
+        and the scalars `extra` (on any device); sets the skip counts too."""
+        tail = torch.cat([*(x.to(self.device).view(1) for x in extra), stats.applied.view(1), self._skip_counts])
+        tail = tail.double()  # [E extra, applied, skipped total, skipped in a row]
+        host = host_read(tail if stats.sums is None else torch.cat([stats.sums, tail]))
+        k = len(host) - len(tail)
+        applied = int(host[-3])
+        self.read_skip_counts([int(host[-2]), int(host[-1])])
+        means = {name: v / max(applied, 1) for name, v in zip(stats.names, host[:k], strict=True)}
+        return means, applied, host[k:-3]
 
     def guarded_step(self, loss: Tensor, optimizer: Optimizer) -> Tensor | None:
         """`device_step` for algorithms that want a plain answer after every step (one read-back per step):

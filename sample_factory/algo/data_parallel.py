@@ -30,13 +30,55 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from sample_factory.algo.transfer import host_read
+
+
+class GroupMinibatch:
+    """A data-parallel rank's part of one APPO minibatch (`Ranks.minibatch`). A rank holding none of its rows
+    computes on one of its rows with every sample masked out: the ranks' collectives must match one for one."""
+
+    def __init__(self, dp: DataParallel, mb: Tensor, valid: Tensor, device: torch.device) -> None:
+        self.dp = dp
+        local = dp.local_rows(mb)
+        empty = local.numel() == 0
+        local = torch.zeros(1, dtype=torch.long) if empty else local
+        self.rows = local.to(device, non_blocking=True)  # [b]
+        self.mask = (valid[self.rows] & (not empty)).reshape(-1)  # [b*T]
+        self.n = self.mean = self.var = torch.zeros(())  # set by merge
+
+    def merge(self, adv: Tensor, targets: Tensor) -> None:
+        # count, means and variances of the global minibatch [2]: advantages, targets (one pair of all-reduces)
+        self.n, self.mean, self.var = self.dp.moments(torch.stack([adv, targets.reshape(-1)], dim=1), self.mask)
+
+    def has_data(self) -> Tensor:
+        return self.n > 0
+
+    def normalized_advantages(self, adv: Tensor) -> Tensor:
+        return ((adv.double() - self.mean[0]) / (self.var[0].sqrt() + 1e-7)).to(adv.dtype)
+
+    def update_returns_normalizer(self, normalizer: Any, targets: Tensor) -> None:
+        normalizer.update_moments(self.n, self.mean[1], self.var[1])
+
+    def share(self, loss: Tensor) -> Tensor:
+        n_local = self.mask.sum(dtype=torch.float32)
+        return loss * (n_local / self.n.clamp(min=1.0)).to(loss.dtype)
+
 
 class DataParallel:
-    """A rank's view of its group. `group`: the process group of device tensors (None: the default one);
-    `cpu_group`: a gloo group for CPU tensors (None: the default one, when that is gloo)."""
+    """A rank's view of its group (`algo/ranks.py::Ranks`). `group`: the process group of device tensors (None: the
+    default one); `cpu_group`: a gloo group for CPU tensors (None: the default one, when that is gloo)."""
 
-    def __init__(self, rank: int, world: int, timeout_sec: float, group: Any = None, cpu_group: Any = None) -> None:
+    def __init__(
+        self,
+        rank: int,
+        world: int,
+        timeout_sec: float,
+        group: Any = None,
+        cpu_group: Any = None,
+        device: torch.device | None = None,
+    ) -> None:
         self.rank, self.world = rank, world
+        self.device = device or torch.device("cpu")  # the training device: where host counts are summed
         self.timeout = datetime.timedelta(seconds=timeout_sec)
         self.group, self.cpu_group = group, cpu_group
         self.rows = 0  # the current iteration's global number of trajectories
@@ -54,6 +96,49 @@ class DataParallel:
     def local_rows(self, mb: Tensor) -> Tensor:
         """Global row indices (CPU) -> the indices into this rank's rows of those it holds (possibly none)."""
         return mb[(mb >= self.lo) & (mb < self.hi)] - self.lo
+
+    def global_rows(self, local: int) -> int:
+        return self.rows  # set by the batch source before the iteration (set_rows)
+
+    def my_rows(self, rows: int) -> tuple[int, int]:
+        return self.share(rows, self.world, self.rank)
+
+    def rows_of(self, batch: dict[str, Any], rows: int) -> dict[str, Any]:
+        lo, hi = self.my_rows(rows)
+        return {k: {n: t[lo:hi] for n, t in v.items()} if isinstance(v, dict) else v[lo:hi] for k, v in batch.items()}
+
+    def permutation(self, rows: int, device: torch.device) -> Tensor:
+        """Drawn on the CPU, where every rank has the same generator state, and rank 0's broadcast: the ranks
+        agree even if their random states ever differed."""
+        return self.broadcast_(torch.randperm(rows, device="cpu"), cpu=True)
+
+    def minibatch(self, mb: Tensor, valid: Tensor, all_valid: bool, device: torch.device) -> GroupMinibatch:
+        return GroupMinibatch(self, mb, valid, device)  # masked means always: the count is the global one
+
+    def mean(self, t: Tensor) -> Tensor:
+        return self.all_reduce_(t.detach().clone().reshape(-1)).view(t.shape) / self.world
+
+    def sum_counts(self, counts: dict[str, float]) -> dict[str, float]:
+        """One read-back per iteration (a group's, not one learner's)."""
+        t = torch.tensor([float(v) for v in counts.values()], dtype=torch.float64, device=self.device)
+        return dict(zip(counts, (int(c) for c in host_read(self.all_reduce_(t))), strict=True))
+
+    def share_of_mean(self, x: Tensor, count: int) -> Tensor:
+        return x.sum() / count
+
+    def place_rows(self, x: Tensor, rows: int) -> Tensor:
+        whole = torch.zeros(rows, dtype=x.dtype, device=x.device)
+        lo, hi = self.my_rows(rows)
+        whole[lo:hi] = x
+        return whole
+
+    def update_normalizers(self, model: Any, obs: dict[str, Tensor], mask: Tensor) -> None:
+        for k, norm in model.obs_normalizers.items():
+            n, mean, var = self.moments(obs[k].reshape(len(mask), -1), mask)
+            norm.update_moments(n, mean.view(norm.mean.shape), var.view(norm.mean.shape))
+
+    def leave(self) -> None:
+        leave_group()
 
     # ---- collectives --------------------------------------------------------------------------------------------
 
@@ -154,7 +239,7 @@ def init_group(
     file_store = dist.FileStore(store, world)
     dist.init_process_group(backend, store=file_store, rank=rank, world_size=world, timeout=timeout)
     cpu_group = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
-    return DataParallel(rank, world, timeout_sec, cpu_group=cpu_group)
+    return DataParallel(rank, world, timeout_sec, cpu_group=cpu_group, device=device)
 
 
 def leave_group() -> None:

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, learning_rate_at, make_adam
+from sample_factory.algo.base import ActResult, Algorithm, StepStats, forward_autocast, learning_rate_at, make_adam
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
-from sample_factory.algo.transfer import DeferredReads, PinnedStaging, host_read
+from sample_factory.algo.transfer import DeferredReads, PinnedStaging
 from sample_factory.config import Config, ConfigError, reproducible
 from sample_factory.config.env_defaults import is_atari_name
 from sample_factory.envs.spaces import ACTION_MASK_KEY
@@ -88,11 +88,6 @@ def initial_priorities(targets_returns: Tensor, discounts: Tensor, offsets: Tens
     return (targets_returns + discounts * boot - q_taken).abs()
 
 
-def _rows(x: Any, lo: int, hi: int) -> Any:
-    """Rows [lo, hi) of a tensor or of each tensor of a dict."""
-    return {k: v[lo:hi] for k, v in x.items()} if isinstance(x, dict) else x[lo:hi]
-
-
 def frame_stacked_keys(cfg: Config, obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, int]:
     """Observation keys the replay stores as single frames: Atari's uint8 [--env_framestack, H, W] stacks."""
     if not is_atari_name(cfg.env) or cfg.env_framestack < 2:
@@ -129,7 +124,7 @@ class DQNAlgorithm(Algorithm):
     learning started), beta, epsilon_min/max, target_updates, lr, skipped_updates, samples."""
 
     uses_agent_rank = True  # Ape-X: each agent explores with its own epsilon
-    whole_batch_on_rank0 = True  # data-parallel: the replay buffer is rank 0's (workers/learner_group.py)
+    whole_batch_on_rank0 = True  # data-parallel: the replay buffer is rank 0's (workers/batch_sources.py)
     required_buffers = (
         "obs",
         "is_first",
@@ -255,7 +250,7 @@ class DQNAlgorithm(Algorithm):
             self.sampled_since_start = self.replayed = 0
             self.owed_steps = 0.0
             return
-        if self.dp is not None and self.dp.rank != 0:  # the buffer lives on rank 0
+        if self.dp.rank != 0:  # a data-parallel group's buffer lives on rank 0
             return
         # Built now, not at the first batch: every checkpoint written from here on holds the buffer again (a save
         # before the first batch, e.g. a Ctrl+C right after the resume, would otherwise replace it with none).
@@ -285,7 +280,7 @@ class DQNAlgorithm(Algorithm):
         cfg = self.cfg
         stacked = frame_stacked_keys(cfg, obs_shapes)
         obs_bytes = ReplayBuffer.obs_nbytes(replay_capacity(cfg), cfg.rollout, obs_shapes, stacked)
-        device = replay_device(cfg.replay_buffer_device, self.device, obs_bytes, data_parallel=self.dp is not None)
+        device = replay_device(cfg.replay_buffer_device, self.device, obs_bytes, data_parallel=self.dp.world > 1)
         self.notes.append(
             f"replay buffer: {replay_capacity(cfg):,} transitions, observations {obs_bytes / 2**30:.2f} GiB in "
             f"{'host memory' if device.type == 'cpu' else device} (--replay_buffer_device={cfg.replay_buffer_device})"
@@ -321,31 +316,30 @@ class DQNAlgorithm(Algorithm):
         prio = initial_priorities(
             targets.returns, targets.discounts, targets.offsets, batch["log_probs"][:, :T], batch["values"]
         )
-        if getattr(self.model, "obs_normalizers", None) is not None:
+        if getattr(self.model, "obs_normalizers", None) is not None:  # the target network's follow in `train`
             obs_dev = {k: v[:, :T][valid].to(self.device) for k, v in batch["obs"].items()}
             self.model.update_normalizers(obs_dev)
-            self._target_normalizers()
         idx = self.replay.add(batch["obs"], batch["actions"][:, :T], targets, valid, prio, batch["is_first"])
         return idx[valid.reshape(-1)], int(valid.numpy().sum())
 
     def train(
         self, batch: dict[str, Any] | None, policy_version: int, policy_id: int | None = None
     ) -> tuple[dict[str, float], int]:
-        """In a data-parallel group (`dp`) the replay buffer lives on rank 0, which alone gets `batch` (the others
-        get None): it samples every minibatch and broadcasts it, each rank trains on its rows of it, and rank 0
-        updates the priorities of the whole minibatch once (from |TD errors| summed into place over the ranks)."""
+        """In a data-parallel group the replay buffer lives on rank 0, which alone gets `batch` (the others get
+        None): it samples every minibatch and broadcasts it, each rank trains on its rows of it, and rank 0 updates
+        the priorities of the whole minibatch once (from |TD errors| summed into place over the ranks)."""
         cfg = self.cfg
-        holds_replay = self.dp is None or self.dp.rank == 0
+        holds_replay = self.dp.rank == 0
         fresh, new, replay_size = None, 0, 0
         if holds_replay:
             fresh, new = self.add_rollouts(batch, policy_id)
             replay_size = len(self.replay)
-        if self.dp is not None:  # rank 0's counters: the step counts and target updates below agree on every rank
-            counters = {k: getattr(self, k) for k in COUNTERS}
-            new, replay_size, counters = self.dp.broadcast_object((new, replay_size, counters))
-            for k, v in counters.items():
-                setattr(self, k, v)
-            self._sync_normalizers()
+        # rank 0's counters and observation statistics: the step counts and target updates below agree on every rank
+        counters = {k: getattr(self, k) for k in COUNTERS}
+        new, replay_size, counters = self.dp.broadcast_object((new, replay_size, counters))
+        for k, v in counters.items():
+            setattr(self, k, v)
+        self._sync_normalizers()
         sampled_before = self.sampled
         self.sampled += new
         if cfg.exp_replayer == "one_time":  # each fresh transition once, in shuffled minibatches
@@ -363,8 +357,7 @@ class DQNAlgorithm(Algorithm):
             num_steps = int(self.owed_steps)
             self.owed_steps -= num_steps
             minibatches = None
-        sums: Tensor | None = None  # [K] the applied steps' statistics, summed on the device
-        applied = torch.zeros((), dtype=torch.int64, device=self.device)
+        step_stats = StepStats(self.device)
         beta = annealed_beta(cfg.prioritized_replay_beta, self.env_progress)
         for i in range(num_steps):
             if self.should_stop():  # the learner must save and exit: keep the steps taken, drop the rest
@@ -378,12 +371,9 @@ class DQNAlgorithm(Algorithm):
                     sample = self.replay.take(*minibatches[i])
                 else:
                     sample = self.replay.sample(cfg.batch_size, beta)
-            if self.dp is not None:
-                sample = self.dp.broadcast_object(sample)
+            sample = self.dp.broadcast_object(sample)
             self.replayed += len(sample.indices)
-            step_stats, ok = self.sgd_step(sample)
-            sums = step_stats if sums is None else sums + step_stats
-            applied = applied + ok
+            step_stats.add(list(STEP_STATS), *self.sgd_step(sample))
             # target updates every --target_network_update_freq sampled transitions, spread over the iteration
             seen = sampled_before + new * (i + 1) // num_steps
             if seen - self.last_target_update >= cfg.target_network_update_freq:
@@ -391,12 +381,7 @@ class DQNAlgorithm(Algorithm):
                 self.last_target_update, self.target_updates = seen, self.target_updates + 1
         if holds_replay:
             self._apply_priorities(self.priority_reads.drain())
-        # the iteration's one read-back: [K sums, applied steps, skipped total, skipped in a row]
-        tail = torch.cat([applied.view(1), self._skip_counts]).double()
-        host = host_read(tail if sums is None else torch.cat([sums, tail]))
-        applied = int(host[-3])
-        self.read_skip_counts([int(host[-2]), int(host[-1])])
-        out = {k: v / max(applied, 1) for k, v in zip(STEP_STATS, host[:-3], strict=False)}
+        out, applied, _ = self.read_back(step_stats)
         eps = apex_epsilon(np.array([0.0, 1.0]), cfg.apex_epsilon, cfg.apex_epsilon_alpha)
         out.update(
             sgd_steps=applied,
@@ -415,23 +400,20 @@ class DQNAlgorithm(Algorithm):
     def sgd_step(self, s) -> tuple[Tensor, Tensor]:
         """One minibatch (a ReplaySample): weighted Huber loss on the n-step double-Q TD error; the priorities
         of the sampled transitions are set to their new |TD error| once they reach the host (`priority_reads`).
-        Returns (the step's statistics [K] in STEP_STATS order, zeros for a skipped step; applied: bool scalar),
-        device tensors: nothing here waits for the device."""
+        Returns (the step's statistics [K] in STEP_STATS order; applied: bool scalar), device tensors: nothing here
+        waits for the device. In a data-parallel group the rank trains on its rows of the minibatch."""
         cfg = self.cfg
         B = len(s.indices)
-        lo, hi = (0, B) if self.dp is None else self.dp.share(B, self.dp.world, self.dp.rank)
-        if self.dp is not None:  # this rank's rows of the minibatch
-            s = s._replace(**{k: _rows(getattr(s, k), lo, hi) for k in s._fields if k != "indices"})
-        d = self.staging.to_device(
-            {
-                "obs": s.obs,  # {key: [B, *shape]}
-                "next_obs": s.next_obs,
-                "actions": s.actions,
-                "returns": s.returns,
-                "discounts": s.discounts,
-                "weights": s.weights,
-            }
-        )
+        lo, hi = self.dp.my_rows(B)
+        minibatch = {
+            "obs": s.obs,  # {key: [B, *shape]}
+            "next_obs": s.next_obs,
+            "actions": s.actions,
+            "returns": s.returns,
+            "discounts": s.discounts,
+            "weights": s.weights,
+        }
+        d = self.staging.to_device(self.dp.rows_of(minibatch, B))  # (this rank's rows [lo, hi) of each)
         obs, next_obs, returns, discounts, weights = (
             d["obs"], d["next_obs"], d["returns"], d["discounts"], d["weights"]
         )  # fmt: skip
@@ -453,22 +435,16 @@ class DQNAlgorithm(Algorithm):
         weighted = weights * F.huber_loss(q, target, reduction="none", delta=cfg.huber_delta)
         td_abs = td.detach().abs()
         prioritized = cfg.exp_replayer == "prioritized"
-        if self.dp is None:
-            loss = weighted.mean()
-            grad_norm, ok = self.device_step(loss, self.optimizer)
-        else:  # this rank's share of the minibatch mean; its |TD errors| summed into place over the ranks
-            loss = weighted.sum() / B
-            td_all = torch.zeros(B, device=td_abs.device) if prioritized else None
-            if td_all is not None:
-                td_all[lo:hi] = td_abs.float()
-            grad_norm, ok = self.device_step(loss, self.optimizer, extra=td_all)
-            td_abs = td_all if td_all is not None else td_abs
+        loss = self.dp.share_of_mean(weighted, B)  # (this rank's share of the minibatch mean)
+        if prioritized:  # the whole minibatch's |TD errors|: each rank's put in place and summed over the ranks
+            td_abs = self.dp.place_rows(td_abs.float(), B)
+        grad_norm, ok = self.device_step(loss, self.optimizer, extra=td_abs if prioritized else None)
         if prioritized and self.replay is not None:  # [B + 1]: the new |TD errors| and whether it was applied
             self.priority_reads.put(s.indices, torch.cat([td_abs.float(), ok.float().view(1)]))
         step_stats = torch.stack(
             [loss.detach(), q.detach().mean(), target.mean(), td_abs.mean(), weights.mean(), grad_norm]
-        ).double()  # [K] in STEP_STATS order
-        return torch.where(ok, step_stats, 0.0), ok  # a skipped step's NaN never reaches the sums
+        )  # [K] in STEP_STATS order
+        return step_stats, ok
 
     def _target_normalizers(self) -> None:
         self.target.load_state_dict(
@@ -476,7 +452,7 @@ class DQNAlgorithm(Algorithm):
         )
 
     def _sync_normalizers(self) -> None:
-        """Data-parallel: rank 0's observation statistics (it saw the batch) on every rank, target network too."""
+        """Rank 0's observation statistics (it saw the batch) on every rank, the target network's too."""
         if getattr(self.model, "obs_normalizers", None) is not None:
             for t in self.model.obs_normalizers.buffers():
                 self.dp.broadcast_(t)

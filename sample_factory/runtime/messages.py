@@ -24,7 +24,7 @@ number: receivers drop messages that are no longer current.
 - runner -> any component:               Stop(STOP)
 - learner rank 0 -> its other ranks:     RankWork(RANK_WORK, slots, columns, rows, version, env_steps)  copy these
                                          slot columns (a share of `rows` trajectories) and train; RankDone(RANK_DONE)
-                                         rank 0 has stopped (--learners_per_policy > 1, workers/learner_group.py)
+                                         rank 0 has stopped (--learners_per_policy > 1, workers/batch_sources.py)
 """
 
 from __future__ import annotations

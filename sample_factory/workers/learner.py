@@ -17,13 +17,14 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from sample_factory.algo.base import forward_autocast
+from sample_factory.algo.ranks import Ranks, SingleRank
 from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config, reproducible
 from sample_factory.experiment.callbacks import call_hook, make_callbacks
@@ -55,21 +56,19 @@ from sample_factory.runtime.messages import (
     Message,
 )
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
-from sample_factory.workers.learner_group import release_ranks, share_out, too_few_rows
+from sample_factory.workers.batch_sources import BatchSource, LeaderBatches, LocalBatches
+from sample_factory.workers.pending_rollout import PendingRollout
 
-
-class PendingRollout(NamedTuple):
-    """A finished slot waiting to be trained on."""
-
-    slot: int
-    actor_idx: int
-    gen: int  # the actor worker's generation when it sent the slot
-    cols: torch.Tensor  # [k] columns of the slot this policy acted in
+if TYPE_CHECKING:  # torch.distributed is imported by data-parallel learners only
+    from sample_factory.algo.data_parallel import DataParallel
 
 
 class Learner(Component):
     role = "learner"
-    dp = None  # algo/data_parallel.py: this rank's collectives, with --learners_per_policy > 1 (set in init)
+    # the policy's learners: this one alone, or with --learners_per_policy > 1 this rank's collectives
+    # (algo/data_parallel.py, set in init)
+    dp: Ranks = SingleRank()
+    source: BatchSource | None = None  # where batches come from (set in init)
     group_failed = False  # a collective failed: the weights may be mid-step, no final checkpoint
     sync = False  # sync mode's whole iterations (set in __init__)
     held: tuple[PendingRollout, ...] = ()  # sync: the slots kept once the budget is spent
@@ -90,7 +89,7 @@ class Learner(Component):
     ):
         """rank, group: this learner's rank in its policy's data-parallel group (--learners_per_policy) and the
         group's (rendezvous file, torch.distributed backend); ranks >= 1 are `LearnerRank`s
-        (workers/learner_group.py), keyed (policy_id, rank)."""
+        (workers/learner_rank.py), keyed (policy_id, rank)."""
         index, inbox = (policy_id, channels.learner[policy_id]) if rank == 0 else ((policy_id, rank), None)
         super().__init__(index, inbox or channels.learner_ranks[policy_id, rank], channels.report)
         self.rank, self.group = rank, group
@@ -138,22 +137,26 @@ class Learner(Component):
         self.model.to(self.device).train()
         self.algo = make_algorithm(cfg, self.model, self.device)
         self.algo.stop_check = self._stop_requested
+        # only what the algorithm reads is copied out of shared memory (plus policy ids to count a policy's samples)
+        self.batch_keys = {*self.algo.required_buffers, *(("policy_id",) if cfg.num_policies > 1 else ())}
+        pin = self.device.type == "cuda"
         if cfg.learners_per_policy > 1:  # torch.distributed is imported by data-parallel learners only
             from sample_factory.algo.data_parallel import init_group
 
             store, backend = self.group
             with self._alive_while("joining the learner group"):
                 n, timeout = cfg.learners_per_policy, cfg.collective_timeout_sec
-                self.dp = init_group(self.rank, n, store, backend, timeout, self.device)
-            self.algo.dp = self.dp
+                dp = init_group(self.rank, n, store, backend, timeout, self.device)
+            self.algo.dp = self.dp = dp
+            self._joined(dp, pin)
+        else:
+            self.source = LocalBatches(self.buffers, self.batch_keys, pin, whole_slots=cfg.num_policies == 1)
         # after make_algorithm: copies it makes (DQN's target network) stay eager
         if compile_for_role(self.model, cfg, "learner", lambda line: self.report("note", line)):
             rows = self.columns_per_iteration // max(cfg.num_batches_per_epoch, 1) * (cfg.rollout + 1)
             warm_up(self.model, self.obs_space, self.device, rows, train=True, autocast=forward_autocast(self.algo))
         # heartbeats between SGD steps: one iteration may outlast --heartbeat_timeout_sec (DQN on a loaded CPU)
         self.step_heartbeat = Heartbeat(self.report, cfg.heartbeat_interval)
-        # only what the algorithm reads is copied out of shared memory (plus policy ids to count a policy's samples)
-        self.batch_keys = {*self.algo.required_buffers, *(("policy_id",) if cfg.num_policies > 1 else ())}
         self.version = 0
         self.env_steps = 0
         self.ckpt_dir = checkpoint_dir(cfg, self.policy_id)
@@ -173,9 +176,8 @@ class Learner(Component):
                 torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
             if self.rank == 0:
                 self.report("resumed", {"path": str(path), "env_steps": self.env_steps, "version": self.version})
-        if self.dp is not None:  # every rank starts from rank 0's weights, statistics and random state
-            self.dp.sync_start(self.model)
-            self.leader_pid = self.dp.broadcast_object(os.getpid())
+        self.dp.sync_start(self.model)  # every rank starts from rank 0's weights, statistics and random state
+        self.leader_pid = self.dp.broadcast_object(os.getpid())
         best = list_best_checkpoints(self.ckpt_dir)
         if best and self.rank == 0:
             self.report("best_metric", best_metric_of(best[-1]))
@@ -234,11 +236,8 @@ class Learner(Component):
         budget = len(self.pending)
         while not self.stopped and budget > 0 and (taken := self._take_iteration()):
             budget -= len(taken)
-            if self.dp is None:
+            with self._group_failure():
                 self._iteration(taken)
-            else:
-                with self._group_failure():
-                    self._iteration(taken)
             msgs, self.early = self.early + self.inbox.get_many(block=False), []
             if msgs:
                 self.on_messages(msgs)
@@ -287,7 +286,7 @@ class Learner(Component):
         return None
 
     def _iteration(self, taken: list[PendingRollout]) -> None:
-        if self.dp is not None and too_few_rows(self, taken):  # several policies' small batch: a rank would get none
+        if self.source.too_few_rows(taken):  # several policies' small batch: a rank of a group would get none
             self._return_slots(taken)
             self.report("discarded_rollouts", len(taken))
             return
@@ -316,10 +315,8 @@ class Learner(Component):
             self.report("sync_trained", int(self.run_env_steps.min()))
             return
         with self.timing.add("copy_batch"):
-            if self.dp is None:
-                batch = self.buffers.gather(slots, columns, self.batch_keys, self.device.type == "cuda")
-            else:  # the other ranks copy their shares meanwhile; all have copied when this returns
-                batch = share_out(self, taken, env_steps)
+            # (in a data-parallel group the other ranks copy their shares meanwhile; all have copied when it returns)
+            batch = self.source.take(taken, self.version, env_steps)
             if self.cfg.async_rl or self.cfg.sampler_only:
                 self._return_slots(taken)  # collection continues while we train
         if self.cfg.sampler_only:
@@ -374,10 +371,13 @@ class Learner(Component):
     def _group_failure(self) -> Iterator[None]:
         """An iteration of a data-parallel rank: an error in it (a rank died: the collectives fail, or time out
         after --collective_timeout_sec) fails this rank with a line that says so, and no final checkpoint is
-        written from weights that may be mid-step; the run resumes from the last checkpoint."""
+        written from weights that may be mid-step; the run resumes from the last checkpoint. One learner's errors
+        are its own."""
         try:
             yield
         except Exception as e:
+            if self.dp.world == 1:
+                raise
             self.group_failed = True
             error = RuntimeError(
                 f"learner rank {self.rank} of policy {self.policy_id}: the data-parallel group failed "
@@ -465,9 +465,15 @@ class Learner(Component):
             done.set()
             thread.join()
 
+    def _joined(self, dp: DataParallel, pin_memory: bool) -> None:
+        """Rank 0 has joined its data-parallel group: it hands out every iteration's shares."""
+        ranks = [self.channels.learner_ranks[self.policy_id, r] for r in range(1, dp.world)]
+        whole = getattr(self.algo, "whole_batch_on_rank0", False)
+        self.source = LeaderBatches(dp, self.buffers, self.batch_keys, pin_memory, ranks, whole)
+
     def finish(self) -> None:
-        if self.dp is not None:
-            release_ranks(self)
+        if self.source is not None:
+            self.source.close()
         # only a learner that started properly may write checkpoints
         # (a save that just failed, e.g. on a full disk, is not tried again for the same state: one error line)
         if (
@@ -477,7 +483,4 @@ class Learner(Component):
             and self.failed_save != (self.version, self.env_steps)
         ):
             self.save(weights_first=True)
-        if self.dp is not None:
-            from sample_factory.algo.data_parallel import leave_group
-
-            leave_group()
+        self.dp.leave()

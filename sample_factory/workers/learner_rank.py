@@ -7,16 +7,22 @@ wait for that, or for rank 0's death, at most --shutdown_timeout_sec."""
 from __future__ import annotations
 
 import time
-
-import torch
+from typing import TYPE_CHECKING
 
 from sample_factory.runtime.heartbeat import process_alive
 from sample_factory.runtime.messages import RANK_DONE, RANK_WORK, STOP, RankWork
+from sample_factory.workers.batch_sources import RankBatches
 from sample_factory.workers.learner import Learner
+
+if TYPE_CHECKING:
+    from sample_factory.algo.data_parallel import DataParallel
 
 
 class LearnerRank(Learner):
     role = "learner"
+
+    def _joined(self, dp: DataParallel, pin_memory: bool) -> None:
+        self.shares = RankBatches(dp, self.buffers, self.batch_keys, pin_memory)
 
     def init(self) -> None:
         super().init()
@@ -49,13 +55,8 @@ class LearnerRank(Learner):
         self._mark_busy()
         self.activity = "copying a batch"
         self.version, self.env_steps = work.version, work.env_steps
-        self.dp.set_rows(work.rows)
-        batch = None
         with self.timing.add("copy_batch"):
-            if work.slots:
-                columns = [torch.tensor(c, dtype=torch.long) for c in work.columns]
-                batch = self.buffers.gather(work.slots, columns, self.batch_keys, self.device.type == "cuda")
-            self.dp.barrier()
+            batch = self.shares.take(work)
         self.activity = "training"
         with self.timing.add("train"):
             self.algo.update_learning_rate(self.env_steps)
@@ -64,6 +65,4 @@ class LearnerRank(Learner):
         self.activity = "waiting for rank 0"
 
     def finish(self) -> None:
-        from sample_factory.algo.data_parallel import leave_group
-
-        leave_group()  # rank 0 writes the checkpoints
+        self.dp.leave()  # rank 0 writes the checkpoints

@@ -42,7 +42,8 @@ def _minibatch(*flags: str, action_space: gym.Space = DISCRETE, log_probs: float
             [torch.randint(0, int(n), batch["actions"].shape[:2], generator=g) for n in action_space.nvec], -1
         )
     p = algo.prepare(batch, 5, None)
-    return algo.minibatch_loss(p, torch.arange(p.is_first.shape[0]))
+    loss, stats, _ = algo.minibatch_loss(p, torch.arange(p.is_first.shape[0]))
+    return loss, stats
 
 
 def test_kl_loss_adds_coeff_times_the_kl_estimate():
@@ -167,7 +168,7 @@ def test_all_valid_batches_take_plain_means_with_the_masked_losses_values(flags)
         batch["active"][:] = True  # the fixture has inactive steps (multi-agent)
         p = algo.prepare(batch, 5, None)
         assert p.all_valid and bool(p.valid.all())
-        loss, stats = algo.minibatch_loss(p._replace(all_valid=not masked), torch.arange(p.is_first.shape[0]))
+        loss, stats, _ = algo.minibatch_loss(p._replace(all_valid=not masked), torch.arange(p.is_first.shape[0]))
         loss.backward()
         grads = [q.grad.clone() for q in algo.model.parameters()]
         results.append((loss.item(), {k: v.item() for k, v in stats.items()}, grads))

@@ -83,7 +83,8 @@ def dqn_scenario(name: str, dp: Any) -> dict[str, Any]:
     from tests.algo.test_dqn import fake_batch, make_algo
 
     algo = make_algo(*DQN_CASES[name])
-    algo.dp = dp
+    if dp is not None:  # (one learner: the algorithm's own SingleRank)
+        algo.dp = dp
     version, stats = 0, []
     for i in range(DQN_ITERATIONS):
         batch = fake_batch(M=4, seed=i) if dp is None or dp.rank == 0 else None  # the replay is rank 0's

@@ -12,7 +12,8 @@ from sample_factory.config import parse_cfg
 from sample_factory.experiment.checkpoints import list_checkpoints
 from sample_factory.runner import Runner
 from sample_factory.runtime.messages import LocalChannel, Stop
-from sample_factory.workers.learner import Learner, PendingRollout
+from sample_factory.workers.learner import Learner
+from sample_factory.workers.pending_rollout import PendingRollout
 
 
 def test_stop_is_seen_between_iterations_of_a_backlog():
