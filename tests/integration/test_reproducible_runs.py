@@ -5,12 +5,14 @@ aside). The two runs go concurrently: process scheduling differs between them, w
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 
 from sample_factory.experiment.checkpoints import list_checkpoints
+from tests.integration.conftest import progress_env_steps
 
 TIME_COLUMNS = ("time_s", "fps_10s")
 
@@ -75,15 +77,38 @@ def test_sync_runs_are_reproducible(tmp_path, train_run, flags):
 
 
 @pytest.mark.timeout(300)
-def test_stopped_and_resumed_run_matches_the_uninterrupted_one(tmp_path, train_run):
-    """8,192 env steps, stop, resume to 16,384 (the actors' envs restored from sync_state/) ends with the same
-    checkpoint as 16,384 in one go. Without the saved envs, the resumed run would restart every episode."""
-    common = ["--async_rl=False", "--num_workers=2", "--seed=5"]
-    full = train_run([*common, "--train_for_env_steps=16000"], tmp_path / "full")
-    first = train_run([*common, "--train_for_env_steps=8000"], tmp_path / "resumed")
-    assert first.wait(timeout=240) == 0, first.describe()
+@pytest.mark.parametrize(
+    "flags, stop",
+    [
+        # 8,192 env steps by the budget, resumed with a larger one: nothing in APPO's preset follows the budget
+        ([], "budget"),
+        # DQN's learning rate (the classic_control_dqn preset's linear_decay) and prioritized replay's beta anneal
+        # over --train_for_env_steps: a resume keeps the budget, and the first run stops on Ctrl+C
+        (["--algo=DQN", "--num_envs_per_worker=16", "--save_replay_buffer=True"], "ctrl_c"),
+    ],
+    ids=["appo", "dqn"],
+)
+def test_stopped_and_resumed_run_matches_the_uninterrupted_one(tmp_path, train_run, flags, stop):
+    """A run stopped and resumed to 16,384 env steps (the actors' envs restored from sync_state/) ends with the same
+    checkpoint as 16,384 in one go. Without the saved envs, the resumed run would restart every episode; a Ctrl+C
+    that stopped inside an iteration would save weights trained on part of it."""
+    common = ["--async_rl=False", "--num_workers=2", "--seed=5", "--report_interval_sec=0.2", *flags]
+    total = [*common, "--train_for_env_steps=16000"]
+    full = train_run(total, tmp_path / "full")
+    if stop == "budget":
+        first = train_run([*common, "--train_for_env_steps=8000"], tmp_path / "resumed")
+        assert first.wait(timeout=240) == 0, first.describe()
+    else:
+        first = train_run(total, tmp_path / "resumed")
+        # the first iteration trained (1,024 env steps), then Ctrl+C: the run stops after one no learner has begun
+        assert first.wait_until(lambda: (progress_env_steps(first) or 0) > 0, timeout=180), first.describe()
+        first.signal(signal.SIGINT)
+        assert first.wait(timeout=120) == 130, first.describe()
+        assert "stopping after iteration" in first.output, first.describe()
+        (stopped,) = final_checkpoints(first.exp_dir)
+        assert not stopped.endswith("_16384.pth"), f"the Ctrl+C came too late to test a resume: {stopped}"
     assert sorted(p.name for p in (first.exp_dir / "sync_state").iterdir()) == ["actor_0.pth", "actor_1.pth"]
-    second = train_run([*common, "--train_for_env_steps=16000"], tmp_path / "resumed")
+    second = train_run(total, tmp_path / "resumed")
     for run in (full, second):
         assert run.wait(timeout=240) == 0, run.describe()
         run.assert_no_leftovers()
@@ -94,3 +119,6 @@ def test_stopped_and_resumed_run_matches_the_uninterrupted_one(tmp_path, train_r
     (a,), (b,) = ckpt_full.values(), ckpt_resumed.values()
     differing = [k for k in a["model"] if not torch.equal(a["model"][k], b["model"][k])]
     assert not differing, f"the resumed run ended with other weights in {differing}"
+    if "target" in a["algo"]:  # DQN: its target network and replay bookkeeping too
+        assert all(torch.equal(a["algo"]["target"][k], b["algo"]["target"][k]) for k in a["algo"]["target"])
+        assert a["algo"]["counters"] == b["algo"]["counters"]
