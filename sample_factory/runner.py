@@ -503,9 +503,7 @@ class Runner:
             for r in self.channels.report.get_many(block=False):
                 self._on_report(r)
         elif self.supervisor is not None:
-            self.supervisor.stop_all(
-                order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=self._hurry
-            )
+            self.supervisor.stop_all(order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=self._hurry)
             self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
         try:
             interrupted = self.interrupted_by is not None and self.exit_code == 0
