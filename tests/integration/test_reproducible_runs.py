@@ -83,8 +83,9 @@ def test_sync_runs_are_reproducible(tmp_path, train_run, flags):
         # 8,192 env steps by the budget, resumed with a larger one: nothing in APPO's preset follows the budget
         ([], "budget"),
         # DQN's learning rate (the classic_control_dqn preset's linear_decay) and prioritized replay's beta anneal
-        # over --train_for_env_steps: a resume keeps the budget, and the first run stops on Ctrl+C
-        (["--algo=DQN", "--num_envs_per_worker=16", "--save_replay_buffer=True"], "ctrl_c"),
+        # over --train_for_env_steps: a resume keeps the budget, and the first run stops on Ctrl+C. Learning from
+        # the second iteration on: the stop lands with Adam, the target network and the priorities in use
+        (["--algo=DQN", "--num_envs_per_worker=16", "--save_replay_buffer=True", "--learning_starts=1000"], "ctrl_c"),
     ],
     ids=["appo", "dqn"],
 )
@@ -100,13 +101,14 @@ def test_stopped_and_resumed_run_matches_the_uninterrupted_one(tmp_path, train_r
         assert first.wait(timeout=240) == 0, first.describe()
     else:
         first = train_run(total, tmp_path / "resumed")
-        # the first iteration trained (1,024 env steps), then Ctrl+C: the run stops after one no learner has begun
-        assert first.wait_until(lambda: (progress_env_steps(first) or 0) > 0, timeout=180), first.describe()
+        # two iterations trained (1,024 env steps each), then Ctrl+C: the run stops after one no learner has begun
+        assert first.wait_until(lambda: (progress_env_steps(first) or 0) > 1024, timeout=180), first.describe()
         first.signal(signal.SIGINT)
         assert first.wait(timeout=120) == 130, first.describe()
         assert "stopping after iteration" in first.output, first.describe()
         (stopped,) = final_checkpoints(first.exp_dir)
         assert not stopped.endswith("_16384.pth"), f"the Ctrl+C came too late to test a resume: {stopped}"
+        assert "/checkpoint_000000000_" not in stopped, f"stopped before any SGD step: {stopped}"
     assert sorted(p.name for p in (first.exp_dir / "sync_state").iterdir()) == ["actor_0.pth", "actor_1.pth"]
     second = train_run(total, tmp_path / "resumed")
     for run in (full, second):
