@@ -360,7 +360,7 @@ def _prepare_locked(cfg: Config, d: Path, existed: bool, lock: ExperimentLock) -
         if saved is not None:
             overridden = merge_for_resume(cfg, saved)
             annealed = _annealed_over_budget(cfg) if "train_for_env_steps" in overridden else []
-            over = f", over which {' and '.join(annealed)} now anneal" if annealed else ""
+            over = f", over which {' and '.join(annealed)} now anneal{'s' * (len(annealed) == 1)}" if annealed else ""
             what = "resuming" + (f" (overriding {', '.join('--' + k for k in overridden)}{over})" if overridden else "")
             try:  # the saved values, with those typed now, pass the checks typed flags pass
                 finalize_cfg(cfg)
