@@ -55,8 +55,9 @@ from sample_factory.runtime.component import TERMINATED, Component, ComponentKey
 from sample_factory.runtime.device import resolve_device_name, torch_device
 from sample_factory.runtime.fork_server import mp_context
 from sample_factory.runtime.heartbeat import enable_stack_dumps
-from sample_factory.runtime.messages import REPORT, Channels, Report, SaveBest, SaveNow
+from sample_factory.runtime.messages import REPORT, Channels, ParkAfter, Report, SaveBest, SaveNow
 from sample_factory.runtime.placement import place_components
+from sample_factory.runtime.reproducible import StopBetweenIterations
 from sample_factory.runtime.serial_snapshot import load_snapshot, save_snapshot
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec
 from sample_factory.runtime.supervisor import RESTARTABLE, Supervisor
@@ -71,6 +72,7 @@ class Runner:
         self.exit_code = 0
         self.signals_received = 0
         self.interrupted_by: int | None = None  # the signal that stopped the run before its stop condition
+        self.stop_between: StopBetweenIterations | None = None  # a reproducible multi-process run's Ctrl+C
         self.best = BestCheckpoints(cfg, lambda p, value: self.channels.learner[p].put(SaveBest.wire(value)))
         # Set up by `setup` and `_start`; None until then (shutdown releases only what exists).
         self.exp_dir: Path | None = None
@@ -213,6 +215,10 @@ class Runner:
                 cfg.num_workers, cfg.worker_num_splits, spec.slots_per_split, cfg.train_for_env_steps
             )
             self.progress.trained_budget = [0] * cfg.num_policies
+            if reproducible(cfg) and not cfg.serial_mode and cfg.sampler_nodes == 0:
+                self.stop_between = StopBetweenIterations(
+                    cfg.num_policies, lambda p, n: self.channels.learner[p].put(ParkAfter.wire(n))
+                )
         self.evaluator = PeriodicEvaluator(
             cfg,
             self.exp_dir,
@@ -266,8 +272,15 @@ class Runner:
     def _on_signal(self, signum, frame) -> None:
         self.signals_received += 1
         if self.stop_reason is None:
+            if self.stop_between is not None and self.stop_between.request(signum):
+                return  # the main loop stops the run between two iterations
             self.stop_reason = f"{signal.Signals(signum).name} received"
             self.interrupted_by = signum
+
+    def _hurry(self) -> bool:
+        """A second Ctrl+C (a third where the first was deferred to the end of an iteration) skips the waits."""
+        deferred = self.stop_between is not None and self.stop_between.signum is not None
+        return self.signals_received > 1 + deferred
 
     def _start(self) -> None:
         if self.remote is not None:  # first: a cluster that cannot be reached fails the run before it starts
@@ -406,7 +419,9 @@ class Runner:
                 self.points.update(self.progress, time.monotonic())
 
     def _on_sync_trained(self, report: Report) -> None:
-        self.progress.trained_budget[report.index] = report.payload
+        self.progress.trained_budget[report.index], iterations = report.payload
+        if self.stop_between is not None:
+            self.stop_between.iterations[report.index] = iterations
 
     def _on_train(self, report: Report) -> None:
         self.progress.add_train_stats(report.index, report.payload)
@@ -464,6 +479,8 @@ class Runner:
         if self.remote is not None and (why := self.remote.update(self.progress)) and self.stop_reason is None:
             self.stop_reason, self.exit_code = why, 1
         self.stop_reason = self.progress.stop_condition(now - self.start_time) or self.stop_reason
+        if self.stop_reason is None and self.stop_between is not None and (signum := self.stop_between.poll(log)):
+            self.stop_reason, self.interrupted_by = f"{signal.Signals(signum).name} received", signum
         if self.supervisor is not None and self.interrupted_by is None:  # on a signal, stop_all takes over
             fatal = self.supervisor.check(stopping=self.stop_reason is not None)
             if fatal:
@@ -505,9 +522,7 @@ class Runner:
             for r in self.channels.report.get_many(block=False):
                 self._on_report(r)
         elif self.supervisor is not None:
-            self.supervisor.stop_all(
-                order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=lambda: self.signals_received > 1
-            )
+            self.supervisor.stop_all(order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=self._hurry)
             self.progress.discarded_rollouts += self.supervisor.discarded_rollouts
         try:
             interrupted = self.interrupted_by is not None and self.exit_code == 0

@@ -332,6 +332,16 @@ def prepare_experiment_dir(cfg: Config, log: Callable[[str], None] | None = None
         raise
 
 
+def _annealed_over_budget(cfg: Config) -> list[str]:
+    """What follows --train_for_env_steps: a resume with another budget changes its course from the stop on."""
+    out = [
+        f"--{k}=linear_decay" for k in ("lr_schedule", "exploration_loss_schedule") if getattr(cfg, k) == "linear_decay"
+    ]
+    if cfg.algo == "DQN" and cfg.exp_replayer == "prioritized" and cfg.prioritized_replay_beta < 1.0:
+        out.append("prioritized replay's beta")
+    return out
+
+
 def _prepare_locked(cfg: Config, d: Path, existed: bool, lock: ExperimentLock) -> tuple[Path, str, ExperimentLock]:
     what = "new experiment"
     if existed and cfg.restart_behavior in ("overwrite", "restart"):
@@ -349,7 +359,9 @@ def _prepare_locked(cfg: Config, d: Path, existed: bool, lock: ExperimentLock) -
         saved = load_saved_cfg(d)
         if saved is not None:
             overridden = merge_for_resume(cfg, saved)
-            what = "resuming" + (f" (overriding {', '.join('--' + k for k in overridden)})" if overridden else "")
+            annealed = _annealed_over_budget(cfg) if "train_for_env_steps" in overridden else []
+            over = f", over which {' and '.join(annealed)} now anneal{'s' * (len(annealed) == 1)}" if annealed else ""
+            what = "resuming" + (f" (overriding {', '.join('--' + k for k in overridden)}{over})" if overridden else "")
             try:  # the saved values, with those typed now, pass the checks typed flags pass
                 finalize_cfg(cfg)
             except ConfigError as e:

@@ -52,6 +52,7 @@ PBT_UPDATE = 9
 SET_REWARD_SHAPING = 10
 RANK_WORK = 11
 RANK_DONE = 12
+PARK_AFTER = 13
 
 
 class Request(NamedTuple):
@@ -123,6 +124,18 @@ class SaveNow(NamedTuple):
     @staticmethod
     def wire() -> tuple:
         return (SAVE_NOW,)
+
+
+class ParkAfter(NamedTuple):
+    """A reproducible run stopping on Ctrl+C: the learner keeps the slots of its `iteration`-th iteration of this
+    session (counted from 1), as at the end of its budget, so that the stop lands between two iterations."""
+
+    kind: int
+    iteration: int
+
+    @staticmethod
+    def wire(iteration: int) -> tuple:
+        return (PARK_AFTER, iteration)
 
 
 class PbtUpdate(NamedTuple):
@@ -204,6 +217,7 @@ Message = (
     | FreeSlots
     | SaveBest
     | SaveNow
+    | ParkAfter
     | PbtUpdate
     | SetRewardShaping
     | Resend
@@ -222,6 +236,7 @@ _RECORDS: dict[int, Any] = {
     RESEND: Resend,
     SAVE_BEST: SaveBest,
     SAVE_NOW: SaveNow,
+    PARK_AFTER: ParkAfter,
     PBT_UPDATE: PbtUpdate,
     SET_REWARD_SHAPING: SetRewardShaping,
     RANK_WORK: RankWork,

@@ -12,11 +12,13 @@ weights, whatever the process scheduling. What each component does for it:
 - every process that runs the model: kernels picked without timing, torch's deterministic algorithms on a GPU
   (model/activations.py::pin_kernels);
 - at a stop, the actor workers' envs and counters are saved, so that a resumed run continues the same trajectory
-  (`save_actor_state`).
+  (`save_actor_state`); a Ctrl+C stops between two iterations for that (`StopBetweenIterations`).
 """
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from sample_factory.config import Config
@@ -65,3 +67,39 @@ def load_actor_state(exp_dir: Path, worker: int, cfg: Config, point: tuple) -> t
     if tuple(state["point"]) != tuple(point):
         return None, f"saved at {state['point']}, not at the checkpoints' {point} (policy versions, env steps)"
     return state, ""
+
+
+class StopBetweenIterations:
+    """The runner's Ctrl+C in a reproducible multi-process run: a stop inside an iteration would save weights trained
+    on part of it, or actors halfway through collecting the next one, and the resume could not continue the
+    uninterrupted run's trajectory. Instead every learner keeps the slots of the same iteration, one none has begun
+    (ParkAfter), as at the end of its budget; once all have, the run stops like at a signal, and the actors save
+    their envs. A second Ctrl+C stops at once (inside an iteration: the resume starts fresh envs)."""
+
+    def __init__(self, num_learners: int, send: Callable[[int, int], None]):
+        self.iterations = [0] * num_learners  # each learner's iterations of this session, as last reported
+        self.send = send  # (learner, iteration): the ParkAfter message
+        self.signum: int | None = None  # the Ctrl+C being deferred
+        self.target: int | None = None  # the iteration after which the learners keep their slots
+
+    def request(self, signum: int) -> bool:
+        """From the signal handler: True if the stop is deferred to the end of an iteration (the first SIGINT)."""
+        if signum != signal.SIGINT or self.signum is not None:  # SIGTERM may have reached every process already
+            return False
+        self.signum = signum
+        return True
+
+    def poll(self, log: Callable[[str], None]) -> int | None:
+        """From the main loop: the signal to stop with now that every learner keeps its slots, else None."""
+        if self.signum is None:
+            return None
+        if self.target is None:
+            # Two past the newest reported: a learner may have finished the next one, its report still queued.
+            self.target = max(self.iterations) + 2
+            log(
+                f"{signal.Signals(self.signum).name} received: stopping after iteration {self.target} of this "
+                "session, for an exact resume (Ctrl+C again: stop now)"
+            )
+            for learner in range(len(self.iterations)):
+                self.send(learner, self.target)
+        return self.signum if min(self.iterations) >= self.target else None

@@ -46,6 +46,7 @@ from sample_factory.runtime.component import Component
 from sample_factory.runtime.device import bind_device, torch_device
 from sample_factory.runtime.heartbeat import Heartbeat
 from sample_factory.runtime.messages import (
+    PARK_AFTER,
     PBT_UPDATE,
     ROLLOUT,
     SAVE_BEST,
@@ -116,6 +117,8 @@ class Learner(Component):
         # slot order, i.e. (worker, split, rollout), and none past the env-step budget: the same batches in every run.
         self.sync = not cfg.async_rl and not cfg.sampler_only and not cfg.evaluation_run
         self.run_env_steps = np.zeros(cfg.num_policies, dtype=np.int64)  # sync: every policy's trained env steps
+        self.sync_iterations = 0  # sync: iterations trained (or passed, with none of this policy's steps) this session
+        self.park_after: int | None = None  # sync: keep the slots after this iteration (ParkAfter: a Ctrl+C stop)
         self.discarded_rollouts = 0
         self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
         self.early: list[tuple] = []  # messages taken from the inbox during an iteration, handled after it
@@ -185,7 +188,7 @@ class Learner(Component):
             self.weights.publish(self.model, self.version)
         self.bind_views()
         if self.sync and self.rank == 0:
-            self.report("sync_trained", int(self.run_env_steps.min()))
+            self._report_sync()
         self.last_save = self.last_milestone = time.monotonic()
         self.activity = "waiting for rollouts"
 
@@ -212,6 +215,10 @@ class Learner(Component):
             call_hook(self.callbacks, "on_checkpoint", self.policy_id, str(path), "best")
         elif msg.kind == PBT_UPDATE:
             self._pbt_update(msg.hyperparams, msg.source_policy)
+        elif msg.kind == PARK_AFTER:
+            # The runner picks an iteration no learner has begun; one that has (its report still on the way) parks
+            # after its next one instead, and the actors then say their envs do not match the checkpoints.
+            self.park_after = max(msg.iteration, self.sync_iterations + 1)
         else:
             raise RuntimeError(f"learner {self.policy_id}: unexpected message {msg!r}")
 
@@ -224,7 +231,7 @@ class Learner(Component):
             self.pending = fresh
 
     def on_idle(self) -> None:
-        if self.held and not self._budget_spent():  # a serial-mode resume with a larger budget: go on
+        if self.held and not self._budget_spent() and not self._parked():  # a serial-mode resume, larger budget
             self._return_slots(list(self.held))
             self.held = ()
         self._drop_stale()
@@ -308,11 +315,12 @@ class Learner(Component):
         env_steps = self.env_steps + samples * fpes  # the run's unit (frames on Atari)
         if self.sync and samples == 0:  # none of this policy's steps in the iteration: nothing to train on
             self.run_env_steps += counts * fpes
-            if self._budget_spent():
+            self.sync_iterations += 1
+            if self._budget_spent() or self._parked():
                 self.held = (*self.held, *taken)
             else:
                 self._return_slots(taken)
-            self.report("sync_trained", int(self.run_env_steps.min()))
+            self._report_sync()
             return
         with self.timing.add("copy_batch"):
             # (in a data-parallel group the other ranks copy their shares meanwhile; all have copied when it returns)
@@ -338,11 +346,13 @@ class Learner(Component):
             return
         self.env_steps = env_steps  # only now: a failed iteration's samples are not counted as trained on
         self.run_env_steps += counts * fpes
+        self.sync_iterations += 1
         train_time = self.timing["train"] - trained_before
         self._check_nonfinite()
         with self.timing.add("publish_weights"):
             self.weights.publish(self.model, self.version)
-        if self._budget_spent():  # the actors stop at the end of the last iteration (a reproducible run saves them)
+        # the actors stop at the end of the last iteration (a reproducible run saves them)
+        if self._budget_spent() or self._parked():
             self.held = (*self.held, *taken)
         elif not self.cfg.async_rl:
             self._return_slots(taken)  # only now: the next batch is collected with the weights just published
@@ -353,8 +363,16 @@ class Learner(Component):
             self.report("lag_counts", self.algo.lag_counts.tolist())
             self.algo.lag_counts = None
         if self.sync:
-            self.report("sync_trained", int(self.run_env_steps.min()))
+            self._report_sync()
         self.activity = "waiting for rollouts"
+
+    def _parked(self) -> bool:
+        """Sync mode, stopping on Ctrl+C: the iteration after which the runner stops has been trained."""
+        return self.park_after is not None and self.sync_iterations >= self.park_after
+
+    def _report_sync(self) -> None:
+        """Sync mode: every policy's trained env steps (the budget stop) and the iterations of this session."""
+        self.report("sync_trained", (int(self.run_env_steps.min()), self.sync_iterations))
 
     def _budget_spent(self) -> bool:
         """Sync mode: every policy has trained --train_for_env_steps (the runner stops after this iteration)."""

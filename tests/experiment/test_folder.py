@@ -155,3 +155,27 @@ def test_saved_values_are_checked_with_one_line_naming_file_and_key(tmp_path, ed
         prepare_experiment_dir(parse_cfg(argv))
     assert str(path) in str(e.value) and message in str(e.value), str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_a_resume_with_another_budget_says_what_anneals_over_it(tmp_path):
+    """The classic_control_dqn preset decays the learning rate over --train_for_env_steps, and prioritized replay's
+    beta rises over it: resumed with a larger budget, the run does not continue the one that was never stopped."""
+    from sample_factory.config import parse_cfg
+    from sample_factory.experiment.folder import prepare_experiment_dir
+
+    def resume_line(*flags: str) -> str:
+        _, what, lock = prepare_experiment_dir(parse_cfg(["--env=CartPole-v1", f"--train_dir={tmp_path}", *flags]))
+        lock.release()
+        return what
+
+    resume_line("--experiment=dqn", "--algo=DQN", "--train_for_env_steps=8000")
+    what = resume_line("--experiment=dqn", "--algo=DQN", "--train_for_env_steps=16000")
+    assert what == (
+        "resuming (overriding --train_for_env_steps, over which --lr_schedule=linear_decay and prioritized replay's "
+        "beta now anneal)"
+    ), what
+    assert "anneal" not in resume_line("--experiment=dqn", "--algo=DQN", "--train_for_env_steps=16000")  # same one
+    resume_line("--experiment=appo", "--train_for_env_steps=8000")  # CartPole's APPO: a constant learning rate
+    assert (
+        resume_line("--experiment=appo", "--train_for_env_steps=16000") == "resuming (overriding --train_for_env_steps)"
+    )

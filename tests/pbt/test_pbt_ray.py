@@ -120,7 +120,7 @@ def _killed_in_a_resumed_segment(pop: Path, run: Coordinator) -> tuple[int, Path
     """Kill member 1's train.py (SIGKILL, as the OOM killer would) once it trains a segment it resumed (its log's
     last section says "resumed from"); returns (that section's index, the checkpoint it had, the killed tree)."""
     log1 = pop / "logs" / "member_1.log"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline and run.proc.poll() is None:
         info = latest_checkpoint_info(pop / "member_1")
         sections = (log1.read_text() if log1.exists() else "").split("# launcher ")
@@ -137,10 +137,7 @@ def _killed_in_a_resumed_segment(pop: Path, run: Coordinator) -> tuple[int, Path
     raise AssertionError(f"member 1 was never seen in a resumed segment\n{run.output[-3000:]}")
 
 
-# In the slow tier until its timing is made robust: after the session of 2026-11-29 it failed under load on the
-# killed member's segment count and on a later count (7 == 8) in a fresh-clone CI; it passes alone.
-@pytest.mark.slow
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(900)
 def test_pbt_population_on_two_nodes_with_a_member_killed(tmp_path, ray_cluster, coordinator):
     """One population run checked for: decisions taken and applied across two nodes (members on both, the
     hyperparameters each learner trained with, replacements resumed from the copied weights), and member 1,
@@ -151,6 +148,10 @@ def test_pbt_population_on_two_nodes_with_a_member_killed(tmp_path, ray_cluster,
         *BASE,
         "--num_policies=4",
         "--train_for_env_steps=9000",  # 3 segments per member, a PBT step after each of the first 2
+        # Synchronous members: a segment stops only once its learner has trained the iteration that reached the
+        # segment's env steps. An asynchronous learner that a loaded machine holds back ends a segment untrained
+        # (no PBT step, a longer next segment), and the count of decisions below depends on the load (7 == 8).
+        "--async_rl=False",
         "--pbt_replace_fraction=0.5",
         "--pbt_replace_reward_gap=0",  # any better objective replaces the worst: replacements are (nearly) certain
         "--pbt_replace_reward_gap_absolute=0",
@@ -162,7 +163,7 @@ def test_pbt_population_on_two_nodes_with_a_member_killed(tmp_path, ray_cluster,
     run = coordinator([*flags, f"--ray_address={address}"], env)
     pop = td / "pop"
     killed_section, resumed_from, tree = _killed_in_a_resumed_segment(pop, run)
-    assert run.proc.wait(timeout=300) == 0, run.output[-5000:]
+    assert run.proc.wait(timeout=600) == 0, run.output[-5000:]
     out = run.output
     summary = json.loads((pop / "population.json").read_text())
     rows = summary["members"]

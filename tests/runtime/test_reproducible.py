@@ -3,11 +3,18 @@ and resumes (its slots kept at the budget must come back when the resumed run's 
 
 from __future__ import annotations
 
+import signal
+
 import torch
 
 from sample_factory.config import parse_cfg, reproducible
 from sample_factory.experiment.checkpoints import list_checkpoints
-from sample_factory.runtime.reproducible import load_actor_state, request_seed, save_actor_state
+from sample_factory.runtime.reproducible import (
+    StopBetweenIterations,
+    load_actor_state,
+    request_seed,
+    save_actor_state,
+)
 from tests.policy_helpers import train_tiny
 
 
@@ -35,6 +42,20 @@ def test_saved_actor_state_is_used_only_at_its_point(tmp_path):
     state, why = load_actor_state(tmp_path, 0, other, ((8,), 4096))
     assert state is None and "learning_rate" in why
     assert load_actor_state(tmp_path, 1, cfg, ((8,), 4096)) == (None, "no saved actor state")
+
+
+def test_ctrl_c_stops_after_an_iteration_no_learner_has_begun():
+    sent, lines = [], []
+    stop = StopBetweenIterations(2, lambda learner, n: sent.append((learner, n)))
+    assert stop.poll(lines.append) is None and not sent  # no Ctrl+C yet
+    assert not stop.request(signal.SIGTERM)  # it may have reached every process: not deferred
+    stop.iterations = [3, 4]  # learner 1 has reported its 4th iteration: either may be training its 5th
+    assert stop.request(signal.SIGINT) and not stop.request(signal.SIGINT)  # a second Ctrl+C stops at once
+    assert stop.poll(lines.append) is None and sent == [(0, 6), (1, 6)] and "after iteration 6" in lines[0]
+    stop.iterations = [6, 5]
+    assert stop.poll(lines.append) is None and len(sent) == 2  # sent once
+    stop.iterations = [6, 6]
+    assert stop.poll(lines.append) == signal.SIGINT
 
 
 def test_serial_sync_run_resumes_past_its_budget(tmp_path):
