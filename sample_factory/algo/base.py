@@ -133,6 +133,9 @@ class Algorithm(ABC):
 
     # Slot tensors train() reads ("obs" for the observation dict); the learner copies only these out.
     required_buffers: ClassVar[tuple[str, ...]]
+    # Agents whose exploration rank (i / (num agents - 1)) is below this report their episodes' returns only as the
+    # episode statistic exploring_return, not as the training return; None: every agent reports it.
+    reported_rank: ClassVar[float | None] = None
     # Whether `act` reads agent_rank: policy workers compute the ranks only for algorithms that do.
     uses_agent_rank: ClassVar[bool] = False
     # [max lag + 1] the last iteration's trained steps per policy lag, for the run's distribution (policy_lag.json):

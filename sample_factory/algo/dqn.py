@@ -38,9 +38,6 @@ STEP_STATS = ("loss", "q_mean", "q_target", "td_error_abs", "importance_weight",
 # The bookkeeping a checkpoint keeps (and a data-parallel group takes from rank 0 every iteration).
 COUNTERS = ("sampled", "replayed", "sampled_since_start", "owed_steps", "last_target_update", "target_updates")
 
-# Episodes of agents at or above this exploration rank (the least-exploring third) are the reported training return.
-REPORTED_RANK = 2.0 / 3.0
-
 
 def epsilon_greedy(greedy: Tensor, eps: Tensor | float, num_actions: int, action_mask: Tensor | None) -> Tensor:
     """greedy actions [N] -> each replaced with probability eps ([N] or one value) by an action drawn uniformly
@@ -128,6 +125,8 @@ class DQNAlgorithm(Algorithm):
     importance_weight. Per iteration: sgd_steps, replay_size, replay_ratio (replayed / sampled transitions since
     learning started), beta, epsilon_min/max, target_updates, lr, skipped_updates, samples."""
 
+    # Ape-X, as RLlib: the least-exploring third of the agents (rank >= 2/3) report the training return.
+    reported_rank = 2.0 / 3.0
     uses_agent_rank = True  # Ape-X: each agent explores with its own epsilon
     whole_batch_on_rank0 = True  # data-parallel: the replay buffer is rank 0's (workers/learner_group.py)
     required_buffers = (

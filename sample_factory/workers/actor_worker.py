@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
-from sample_factory.algo.dqn import REPORTED_RANK
+from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config, reproducible
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import env_backend, make_env
@@ -139,8 +139,10 @@ class ActorWorker(Component):
         self.episode_stats: list[list[dict[str, list[float]]]] = [[{} for _ in range(P)] for _ in splits]
         self.callbacks = None  # the user's hooks (--callbacks), built in init
         self.episode_hook = False  # on_episode_end is overridden
-        # DQN: per split, [n] bool: the column is among the least-exploring third of all agents (see
-        # _exploring_episodes); None: every episode is reported
+        # the algorithm's rank from which agents report the training return (DQN: the least-exploring third, see
+        # _exploring_episodes); None: every agent does, as in evaluation runs
+        self.reported_rank = None if cfg.evaluation_run else algorithm_class(cfg).reported_rank
+        # per split, [n] bool: the column reports the training return (set in init where reported_rank is set)
         self.reported_columns: list[np.ndarray] | None = None
         # numpy views of the shared tensors (bind_views): {name: array}, {obs key: array}, {obs key: array}
         self.arrays: dict[str, np.ndarray] | None = None
@@ -179,7 +181,7 @@ class ActorWorker(Component):
         # passing to the next policy at each episode start.
         mix = self.num_policies > 1 and num_agents > 1 and cfg.pbt_mix_policies_in_one_env
         self.mapping = get_policy_mapping(cfg.policy_mapping) if (mix or cfg.policy_mapping) else None
-        if cfg.algo == "DQN" and not cfg.evaluation_run:
+        if self.reported_rank is not None:
             self.reported_columns = [self._least_exploring(s.index, s.group.n) for s in self.splits]
         for split, delay in zip(self.splits, self._decorrelation_delays(), strict=True):
             self.raise_if_stopped()
@@ -201,7 +203,7 @@ class ActorWorker(Component):
         num_agents = self.splits[0].group.num_agents
         mix = self.num_policies > 1 and num_agents > 1 and self.cfg.pbt_mix_policies_in_one_env
         self.mapping = get_policy_mapping(self.cfg.policy_mapping) if (mix or self.cfg.policy_mapping) else None
-        if self.cfg.algo == "DQN":
+        if self.reported_rank is not None:
             self.reported_columns = [self._least_exploring(s.index, s.group.n) for s in self.splits]
         for split in self.splits:
             split.rollouts = 0  # report tags count this session's iterations
@@ -236,10 +238,11 @@ class ActorWorker(Component):
 
     def _least_exploring(self, split_idx: int, n: int) -> np.ndarray:
         """[n] bool: columns of the split whose global agent index i (as the policy workers number agents)
-        has rank i / (N - 1) >= 2/3, i.e. the smallest Ape-X epsilons; every column when there is one agent."""
+        has rank i / (N - 1) >= reported_rank (DQN: the smallest Ape-X epsilons); every column when there is one
+        agent."""
         total = self.cfg.num_workers * self.num_splits * n
         agents = (self.index * self.num_splits + split_idx) * n + np.arange(n)
-        return agents / max(total - 1, 1) >= REPORTED_RANK if total > 1 else np.ones(n, dtype=bool)
+        return agents / max(total - 1, 1) >= self.reported_rank if total > 1 else np.ones(n, dtype=bool)
 
     def _make_group(self, s: int, base_seed: int | None) -> EnvGroup:
         """The envs of split s: env ids (global, also the seed offsets) are consecutive per split."""
