@@ -26,6 +26,23 @@ from sample_factory.config import Config, ConfigError
 if TYPE_CHECKING:  # torch.distributed is imported by data-parallel learners only
     from sample_factory.algo.data_parallel import DataParallel
 
+# The slot tensors of a trajectory (runtime/shared_buffers.py allocates them; the observation dict "obs" aside): the
+# names a batch and `required_buffers` use.
+TRAJECTORY_KEYS = (
+    "rnn_states",
+    "is_first",
+    "active",
+    "actions",
+    "log_probs",
+    "values",
+    "policy_version",
+    "policy_id",
+    "rewards",
+    "dones",
+    "truncated",
+    "final_values",
+)
+
 
 class ActResult(NamedTuple):
     """One inference step for N agents."""

@@ -25,7 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sample_factory.algo.base import ActResult, Algorithm, forward_autocast, learning_rate_at, make_adam
+from sample_factory.algo.base import (
+    TRAJECTORY_KEYS,
+    ActResult,
+    Algorithm,
+    forward_autocast,
+    learning_rate_at,
+    make_adam,
+)
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
 from sample_factory.algo.transfer import DeferredReads, PinnedStaging, host_read
 from sample_factory.config import Config, ConfigError, reproducible
@@ -129,19 +136,8 @@ class DQNAlgorithm(Algorithm):
     reported_rank = 2.0 / 3.0
     uses_agent_rank = True  # Ape-X: each agent explores with its own epsilon
     whole_batch_on_rank0 = True  # data-parallel: the replay buffer is rank 0's (workers/learner_group.py)
-    required_buffers = (
-        "obs",
-        "is_first",
-        "active",
-        "actions",
-        "log_probs",
-        "values",
-        "policy_id",
-        "rewards",
-        "dones",
-        "truncated",
-        "final_values",
-    )
+    # no recurrent state (feed-forward models only) and no policy versions (replay makes no lag correction)
+    required_buffers = ("obs", *(k for k in TRAJECTORY_KEYS if k not in ("rnn_states", "policy_version")))
 
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         super().__init__(cfg, model, device)
