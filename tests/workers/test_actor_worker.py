@@ -3,36 +3,15 @@ algorithm class (`Algorithm.reported_rank`), not from a check of --algo. The wor
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 
 from sample_factory.algo.appo import APPOAlgorithm
-from sample_factory.config import parse_cfg
-from sample_factory.runtime.messages import Channels
-from sample_factory.runtime.shared_buffers import TrajectoryBuffers, make_buffer_spec
-from sample_factory.workers.actor_worker import ActorWorker
+from tests.workers.test_actor_decorrelation import _worker
 
 
 def _reported_columns(index: int, *flags: str, evaluation_run: bool = False) -> list[np.ndarray] | None:
-    cfg = parse_cfg(
-        [
-            "--env=CartPole-v1",
-            "--num_workers=2",
-            "--num_envs_per_worker=4",
-            "--worker_num_splits=2",
-            "--rollout=8",
-            "--use_rnn=False",
-            "--set_workers_cpu_affinity=False",  # the worker runs in the test process: leave its affinity alone
-            "--force_envs_single_thread=False",
-            *flags,
-        ]
-    )
-    cfg.evaluation_run = evaluation_run
-    env = gym.make(cfg.env)
-    spec = make_buffer_spec(cfg, env.observation_space, env.action_space, 0, 1)
-    env.close()
-    worker = ActorWorker(cfg, index, TrajectoryBuffers(spec, share=False), Channels(2, 1, "local"))
+    worker, _ = _worker(*flags, index=index, evaluation_run=evaluation_run)
     worker.init()
     try:
         return worker.reported_columns
