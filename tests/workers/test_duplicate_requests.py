@@ -34,13 +34,13 @@ class Recorder:
     (another process acting while this worker computes) and disguise the answer (so two answers always differ)."""
 
     def __init__(self, worker, disguise: bool):
-        self.algo, self.disguise = worker.algo, disguise
+        self.algo_class, self.disguise = worker.algo_class, disguise
         self.answers: list[ActResult] = []
         self.during = None
-        worker.algo = self
+        worker.algo_class = self
 
     def act(self, *args, **kwargs) -> ActResult:
-        r = self.algo.act(*args, **kwargs)
+        r = self.algo_class.act(*args, **kwargs)
         if self.disguise:
             r = ActResult(1 - r.actions, r.log_probs - 50.0, r.values + 50.0, r.new_rnn_states + 50.0)
         self.answers.append(r)
@@ -50,7 +50,7 @@ class Recorder:
         return r
 
     def values(self, *args, **kwargs):
-        return self.algo.values(*args, **kwargs)
+        return self.algo_class.values(*args, **kwargs)
 
 
 @pytest.fixture
