@@ -21,8 +21,8 @@ def made():
     runners: list[Runner] = []
     yield runners
     for runner in runners:
-        runner.summaries.close()
-        runner.lock.release()
+        runner.parts.summaries.close()
+        runner.folder.lock.release()
 
 
 def pending_batch(made: list[Runner], tmp_path, algo: str, *extra: str):
@@ -44,12 +44,12 @@ def pending_batch(made: list[Runner], tmp_path, algo: str, *extra: str):
     runner = Runner(parse_cfg(argv))
     runner.setup()
     made.append(runner)
-    comps = {c.key: c for c in runner.components}
+    comps = {c.key: c for c in runner.parts.components}
     worker = comps["policy", (0, 0)]
     for w in range(WORKERS):
         comps["actor", w].initialize()  # each split sends its first request
     worker.initialize()
-    msgs = runner.channels.policy[0].get_many(block=False)
+    msgs = runner.parts.channels.policy[0].get_many(block=False)
     assert len(msgs) == WORKERS * SPLITS
     return worker, msgs
 
