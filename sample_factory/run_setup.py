@@ -106,7 +106,7 @@ class RunParts:
     num_agents: int
     buffers: TrajectoryBuffers
     weights: list[SharedWeights]  # one per policy
-    resumed_env_steps: list[int]  # per policy: where a resumed run continues from
+    resumed_env_frames: list[int]  # per policy: where a resumed run continues from
     channels: Channels
     pbt: PbtController | None
     components: list[Component]  # one per role and index, made by workers/roles.py (also for restarts)
@@ -171,8 +171,8 @@ def build_run(
 
         remote = RemoteSamplers(cfg, spec, log)  # adds the import slots to spec
     buffers = TrajectoryBuffers(spec, share=not cfg.serial_mode)
-    weights, resumed_env_steps, resumed_steps = initial_weights(cfg, model, obs_space, action_space)
-    resume_point = (tuple(w.version for w in weights), resumed_steps) if resumed_steps else None
+    weights, resumed_env_frames, run_frames = initial_weights(cfg, model, obs_space, action_space)
+    resume_point = (tuple(w.version for w in weights), run_frames) if run_frames else None
     kind = "local" if cfg.serial_mode else cfg.message_queue
     channels = Channels(spec.num_workers, cfg.num_policies, kind, cfg.learners_per_policy)
     with contextlib.ExitStack() as release_on_failure:
@@ -201,13 +201,13 @@ def build_run(
             iteration_samples = IterationSamples(
                 cfg.num_workers, cfg.worker_num_splits, spec.slots_per_split, cfg.train_for_env_steps
             )
-            progress.trained_budget = [0] * cfg.num_policies
+            progress.trained_frames = [0] * cfg.num_policies
         evaluator = PeriodicEvaluator(
             cfg,
             exp_dir,
             request_checkpoint=lambda p: channels.learner[p].put(SaveNow.wire()),
             log=log,
-            add_scalar=lambda p, tag, value, steps: summaries.add_scalar(p, tag, value, steps),
+            add_scalar=lambda p, tag, value, frames: summaries.add_scalar(p, tag, value, frames),
         )
         release_on_failure.callback(evaluator.stop)
         summaries = SummaryWriters(exp_dir, cfg.num_policies, enabled=not cfg.evaluation_run, cfg=cfg)
@@ -223,7 +223,7 @@ def build_run(
             num_agents,
             buffers,
             weights,
-            resumed_env_steps,
+            resumed_env_frames,
             channels,
             pbt,
             components,
@@ -250,10 +250,10 @@ def initial_weights(
 ) -> tuple[list[SharedWeights], list[int], int]:
     """Each policy's weights, published before any component starts: `model`'s for policy 0 and fresh random ones
     for the others of a population, or the latest checkpoint's where the run resumes or evaluates one (so no worker
-    ever acts with random weights there). Returns them with each policy's env steps at its checkpoint (0: none) and
-    the env steps of all policies the checkpoints trained on (0: none; sync mode's learners record every policy's,
-    else their own are added up)."""
-    weights, env_steps, run_steps = [], [], 0
+    ever acts with random weights there). Returns them with each policy's env frames at its checkpoint (0: none) and
+    the env frames of all policies the checkpoints trained on (0: none; sync mode's learners record every policy's,
+    else their own are added up). Checkpoints keep env frames under the key "env_steps"."""
+    weights, env_frames, run_frames = [], [], 0
     for p in range(cfg.num_policies):
         if p > 0:
             model = ActorCritic(cfg, obs_space, action_space)
@@ -270,9 +270,9 @@ def initial_weights(
         if loaded is not None:
             model.load_state_dict(loaded[0]["model"])
             version = loaded[0]["policy_version"]
-            run_steps = run_steps or int(sum(loaded[0].get("run_env_steps", [0])))
-        env_steps.append(loaded[0]["env_steps"] if loaded is not None else 0)
+            run_frames = run_frames or int(sum(loaded[0].get("run_env_steps", [0])))
+        env_frames.append(loaded[0]["env_steps"] if loaded is not None else 0)
         w = SharedWeights.for_model(model)
         w.publish(model, version)
         weights.append(w)
-    return weights, env_steps, run_steps or sum(env_steps)
+    return weights, env_frames, run_frames or sum(env_frames)

@@ -18,7 +18,7 @@ from sample_factory.experiment.callbacks import call_hook
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, newest_checkpoint_since
 from sample_factory.experiment.exit_codes import interrupted_exit_code
 from sample_factory.experiment.run_log import log
-from sample_factory.experiment.summaries import ProgressPoints, SummaryWriteError
+from sample_factory.experiment.summaries import ProgressPoints, SummaryWriteError, unit_name
 from sample_factory.run_setup import ExperimentFolder, RunParts, build_run, open_experiment
 from sample_factory.runtime.component import TERMINATED, ComponentKey, SerialDriver
 from sample_factory.runtime.device import resolve_device_name
@@ -128,14 +128,15 @@ class Runner:
         self._experiment_started()
 
     def _resume_records(self) -> None:
-        """progress.csv and the curves continue from the env steps this run resumes at (the checkpoint's, or the
-        serial snapshot's): what a killed run recorded past them is dropped, so the env steps never go back."""
+        """progress.csv and the curves continue from the env frames this run resumes at (the checkpoint's, or the
+        serial snapshot's): what a killed run recorded past them is dropped, so the counter never goes back."""
         if self.folder.previous_cfg is None:  # not a resume
             return
-        resumed = self.parts.resumed_env_steps
+        resumed = self.parts.resumed_env_frames
         dropped = self.parts.summaries.resume_at(resumed)
         if dropped:
-            log(f"progress.csv continues from the resumed {sum(resumed)} env steps ({dropped} rows past them dropped)")
+            unit = unit_name(self.cfg)
+            log(f"progress.csv continues from the resumed {sum(resumed)} {unit} ({dropped} rows past them dropped)")
 
     def _experiment_started(self) -> None:
         if not self.cfg.evaluation_run:
@@ -157,20 +158,21 @@ class Runner:
             return False
         parts = self.parts
         parts.components, parts.channels, parts.buffers = state["components"], state["channels"], state["buffers"]
-        for p, steps in enumerate(state["counters"]["env_steps"]):
-            parts.progress.resume(p, steps)
-        parts.resumed_env_steps = list(state["counters"]["env_steps"])
-        log(f"{why} at {sum(state['counters']['env_steps'])} env steps")
+        resumed = list(state["counters"]["env_steps"])  # env frames, under the snapshot's key
+        for p, frames in enumerate(resumed):
+            parts.progress.resume(p, frames)
+        parts.resumed_env_frames = resumed
+        log(f"{why} at {sum(resumed)} {unit_name(self.cfg)}")
         return True
 
     def _save_serial_snapshot(self) -> None:
         learner, parts = self._learners()[0], self.parts
-        counters = {"checkpoint": (learner.version, learner.env_steps), "env_steps": list(parts.progress.env_steps)}
+        counters = {"checkpoint": (learner.version, learner.env_steps), "env_steps": list(parts.progress.env_frames)}
         save_snapshot(self.folder.path, self.cfg, parts.components, parts.channels, parts.buffers, counters)
 
     def _periodic_eval(self) -> None:
         if self.parts.evaluator.enabled:  # logs its results and writes them to each evaluated policy's summaries
-            self.parts.evaluator.update(self.parts.progress.env_steps)
+            self.parts.evaluator.update(self.parts.progress.env_frames)
 
     def _main_loop(self) -> None:
         cfg = self.cfg
@@ -224,8 +226,8 @@ class Runner:
         log(f"{report.role} {report.index}: {report.payload}")
 
     def _on_samples(self, report: Report) -> None:
-        policy, steps, episodes, stats = report.payload
-        self.parts.progress.add_samples(policy, steps, episodes, stats)
+        policy, env_frames, episodes, stats = report.payload
+        self.parts.progress.add_samples(policy, env_frames, episodes, stats)
 
     def _on_split_samples(self, report: Report) -> None:
         split, rollout, reports = report.payload
@@ -235,7 +237,7 @@ class Runner:
                 self.points.update(self.parts.progress, time.monotonic())
 
     def _on_sync_trained(self, report: Report) -> None:
-        self.parts.progress.trained_budget[report.index] = report.payload
+        self.parts.progress.trained_frames[report.index] = report.payload
 
     def _on_train(self, report: Report) -> None:
         self.parts.progress.add_train_stats(report.index, report.payload)
@@ -248,8 +250,9 @@ class Runner:
         self.parts.progress.add_inference(*report.payload)
 
     def _on_resumed(self, report: Report) -> None:
-        self.parts.progress.resume(report.index, report.payload["env_steps"])
-        log(f"policy {report.index} resumed from {report.payload['path']} at {report.payload['env_steps']} env steps")
+        frames = report.payload["env_steps"]  # the learner's env frames, under the checkpoint's key
+        self.parts.progress.resume(report.index, frames)
+        log(f"policy {report.index} resumed from {report.payload['path']} at {frames} {unit_name(self.cfg)}")
 
     def _on_checkpoint(self, report: Report) -> None:
         self.parts.progress.last_checkpoint[report.index] = report.payload
@@ -380,7 +383,7 @@ class Runner:
         if not self.cfg.evaluation_run:  # after the summary, whose times and FPS are training's
             signals = self.signals_received  # a Ctrl+C during the final evaluations stops them
             skip = signals > 0 or self.exit_code != 0  # interrupted or failed: no evaluation is due
-            self.parts.evaluator.finish(self.parts.progress.env_steps, skip, lambda: self.signals_received > signals)
+            self.parts.evaluator.finish(self.parts.progress.env_frames, skip, lambda: self.signals_received > signals)
         if self.parts.pbt is not None:
             self.parts.pbt.write_summaries(self.parts.summaries, self.parts.progress)
 
@@ -391,7 +394,7 @@ class Runner:
         result = {
             "stop_reason": self.stop_reason,
             "exit_code": self.exit_code,
-            "env_steps": list(self.parts.progress.env_steps),
+            "env_steps": list(self.parts.progress.env_frames),  # the callback's key (docs/api)
             "reward_mean": [self.parts.progress.reward_mean(p) for p in range(P)],
             "episodes": list(self.parts.progress.num_episodes),
             "checkpoint": [self.parts.progress.last_checkpoint.get(p) for p in range(P)],
