@@ -1,4 +1,4 @@
-"""The policy worker's whole inference step, eager against CUDA graphs (workers/inference_runner.py): run by
+"""The policy worker's whole inference step, eager against CUDA graphs (workers/batched_inference.py): run by
 `python -m benchmarks.benchmark_learner --inference [--device=cuda]` after its forward-pass timing.
 
 Each timed step is what the worker does per batch after gathering the rows from the slots: host staging -> device,
@@ -20,7 +20,7 @@ import torch
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import parse_cfg
 from sample_factory.model.actor_critic import ActorCritic
-from sample_factory.workers.inference_runner import InferenceRunner
+from sample_factory.workers.batched_inference import BatchedInference
 
 OBS_SHAPE = (4, 84, 84)  # the atari preset's frames
 NUM_ACTIONS = 6
@@ -42,7 +42,7 @@ def time_inference_step(batches: list[int], rounds: int, device: torch.device, a
         spec = {"obs": (OBS_SHAPE, torch.uint8)}
         notes: list[str] = []
         runners = {
-            name: InferenceRunner(cfg, model, algorithm_class(cfg), spec, device, max(batches), m, notes.append)
+            name: BatchedInference(cfg, model, algorithm_class(cfg), spec, device, max(batches), m, notes.append)
             for name, m in (("eager", "eager"), (mode, mode))
         }
         print(f"inference step of the atari model ({algo} act, host -> {device} -> host), eager / {mode}:")
@@ -62,7 +62,7 @@ def time_inference_step(batches: list[int], rounds: int, device: torch.device, a
             print(f"  graphs: {state}")
 
 
-def _time_batch(runners: dict[str, InferenceRunner], batch: int, rounds: int) -> tuple[dict[str, float], float]:
+def _time_batch(runners: dict[str, BatchedInference], batch: int, rounds: int) -> tuple[dict[str, float], float]:
     """Median seconds per step of each runner on one random batch; and the padded/graph runner's first call (its
     capture). A runner that raises is reported and left out."""
     g = torch.Generator().manual_seed(batch)

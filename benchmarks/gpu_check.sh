@@ -49,7 +49,7 @@ quick)
   step forked_fork_server_cuda 90 $PY -m sample_factory.train --env=atari_pong --num_workers=2 \
     --train_for_env_steps=40000 --train_dir=/tmp/gpu_check_td --experiment=forked_fork_server_cuda
   step cuda_tests 120 $PY -m pytest -q -p no:cacheprovider tests/algo/test_transfer.py tests/integration/test_cuda.py \
-    tests/workers/test_inference_runner.py tests/workers/test_policy_worker.py -k "transfer or learner_loop or graph"
+    tests/workers/test_batched_inference.py tests/workers/test_policy_worker.py -k "transfer or learner_loop or graph"
   for algo in APPO DQN; do
     step "learner_loop_$algo" 90 $PY -m benchmarks.benchmark_learner --loop --algo=$algo --device=cuda \
       --env=atari_pong --iterations=6 --threads=2

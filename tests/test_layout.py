@@ -31,7 +31,9 @@ ALLOWED: dict[str, set[str]] = {
     "pbt": {"config", "runtime", "experiment", "launcher", "envs"},
     "workers": {"config", "runtime", "algo", "model", "envs", "experiment", "pbt"},
     "evaluation": {"config", "runtime", "algo", "model", "envs", "experiment", "workers", "runner"},
-    "runner": {
+    "runner": {"config", "runtime", "experiment", "workers", "run_setup"},
+    # what the runner is built of (run_setup.py): every part of a run, made before any starts
+    "run_setup": {
         "config",
         "runtime",
         "algo",

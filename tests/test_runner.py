@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+import sample_factory.run_setup as run_setup
 import sample_factory.runner as runner_module
 from sample_factory.config import parse_cfg
 from sample_factory.runner import Runner
@@ -31,11 +32,11 @@ def test_a_setup_that_fails_part_way_reports_its_own_error_and_releases_the_run(
     """place_components fails after the channels exist but before the progress tracker (shutdown read
     `self.progress.line()` and raised AttributeError over the real error); the other two after it. Either way the
     run exits 1 naming the set-up's error, and frees the experiment's lock."""
-    monkeypatch.setattr(runner_module, failing, _boom)
+    monkeypatch.setattr(run_setup, failing, _boom)
     runner, code, out = _run(tmp_path, capfd)
     assert code == 1
     assert "ERROR: RuntimeError: boom in set-up" in out and "AttributeError" not in out
-    assert runner.lock is not None and runner.lock.fd is None  # released: the same command can run again
+    assert runner.folder.lock is not None and runner.folder.lock.fd is None  # released: the same command can run again
 
 
 @pytest.mark.timeout(120)
@@ -52,7 +53,7 @@ def test_a_resume_that_fails_before_its_components_start_leaves_the_records_as_t
     assert code == 1 and "ERROR: RuntimeError: boom in set-up" in out
     assert progress.read_text() == before
     assert "done:" not in out, out
-    assert runner.lock.fd is None
+    assert runner.folder.lock.fd is None
 
 
 @pytest.mark.timeout(120)

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from sample_factory.algo.base import (
+    TRAJECTORY_KEYS,
     Algorithm,
     StepStats,
     exploration_coeff_at,
@@ -88,21 +89,7 @@ class APPOAlgorithm(Algorithm):
     samples (this policy's active steps).
     """
 
-    required_buffers = (
-        "obs",
-        "rnn_states",
-        "is_first",
-        "active",
-        "actions",
-        "log_probs",
-        "values",
-        "policy_version",
-        "policy_id",
-        "rewards",
-        "dones",
-        "truncated",
-        "final_values",
-    )
+    required_buffers = ("obs", *TRAJECTORY_KEYS)  # every slot tensor
 
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         super().__init__(cfg, model, device)

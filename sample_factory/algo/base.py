@@ -24,6 +24,23 @@ from sample_factory.algo.ranks import Ranks, SingleRank
 from sample_factory.algo.transfer import host_read
 from sample_factory.config import Config, ConfigError
 
+# The slot tensors of a trajectory (runtime/shared_buffers.py allocates them; the observation dict "obs" aside): the
+# names a batch and `required_buffers` use.
+TRAJECTORY_KEYS = (
+    "rnn_states",
+    "is_first",
+    "active",
+    "actions",
+    "log_probs",
+    "values",
+    "policy_version",
+    "policy_id",
+    "rewards",
+    "dones",
+    "truncated",
+    "final_values",
+)
+
 
 class ActResult(NamedTuple):
     """One inference step for N agents."""
@@ -153,6 +170,9 @@ class Algorithm(ABC):
 
     # Slot tensors train() reads ("obs" for the observation dict); the learner copies only these out.
     required_buffers: ClassVar[tuple[str, ...]]
+    # Agents whose exploration rank (i / (num agents - 1)) is below this report their episodes' returns only as the
+    # episode statistic exploring_return, not as the training return; None: every agent reports it.
+    reported_rank: ClassVar[float | None] = None
     # Whether `act` reads agent_rank: policy workers compute the ranks only for algorithms that do.
     uses_agent_rank: ClassVar[bool] = False
     # [max lag + 1] the last iteration's trained steps per policy lag, for the run's distribution (policy_lag.json):

@@ -25,7 +25,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sample_factory.algo.base import ActResult, Algorithm, StepStats, forward_autocast, learning_rate_at, make_adam
+from sample_factory.algo.base import (
+    TRAJECTORY_KEYS,
+    ActResult,
+    Algorithm,
+    StepStats,
+    forward_autocast,
+    learning_rate_at,
+    make_adam,
+)
 from sample_factory.algo.replay import ReplayBuffer, annealed_beta, nstep_targets
 from sample_factory.algo.transfer import DeferredReads, PinnedStaging
 from sample_factory.config import Config, ConfigError, reproducible
@@ -37,9 +45,6 @@ STEP_STATS = ("loss", "q_mean", "q_target", "td_error_abs", "importance_weight",
 
 # The bookkeeping a checkpoint keeps (and a data-parallel group takes from rank 0 every iteration).
 COUNTERS = ("sampled", "replayed", "sampled_since_start", "owed_steps", "last_target_update", "target_updates")
-
-# Episodes of agents at or above this exploration rank (the least-exploring third) are the reported training return.
-REPORTED_RANK = 2.0 / 3.0
 
 
 def epsilon_greedy(greedy: Tensor, eps: Tensor | float, num_actions: int, action_mask: Tensor | None) -> Tensor:
@@ -123,21 +128,12 @@ class DQNAlgorithm(Algorithm):
     importance_weight. Per iteration: sgd_steps, replay_size, replay_ratio (replayed / sampled transitions since
     learning started), beta, epsilon_min/max, target_updates, lr, skipped_updates, samples."""
 
+    # Ape-X, as RLlib: the least-exploring third of the agents (rank >= 2/3) report the training return.
+    reported_rank = 2.0 / 3.0
     uses_agent_rank = True  # Ape-X: each agent explores with its own epsilon
     whole_batch_on_rank0 = True  # data-parallel: the replay buffer is rank 0's (workers/batch_sources.py)
-    required_buffers = (
-        "obs",
-        "is_first",
-        "active",
-        "actions",
-        "log_probs",
-        "values",
-        "policy_id",
-        "rewards",
-        "dones",
-        "truncated",
-        "final_values",
-    )
+    # no recurrent state (feed-forward models only) and no policy versions (replay makes no lag correction)
+    required_buffers = ("obs", *(k for k in TRAJECTORY_KEYS if k not in ("rnn_states", "policy_version")))
 
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device):
         super().__init__(cfg, model, device)

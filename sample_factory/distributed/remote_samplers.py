@@ -37,7 +37,7 @@ import numpy as np
 
 from sample_factory.config import Config
 from sample_factory.distributed.rollouts import decode, policy_lags, stale_rollouts, write_rollout
-from sample_factory.experiment.summaries import ProgressTracker
+from sample_factory.experiment.summaries import ProgressTracker, unit_name
 from sample_factory.launcher.ray_init import init_ray
 from sample_factory.runtime.messages import FREE_SLOTS, Channels, Rollout
 from sample_factory.runtime.shared_buffers import BufferSpec, SharedWeights, SlotPool, TrajectoryBuffers
@@ -95,9 +95,9 @@ class RemoteSamplers:
         self.weight_calls: list = []
         self.totals = collections.Counter()  # rollouts, raw/wire bytes, encode/decode/transfer seconds, broadcasts
         self.ray: Any = None
-        # the periodic "sampler nodes:" line: (time, remote env steps, all env steps) at the last one
+        # the periodic "sampler nodes:" line: (time, remote env frames, all env frames) at the last one
         self.last_line: tuple[float, int, int] | None = None
-        self.remote_steps = 0
+        self.remote_env_frames = 0
 
     # ---- start --------------------------------------------------------------------------------------------
     def start(
@@ -292,9 +292,9 @@ class RemoteSamplers:
             discarded, self.discarded = self.discarded, 0
         for line in events:
             self.log(line)
-        for policy, steps, episodes, stats in samples:
-            progress.add_samples(policy, steps, episodes, stats)
-            self.remote_steps += steps
+        for policy, env_frames, episodes, stats in samples:
+            progress.add_samples(policy, env_frames, episodes, stats)
+            self.remote_env_frames += env_frames
         progress.discarded_rollouts += discarded
         self._progress_line(progress)
         if self.error:
@@ -307,19 +307,19 @@ class RemoteSamplers:
         """Every --report_interval_sec once the nodes run: how much they sample (and what share of the run)."""
         if self.thread is None:
             return
-        now, total = time.monotonic(), progress.total_env_steps()
+        now, total = time.monotonic(), progress.total_env_frames()
         if self.last_line is None:
-            self.last_line = (now, self.remote_steps, total)
+            self.last_line = (now, self.remote_env_frames, total)
             return
         then, remote_then, total_then = self.last_line
         if now - then < self.cfg.report_interval_sec:
             return
-        self.last_line = (now, self.remote_steps, total)
-        remote, everything = self.remote_steps - remote_then, total - total_then
+        self.last_line = (now, self.remote_env_frames, total)
+        remote, everything = self.remote_env_frames - remote_then, total - total_then
         share = f" ({100 * remote / everything:.0f}% of all)" if everything > 0 else ""
-        alive = sum(n.alive for n in self.nodes)
+        alive, rate = sum(n.alive for n in self.nodes), f"{remote / (now - then):,.0f} {unit_name(self.cfg)}/s"
         self.log(
-            f"sampler nodes: {alive} of {len(self.nodes)} alive, {remote / (now - then):,.0f} env steps/s from them"
+            f"sampler nodes: {alive} of {len(self.nodes)} alive, {rate} from them"
             f"{share} over the last {now - then:.0f} s, {self.totals['imported']} rollouts imported"
         )
 

@@ -473,7 +473,7 @@ def evaluate_parallel(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
     # The first episodes to finish: with many envs running at once they are biased toward short episodes
     # (a long episode is still running when the short ones have finished and the count is reached).
     # With several policies every one plays (envs pass between them as in training); the chosen one's episodes count.
-    episodes = runner.progress.all_episodes[cfg.policy_index][: cfg.max_num_episodes]
+    episodes = runner.parts.progress.all_episodes[cfg.policy_index][: cfg.max_num_episodes]
     for i, (ret, length) in enumerate(episodes, 1):
         print(f"episode {i}: reward {ret:.2f}, length {length}")
     loaded = runner.loaded

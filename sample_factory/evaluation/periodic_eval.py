@@ -1,8 +1,8 @@
-"""Evaluation during training (--eval_every_env_steps): when a policy's env steps pass its next multiple, the policy
+"""Evaluation during training (--eval_every_env_steps): when a policy's env frames pass its next multiple, the policy
 is queued; in turn, the runner asks that policy's learner for a fresh checkpoint and, once it is written, evaluates
 it with `python -m sample_factory.evaluation.enjoy` in a separate process (training never waits for it). The result
-goes to eval/eval_<env steps>_p<policy>.json, a log line and the policy's TensorBoard writer at the checkpoint's env
-steps.
+goes to eval/eval_<env frames>_p<policy>.json, a log line and the policy's TensorBoard writer at the checkpoint's env
+frames (the run's counter: experiment/summaries.py, "Units").
 
 Which policies (--eval_policies), sampled or most likely actions (--eval_deterministic) and env options changed for
 evaluation only (--eval_env_overrides) are passed on to enjoy. One evaluation runs at a time and a policy is queued
@@ -13,7 +13,7 @@ When training ends (`finish`), an evaluation still running is waited for, and on
 its checkpoint, or a multiple passed while the policy was busy) runs on the final checkpoint, all within
 FINAL_EVAL_TIMEOUT_SEC; an interrupted run skips them. Either way a log line says what became of each.
 
---capture_video adds one mp4 per evaluation, videos/eval_<env steps>_p<policy>.mp4 in the experiment folder."""
+--capture_video adds one mp4 per evaluation, videos/eval_<env frames>_p<policy>.mp4 in the experiment folder."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from typing import Any
 from sample_factory.config import Config, parse_eval_policies
 from sample_factory.config.cfg import option_defaults
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints
+from sample_factory.experiment.summaries import unit_name
 
 # A checkpoint asked for but not reported within this time (a learner that never answers): give up on it, so one
 # lost request does not end periodic evaluation for the rest of the run.
@@ -50,7 +51,7 @@ def video_interval(cfg: Config) -> int:
 @dataclass
 class _Evaluation:
     policy: int
-    env_steps: int  # the checkpoint's (the samples its learner had trained on)
+    env_frames: int  # the checkpoint's (what its learner had trained on)
     result_file: Path
     proc: subprocess.Popen
     stderr: Any  # a file, not a pipe: a chatty child can never block on a full pipe
@@ -67,22 +68,23 @@ class PeriodicEvaluator:
         clock: Callable[[], float] = time.monotonic,
     ):
         """`request_checkpoint(policy)` asks that policy's learner to save now (its `checkpoint` report must reach
-        `on_checkpoint`); `add_scalar(policy, tag, value, env_steps)` writes to that policy's TensorBoard writer."""
+        `on_checkpoint`); `add_scalar(policy, tag, value, env_frames)` writes to that policy's TensorBoard writer."""
         self.cfg, self.exp_dir, self.request_checkpoint, self.log = cfg, exp_dir, request_checkpoint, log
         self.add_scalar = add_scalar
         self.clock = clock
+        self.unit = unit_name(cfg)
         self.every = cfg.eval_every_env_steps
         typed = "eval_every_env_steps" in cfg.cli_flags  # or saved: a resumed run keeps its interval
         if cfg.capture_video and self.every <= 0 and not typed and not cfg.evaluation_run:
             self.every = video_interval(cfg)
-            log(f"--capture_video: an evaluation is recorded every {self.every} env steps (--eval_every_env_steps)")
+            log(f"--capture_video: an evaluation is recorded every {self.every} {self.unit} (--eval_every_env_steps)")
         self.policies = parse_eval_policies(cfg.eval_policies, cfg.num_policies)
         self.next_at = {p: self.every for p in self.policies}
         self.queue: collections.deque[int] = collections.deque()  # due policies, each at most once
         self.awaiting: int | None = None  # the policy whose checkpoint was asked for
         self.awaiting_since = 0.0
         self.running: _Evaluation | None = None
-        self.evaluated: dict[int, int] = {}  # policy -> env steps of its last evaluated checkpoint
+        self.evaluated: dict[int, int] = {}  # policy -> env frames of its last evaluated checkpoint
 
     @property
     def enabled(self) -> bool:
@@ -92,20 +94,20 @@ class PeriodicEvaluator:
         running = self.running is not None and self.running.policy == policy
         return running or self.awaiting == policy or policy in self.queue
 
-    def update(self, env_steps: Sequence[int]) -> dict | None:
-        """Called from the runner's loop with every policy's env steps: queues the policies that are due, reports a
+    def update(self, env_frames: Sequence[int]) -> dict | None:
+        """Called from the runner's loop with every policy's env frames: queues the policies that are due, reports a
         finished evaluation (returned too) and starts the next one."""
         result = self.poll()
-        self.on_env_steps(env_steps)
+        self.on_env_frames(env_frames)
         self._start_next()
         return result
 
-    def on_env_steps(self, env_steps: Sequence[int]) -> None:
+    def on_env_frames(self, env_frames: Sequence[int]) -> None:
         for p in self.policies:
             # A policy already queued or in evaluation is not queued again: the multiples passed meanwhile are
             # skipped, and it is due again (at once) when its evaluation is over.
-            if env_steps[p] >= self.next_at[p] and not self.busy_with(p):
-                self.next_at[p] = (env_steps[p] // self.every + 1) * self.every
+            if env_frames[p] >= self.next_at[p] and not self.busy_with(p):
+                self.next_at[p] = (env_frames[p] // self.every + 1) * self.every
                 self.queue.append(p)
 
     def _start_next(self) -> None:
@@ -127,15 +129,15 @@ class PeriodicEvaluator:
         self._launch(policy, path)
 
     def _launch(self, policy: int, path: str | Path) -> None:
-        env_steps = int(Path(path).stem.split("_")[2])  # checkpoint_<version>_<env steps>.pth
-        self.evaluated[policy] = env_steps
+        env_frames = int(Path(path).stem.split("_")[2])  # checkpoint_<version>_<env frames>.pth
+        self.evaluated[policy] = env_frames
         out_dir = self.exp_dir / "eval"
         out_dir.mkdir(exist_ok=True)
-        result_file = out_dir / f"eval_{env_steps}_p{policy}.json"
+        result_file = out_dir / f"eval_{env_frames}_p{policy}.json"
         cmd = self.command(policy, result_file)
         stderr = tempfile.TemporaryFile("w+")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
-        self.running = _Evaluation(policy, env_steps, result_file, proc, stderr)
+        self.running = _Evaluation(policy, env_frames, result_file, proc, stderr)
 
     def command(self, policy: int, result_file: Path) -> list[str]:
         """The enjoy command line evaluating `policy`'s latest checkpoint."""
@@ -162,7 +164,8 @@ class PeriodicEvaluator:
         return cmd
 
     def poll(self) -> dict | None:
-        """The finished evaluation's results (with 'env_steps'), once; logged and written to TensorBoard."""
+        """The finished evaluation's results (with the checkpoint's env frames as 'env_steps'), once; logged and
+        written to TensorBoard."""
         ev = self.running
         if ev is None or ev.proc.poll() is None:
             return None
@@ -177,7 +180,7 @@ class PeriodicEvaluator:
             )
             return None
         results = json.loads(ev.result_file.read_text())
-        results["env_steps"] = ev.env_steps
+        results["env_steps"] = ev.env_frames
         self._report(ev.policy, results)
         return results
 
@@ -186,23 +189,23 @@ class PeriodicEvaluator:
         overrides = results.get("env_overrides") or {}
         with_overrides = f", env overrides {','.join(f'{k}={v}' for k, v in overrides.items())}" if overrides else ""
         self.log(
-            f"evaluation of policy {policy} at {results['env_steps']} env steps: reward {results['reward_mean']:.2f} "
+            f"evaluation of policy {policy} at {results['env_steps']} {self.unit}: reward {results['reward_mean']:.2f} "
             f"+- {results['reward_std']:.2f} over {results['episodes']} episodes ({actions} actions{with_overrides})"
         )
         if self.add_scalar is not None:
-            steps = results["env_steps"]
-            self.add_scalar(policy, "eval/reward_mean", results["reward_mean"], steps)
-            self.add_scalar(policy, "eval/reward_std", results["reward_std"], steps)
-            self.add_scalar(policy, "eval/episode_length", results["length_mean"], steps)
+            frames = results["env_steps"]
+            self.add_scalar(policy, "eval/reward_mean", results["reward_mean"], frames)
+            self.add_scalar(policy, "eval/reward_std", results["reward_std"], frames)
+            self.add_scalar(policy, "eval/episode_length", results["length_mean"], frames)
 
-    def finish(self, env_steps: Sequence[int], interrupted: bool, cancel: Callable[[], bool] = lambda: False) -> None:
+    def finish(self, env_frames: Sequence[int], interrupted: bool, cancel: Callable[[], bool] = lambda: False) -> None:
         """At the end of training (the learners have written their final checkpoints): wait for the running
         evaluation, then evaluate the final checkpoint of every policy that is due, within FINAL_EVAL_TIMEOUT_SEC
         in all (`cancel()` true: stop at once). `interrupted`: skip them all. Each outcome is logged."""
         if not self.enabled:
             return
         due = list(self.queue) + ([self.awaiting] if self.awaiting is not None else [])
-        due += [p for p in self.policies if env_steps[p] >= self.next_at[p] and p not in due]
+        due += [p for p in self.policies if env_frames[p] >= self.next_at[p] and p not in due]
         self.queue.clear()
         self.awaiting = None
         if interrupted:
@@ -217,13 +220,15 @@ class PeriodicEvaluator:
             if not checkpoints:
                 self.log(f"periodic evaluation of policy {p} skipped: no checkpoint")
                 continue
-            steps = int(checkpoints[-1].stem.split("_")[2])
-            if self.evaluated.get(p) == steps:
+            frames = int(checkpoints[-1].stem.split("_")[2])
+            if self.evaluated.get(p) == frames:
                 continue  # its final checkpoint is the one just evaluated
             if self.clock() >= deadline or cancel():
-                self.log(f"periodic evaluation of policy {p} at {steps} env steps skipped: no time left at the end")
+                self.log(f"periodic evaluation of policy {p} at {frames} {self.unit} skipped: no time left at the end")
                 continue
-            self.log(f"evaluating policy {p}'s final checkpoint ({steps} env steps): an evaluation was due at the end")
+            self.log(
+                f"evaluating policy {p}'s final checkpoint ({frames} {self.unit}): an evaluation was due at the end"
+            )
             self._launch(p, checkpoints[-1])
             self._wait(deadline, cancel)
 
@@ -234,7 +239,7 @@ class PeriodicEvaluator:
             time.sleep(0.05)
         if self.poll() is None and self.running is not None:
             self.log(
-                f"periodic evaluation of policy {ev.policy} at {ev.env_steps} env steps stopped: over "
+                f"periodic evaluation of policy {ev.policy} at {ev.env_frames} {self.unit} stopped: over "
                 f"{FINAL_EVAL_TIMEOUT_SEC:.0f} s at the end of training" + (" (interrupted)" if cancel() else "")
             )
             self.stop()

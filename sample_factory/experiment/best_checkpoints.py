@@ -25,7 +25,7 @@ class BestCheckpoints:
 
     def check(self, progress: ProgressTracker) -> None:
         """Ask for a best checkpoint for every policy whose metric is a new maximum (None: too few episodes)."""
-        if self.cfg.evaluation_run or progress.total_env_steps() < self.cfg.save_best_after:
+        if self.cfg.evaluation_run or progress.total_env_frames() < self.cfg.save_best_after:
             return
         for p in range(self.cfg.num_policies):
             value = progress.metric(p, self.cfg.save_best_metric)

@@ -1,9 +1,11 @@
 """What the runner knows about a run: FPS windows, episode statistics, learner statistics, timing; the progress
 line, TensorBoard summaries per policy (tensorboardX) and `progress.csv`.
 
-Units: env-step counters count what `cfg.frames_per_env_step` makes of an agent step (env frames on Atari and
-VizDoom with --summaries_use_frameskip, else agent steps); `unit_name(cfg)` says which, and every line, tag and
-column that shows a count or a rate names it."""
+Units: the run's counters are env frames: an agent step counts `cfg.frames_per_env_step` of them (--env_frameskip
+on Atari and VizDoom with --summaries_use_frameskip, else 1, so that frames are agent steps). In code they are
+named `env_frames`, agent steps `agent_steps`, and `samples` are agent steps the learner trained on. On screen and on
+disk `unit_name(cfg)` says which ("env frames", or "env steps" where a frame is an agent step), and every line, tag
+and column that shows a count or a rate names it."""
 
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ LAG_FILE = "policy_lag.json"  # in the experiment folder: each policy's lag dist
 
 
 def unit_name(cfg: Config) -> str:
-    """What env-step counters and FPS count: "env frames" (frame skip included) or "env steps"."""
+    """What the counters and their rates count, as lines, tags and columns name it: "env frames" (frame skip
+    included) or "env steps" (one frame per agent step)."""
     return "env frames" if cfg.frames_per_env_step > 1 else "env steps"
 
 
@@ -44,48 +47,53 @@ class ProgressTracker:
         self.cfg = cfg
         P = cfg.num_policies
         self.start = time.monotonic()
-        self.env_steps = [0] * P  # collected by actors, plus what a resumed checkpoint had
-        self.resumed_steps = [0] * P
-        # sync mode: the env steps every learner has trained on (the least of the policies'), per learner; the
+        self.env_frames = [0] * P  # collected by actors, plus what a resumed checkpoint had
+        self.resumed_frames = [0] * P
+        # sync mode: the env frames every learner has trained on (the least of the policies'), per learner; the
         # budget stop waits for them, so that no STOP cuts the last iteration's training short
-        self.trained_budget: list[int] | None = None
+        self.trained_frames: list[int] | None = None
         self.episodes = [collections.deque(maxlen=cfg.stats_avg) for _ in range(P)]
         self.num_episodes = [0] * P
         self.all_episodes: list[list[tuple[float, int]]] = [[] for _ in range(P)]  # kept for evaluation runs
         self.train_stats: list[dict] = [{} for _ in range(P)]
-        self.samples_trained = [0] * P
+        self.samples_trained = [0] * P  # agent steps
         # per policy: [max lag + 1] trained steps per policy lag, over the run (resumed sessions included)
         self.lag_counts = [np.zeros(0, dtype=np.int64) for _ in range(P)]
         self.dropped_samples = [0] * P
         # per policy: {--episode_info_keys / episode_extra_stats key: the last --stats_avg values}
         self.episode_stats: list[dict[str, collections.deque]] = [{} for _ in range(P)]
         self.window_history = [WindowHistory() for _ in range(P)]  # saved beside each checkpoint
+        # (time.monotonic(), env frames this session): the rates' windows
         self.history: collections.deque = collections.deque([(self.start, 0)], maxlen=2000)
         self.inference = collections.Counter()
         self.discarded_rollouts = 0  # half-finished or orphaned by a worker crash
         self.last_checkpoint: dict[int, str] = {}
         self.timing: dict[str, list[dict]] = collections.defaultdict(list)
 
-    def total_env_steps(self) -> int:
-        return sum(self.env_steps)
+    def total_env_frames(self) -> int:
+        return sum(self.env_frames)
 
-    def budget_env_steps(self) -> int:
-        """Env steps counted against --train_for_env_steps: the least-trained policy's. Each policy gets the whole
-        budget (as in Sample Factory), the same count its learning-rate schedule decays over."""
-        return min(self.env_steps)
+    def budget_env_frames(self) -> int:
+        """Env frames counted against --train_for_env_steps (in that unit): the least-trained policy's. Each policy
+        gets the whole budget (as in Sample Factory), the same count its learning-rate schedule decays over."""
+        return min(self.env_frames)
 
-    def resume(self, policy: int, env_steps: int) -> None:
-        self.env_steps[policy] += env_steps
-        self.resumed_steps[policy] = env_steps
+    def session_env_frames(self) -> int:
+        """Env frames collected by this session (a resumed checkpoint's left out)."""
+        return self.total_env_frames() - sum(self.resumed_frames)
+
+    def resume(self, policy: int, env_frames: int) -> None:
+        self.env_frames[policy] += env_frames
+        self.resumed_frames[policy] = env_frames
 
     def add_samples(
         self,
         policy: int,
-        steps: int,
+        env_frames: int,
         episodes: list[tuple[float, int]],
         stats: dict[str, list[float]] | None = None,
     ) -> None:
-        self.env_steps[policy] += steps
+        self.env_frames[policy] += env_frames
         self.episodes[policy].extend(episodes)
         for k, values in (stats or {}).items():
             window = self.episode_stats[policy].get(k)
@@ -96,10 +104,10 @@ class ProgressTracker:
             self.all_episodes[policy].extend(episodes)
         self.num_episodes[policy] += len(episodes)
         if episodes or stats:
-            self.window_history[policy].record(self.env_steps[policy], self.window(policy))
+            self.window_history[policy].record(self.env_frames[policy], self.window(policy))
         now = time.monotonic()
         if now - self.history[-1][0] > 0.2:
-            self.history.append((now, self.total_env_steps() - sum(self.resumed_steps)))
+            self.history.append((now, self.session_env_frames()))
 
     def window(self, policy: int) -> dict[str, Any]:
         """The policy's episode windows as plain lists (JSON): [[reward, length], ...], {stat: [values]}."""
@@ -116,7 +124,7 @@ class ProgressTracker:
         self.episode_stats[policy] = {
             k: collections.deque(v, maxlen=self.cfg.stats_avg) for k, v in window["stats"].items()
         }
-        self.window_history[policy].record(self.env_steps[policy], self.window(policy))
+        self.window_history[policy].record(self.env_frames[policy], self.window(policy))
 
     def add_train_stats(self, policy: int, stats: dict) -> None:
         self.train_stats[policy] = stats
@@ -172,12 +180,13 @@ class ProgressTracker:
         self.inference["requests", policy] += requests
         self.inference["batches", policy] += batches
 
-    def fps(self, window: float) -> float:
+    def frames_per_sec(self, window: float) -> float:
+        """Env frames a second over the last `window` seconds (the progress line's FPS)."""
         now = time.monotonic()
-        s_last = self.history[-1][1]
-        for t, s in self.history:
+        f_last = self.history[-1][1]
+        for t, f in self.history:
             if now - t <= window:  # up to now, not to the last sample: a stalled run shows its FPS falling
-                return (s_last - s) / max(now - t, 1e-6)
+                return (f_last - f) / max(now - t, 1e-6)
         return 0.0
 
     def reward_mean(self, policy: int) -> float:
@@ -196,14 +205,14 @@ class ProgressTracker:
         return all(len(e) == e.maxlen and self.reward_mean(p) >= target for p, e in enumerate(self.episodes))
 
     def stop_condition(self, elapsed: float) -> str | None:
-        """Why the run stops now, `elapsed` seconds after its components started; None: it goes on. The env-step
+        """Why the run stops now, `elapsed` seconds after its components started; None: it goes on. The env-frame
         budget first, then the time limit, then --stop_at_reward; an evaluation also stops at its episode or step
         count."""
         cfg = self.cfg
-        trained = self.trained_budget is None or min(self.trained_budget) >= cfg.train_for_env_steps
-        if self.budget_env_steps() >= cfg.train_for_env_steps and trained:
+        trained = self.trained_frames is None or min(self.trained_frames) >= cfg.train_for_env_steps
+        if self.budget_env_frames() >= cfg.train_for_env_steps and trained:
             per_policy = " per policy" if cfg.num_policies > 1 else ""
-            return f"reached {cfg.train_for_env_steps} env steps{per_policy}"
+            return f"reached {cfg.train_for_env_steps} {unit_name(cfg)}{per_policy}"
         if elapsed >= cfg.train_for_seconds:
             return f"reached {cfg.train_for_seconds} s"
         if cfg.stop_at_reward is not None and self.solved(cfg.stop_at_reward):
@@ -211,8 +220,8 @@ class ProgressTracker:
         if cfg.evaluation_run:
             if self.num_episodes[cfg.policy_index] >= cfg.max_num_episodes:
                 return f"evaluated {cfg.max_num_episodes} episodes"
-            if self.total_env_steps() - sum(self.resumed_steps) >= cfg.max_num_frames:
-                return f"evaluated {int(cfg.max_num_frames)} env steps"
+            if self.session_env_frames() >= cfg.max_num_frames:
+                return f"evaluated {int(cfg.max_num_frames)} {unit_name(cfg)}"
         return None
 
     def episode_stats_means(self, policy: int) -> dict[str, float]:
@@ -224,22 +233,21 @@ class ProgressTracker:
         return float(np.mean([n for _, n in eps])) if eps else float("nan")
 
     def line(self) -> str:
-        total = self.total_env_steps()
+        total, session = self.total_env_frames(), self.session_env_frames()
         target = self.cfg.train_for_env_steps
         unit = unit_name(self.cfg)
-        resumed = sum(self.resumed_steps)
-        collected = (total - resumed) // self.cfg.frames_per_env_step  # samples are agent steps
-        counts = f"{total} total, {total - resumed} this session" if resumed else str(total)
-        if collected == 0:  # workers starting, envs decorrelating: FPS 0/0/0 and an infinite ETA would say nothing
+        agent_steps = session // self.cfg.frames_per_env_step  # the samples collected
+        counts = f"{total} total, {session} this session" if session != total else str(total)
+        if agent_steps == 0:  # workers starting, envs decorrelating: FPS 0/0/0 and an infinite ETA would say nothing
             return f"warming up: no samples collected yet | {unit}: {counts}"
-        fps = "/".join(f"{self.fps(w):.0f}" for w in FPS_WINDOWS)
+        fps = "/".join(f"{self.frames_per_sec(w):.0f}" for w in FPS_WINDOWS)
         parts = [f"FPS 10s/60s/300s: {fps} ({unit}/s)", f"{unit}: {counts}"]
         if target < 1e10:
-            done, P = self.budget_env_steps(), len(self.env_steps)
-            f10 = self.fps(10) / P  # per policy, assuming an even share
+            done, P = self.budget_env_frames(), len(self.env_frames)
+            f10 = self.frames_per_sec(10) / P  # per policy, assuming an even share
             eta = f", ETA {max((target - done) / f10, 0.0):.0f} s" if f10 > 0 else ""  # none while stalled
             parts[-1] += f" ({100 * done / target:.1f}%{eta})"
-        parts.append(f"samples collected/trained: {collected}/{sum(self.samples_trained)}")
+        parts.append(f"samples collected/trained: {agent_steps}/{sum(self.samples_trained)}")
         for p, st in enumerate(self.train_stats):
             if "policy_lag_min" in st:
                 parts.append(
@@ -250,7 +258,7 @@ class ProgressTracker:
             if st.get("skipped_updates"):
                 parts.append(f"p{p} skipped NaN/inf updates: {st['skipped_updates']}")
         for p in range(len(self.episodes)):
-            share = f", {self.env_steps[p] - self.resumed_steps[p]} steps" if len(self.episodes) > 1 else ""
+            share = f", {self.env_frames[p] - self.resumed_frames[p]} {unit}" if len(self.episodes) > 1 else ""
             parts.append(f"p{p} reward {self.reward_mean(p):.1f} ({self.num_episodes[p]} episodes{share})")
             custom = self.episode_stats_means(p)
             if custom:
@@ -258,12 +266,12 @@ class ProgressTracker:
         return " | ".join(parts)
 
     def final_summary(self, elapsed: float) -> str:
-        collected = self.total_env_steps() - sum(self.resumed_steps)
+        collected = self.session_env_frames()
         unit = unit_name(self.cfg)
         lines = [f"done: {collected} {unit} in {elapsed:.1f} s, {collected / max(elapsed, 1e-6):.0f} FPS overall"]
-        if self.resumed_steps != [0] * len(self.resumed_steps):  # the progress line counts the total
+        if self.resumed_frames != [0] * len(self.resumed_frames):  # the progress line counts the total
             lines[0] += (
-                f" (this session; {self.total_env_steps()} {unit} in total, {sum(self.resumed_steps)} before the "
+                f" (this session; {self.total_env_frames()} {unit} in total, {sum(self.resumed_frames)} before the "
                 f"resume)"
             )
         for role, reports in sorted(self.timing.items()):
@@ -273,11 +281,11 @@ class ProgressTracker:
             per = ", ".join(f"{k} {v / len(reports):.1f} s" for k, v in sorted(total.items()))
             lines.append(f"  {role} (avg of {len(reports)}): {per}")
         for p in range(len(self.episodes)):
-            steps = self.env_steps[p] - self.resumed_steps[p]
-            this_session = " this session" if self.resumed_steps[p] else ""
+            frames = self.env_frames[p] - self.resumed_frames[p]
+            this_session = " this session" if self.resumed_frames[p] else ""
             lines.append(
                 f"  policy {p}: reward {self.reward_mean(p):.2f}, {self.num_episodes[p]} episodes{this_session}, "
-                f"{steps} {unit}{this_session} ({steps / max(elapsed, 1e-6):.0f} FPS), "
+                f"{frames} {unit}{this_session} ({frames / max(elapsed, 1e-6):.0f} FPS), "
                 f"{self.dropped_samples[p]} samples dropped for lag, checkpoint {self.last_checkpoint.get(p)}"
             )
             if (lag := self.lag_summary(p)) is not None:
@@ -354,7 +362,7 @@ class EventFile:
 
 
 def _counter(row: str) -> int | None:
-    """The env-step column of a progress.csv row (None: a partly written line)."""
+    """The counter column of a progress.csv row, env frames (None: a partly written line)."""
     fields = row.split(",")
     try:
         return int(fields[1]) if len(fields) > 1 else None
@@ -365,14 +373,14 @@ def _counter(row: str) -> int | None:
 class IterationSamples:
     """Sync mode: the actors' sample reports (one per finished rollout of a split, tagged (split, rollout number))
     are added to the tracker one whole iteration at a time, in (worker, split, rollout) order, and none past the
-    env-step budget. The counts, the episode windows and so the stop point and progress.csv's rows are then the same
+    env-frame budget. The counts, the episode windows and so the stop point and progress.csv's rows are then the same
     in every run of a seed, whichever process reported first."""
 
-    def __init__(self, num_workers: int, splits_per_worker: int, rollouts_per_split: int, budget: int):
+    def __init__(self, num_workers: int, splits_per_worker: int, rollouts_per_split: int, budget_frames: int):
         self.order = [
             (w, s, k) for w in range(num_workers) for s in range(splits_per_worker) for k in range(rollouts_per_split)
         ]
-        self.rollouts_per_split, self.budget = rollouts_per_split, budget
+        self.rollouts_per_split, self.budget_frames = rollouts_per_split, budget_frames
         # the next one to add: the first report's (0 in a new session; a serial-mode snapshot's actors go on counting,
         # and no split starts an iteration before every split finished the one before)
         self.iteration: int | None = None
@@ -386,14 +394,14 @@ class IterationSamples:
     def apply(self, progress: ProgressTracker) -> int:
         """Add every complete iteration (within the budget) to `progress`; returns how many were added."""
         added = 0
-        while self.iteration is not None and progress.budget_env_steps() < self.budget:
+        while self.iteration is not None and progress.budget_env_frames() < self.budget_frames:
             base = self.iteration * self.rollouts_per_split
             keys = [(w, s, base + k) for w, s, k in self.order]
             if any(key not in self.pending for key in keys):
                 break
             for key in keys:
-                for policy, steps, episodes, stats in self.pending.pop(key):
-                    progress.add_samples(policy, steps, episodes, stats)
+                for policy, env_frames, episodes, stats in self.pending.pop(key):
+                    progress.add_samples(policy, env_frames, episodes, stats)
             self.iteration += 1
             added += 1
         return added
@@ -412,7 +420,7 @@ class ProgressPoints:
         """per_iteration (sync mode): rows only at whole iterations (`update`, called as they are counted), at each
         --progress_every_env_steps with no rate limit, and none on the report timer: the same rows in every run."""
         self.every, self.summaries, self.per_iteration = every, summaries, per_iteration
-        self.next_at = 0  # total env steps of the next point
+        self.next_at = 0  # total env frames of the next point
         self.last_row = now  # time.monotonic() of the last row of either kind
 
     def report(self, progress: ProgressTracker, now: float) -> None:
@@ -422,7 +430,7 @@ class ProgressPoints:
         self.last_row = now
 
     def update(self, progress: ProgressTracker, now: float) -> None:
-        total = progress.total_env_steps()
+        total = progress.total_env_frames()
         too_soon = now - self.last_row < 1.0 / MAX_POINTS_PER_SEC and not self.per_iteration
         if self.every <= 0 or total < self.next_at or too_soon:
             return
@@ -444,9 +452,10 @@ CLEANRL_TRAIN_TAGS = {
 
 
 class SummaryWriters:
-    """One TensorBoard writer per policy under <experiment>/.summary/<policy>/, x axis = env steps (or frames: the
-    unit of the run's counters), and progress.csv: time_s, the counter (env_steps or env_frames), fps_10s,
-    reward_p<p>, then a column <key>_p<p> per episode statistic, added when the statistic first appears.
+    """One TensorBoard writer per policy under <experiment>/.summary/<policy>/, x axis = env frames (named
+    env_steps where a frame is an agent step), and progress.csv: time_s, the counter (env_frames or env_steps),
+    fps_10s (the counter's unit per second, over the last 10 s), reward_p<p>, then a column <key>_p<p> per episode
+    statistic, added when the statistic first appears.
 
     time_s is training time across sessions: a resumed run continues from its last row, so the column never goes
     back. Beside our tags, CleanRL's charts/episodic_return, charts/episodic_length, charts/SPS and the learner's
@@ -507,23 +516,23 @@ class SummaryWriters:
         )
 
     def points(self, progress: ProgressTracker) -> None:
-        """The curves' points (reward, episode length, FPS; ours and CleanRL's) at the current env steps."""
+        """The curves' points (reward, episode length, FPS; ours and CleanRL's) at the current env frames."""
         try:
             self._points(progress)
         except OSError as e:
             raise self._failure(e) from None
 
     def _points(self, progress: ProgressTracker) -> None:
-        fps = progress.fps(10)
-        per_agent_step = progress.cfg.frames_per_env_step
+        fps = progress.frames_per_sec(10)
+        frames_per_agent_step = progress.cfg.frames_per_env_step
         for p, w in enumerate(self.writers):
-            step = progress.env_steps[p]
-            agent_steps = step // per_agent_step
-            w.add_scalar("perf/fps_" + self.unit.replace(" ", "_"), fps, step)
-            w.add_scalar("charts/SPS", fps / per_agent_step, agent_steps)
+            frames = progress.env_frames[p]
+            agent_steps = frames // frames_per_agent_step
+            w.add_scalar("perf/fps_" + self.unit.replace(" ", "_"), fps, frames)
+            w.add_scalar("charts/SPS", fps / frames_per_agent_step, agent_steps)
             if progress.episodes[p]:
-                w.add_scalar("reward/mean", progress.reward_mean(p), step)
-                w.add_scalar("reward/episode_length", progress.length_mean(p), step)
+                w.add_scalar("reward/mean", progress.reward_mean(p), frames)
+                w.add_scalar("reward/episode_length", progress.length_mean(p), frames)
                 w.add_scalar("charts/episodic_return", progress.reward_mean(p), agent_steps)
                 w.add_scalar("charts/episodic_length", progress.length_mean(p), agent_steps)
 
@@ -536,11 +545,11 @@ class SummaryWriters:
     def _write_all(self, progress: ProgressTracker) -> None:
         self._points(progress)
         for p, w in enumerate(self.writers):
-            step = progress.env_steps[p]
+            frames = progress.env_frames[p]
             for k, v in progress.episode_stats_means(p).items():
-                w.add_scalar(f"policy_stats/{k}", v, step)
+                w.add_scalar(f"policy_stats/{k}", v, frames)
             for st in self.pending_train[p]:
-                x = st.get("env_steps", step)
+                x = st.get("env_steps", frames)  # the learner's stats name its env frames env_steps
                 for k, v in st.items():
                     if isinstance(v, (int, float)) and k not in ("env_steps",):
                         tag = f"policy_lag/{k[11:]}" if k.startswith("policy_lag_") else f"train/{k}"
@@ -563,8 +572,8 @@ class SummaryWriters:
         P = len(self.writers)
         row = {
             "time_s": f"{self.time_offset + time.monotonic() - progress.start:.2f}",
-            self.columns[1]: str(progress.total_env_steps()),
-            "fps_10s": f"{progress.fps(10):.1f}",
+            self.columns[1]: str(progress.total_env_frames()),
+            "fps_10s": f"{progress.frames_per_sec(10):.1f}",
             **{f"reward_p{p}": f"{progress.reward_mean(p):.3f}" for p in range(P)},
         }
         for p in range(P):
@@ -588,19 +597,19 @@ class SummaryWriters:
         os.replace(tmp, self.csv_path)
         self.csv = open(self.csv_path, "a+")
 
-    def resume_at(self, env_steps: list[int]) -> int:
-        """The run resumes from these env steps per policy: progress.csv's rows past their total, and the curves'
+    def resume_at(self, env_frames: list[int]) -> int:
+        """The run resumes from these env frames per policy: progress.csv's rows past their total, and the curves'
         points past each policy's, are from training that was lost (a kill after the last checkpoint), so the
-        env-step column would go back. Drops those rows, marks the session's start in each event file; returns
+        counter column would go back. Drops those rows, marks the session's start in each event file; returns
         how many rows were dropped."""
         if not self.enabled:
             return 0
         try:
-            for f, steps in zip(self.event_files, env_steps, strict=True):
-                f.session_start(steps)
+            for f, frames in zip(self.event_files, env_frames, strict=True):
+                f.session_start(frames)
             self.csv.seek(0)
             header, *rows = self.csv.read().splitlines()
-            kept = [r for r in rows if _counter(r) is not None and _counter(r) <= sum(env_steps)]
+            kept = [r for r in rows if _counter(r) is not None and _counter(r) <= sum(env_frames)]
             if len(kept) < len(rows):
                 tmp = self.csv_path.with_suffix(".csv.tmp")
                 tmp.write_text("".join(line + "\n" for line in [header, *kept]))

@@ -101,7 +101,7 @@ class PbtController:
     def write_summaries(self, summaries: SummaryWriters, progress: ProgressTracker) -> None:
         for p in range(self.cfg.num_policies):
             for tag, value in self.pbt.summaries(p).items():
-                summaries.add_scalar(p, tag, value, progress.env_steps[p])
+                summaries.add_scalar(p, tag, value, progress.env_frames[p])
 
     def close(self) -> None:
         save_pbt_state(self.exp_dir, self.pbt.states)

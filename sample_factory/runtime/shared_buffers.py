@@ -64,6 +64,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from sample_factory.algo.base import TRAJECTORY_KEYS
 from sample_factory.algo.distributions import action_columns
 from sample_factory.config import Config
 from sample_factory.envs.spaces import ObsField, obs_fields
@@ -142,20 +143,7 @@ def make_buffer_spec(
 class TrajectoryBuffers:
     """The slot tensors of one run, allocated once (shared memory in multi-process mode)."""
 
-    SLOT_KEYS = (
-        "rnn_states",
-        "is_first",
-        "active",
-        "actions",
-        "log_probs",
-        "values",
-        "policy_version",
-        "policy_id",
-        "rewards",
-        "dones",
-        "truncated",
-        "final_values",
-    )
+    SLOT_KEYS = TRAJECTORY_KEYS
     ANSWER_KEYS = (
         "answer_actions",
         "answer_log_probs",

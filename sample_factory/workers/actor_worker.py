@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
-from sample_factory.algo.dqn import REPORTED_RANK
+from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config, reproducible
 from sample_factory.envs.env_group import EnvGroup
 from sample_factory.envs.env_utils import env_backend, make_env
@@ -98,7 +98,7 @@ class ActorWorker(Component):
     ):
         """weights, resume_point: reproducible runs save the envs at the stop and restore them on resume
         (runtime/reproducible.py): the published weights (their versions at the stop), and the checkpoints' (policy
-        versions, env steps of all policies) this run resumes from."""
+        versions, env frames of all policies) this run resumes from."""
         super().__init__(index, channels.actor[index], channels.report)
         self.gen = int(buffers.generation[index])  # > 0 when this worker replaces a crashed one
         # Random decorrelation steps only where the policy has not trained yet: a resumed run's (or a replacement
@@ -120,7 +120,7 @@ class ActorWorker(Component):
         # the envs' state saved at the stop, restored on resume (not by a replacement worker: it starts afresh)
         self.saves_state = reproducible(cfg) and not cfg.evaluation_run and not cfg.serial_mode and weights is not None
         self.weights, self.resume_point = weights, resume_point
-        self.base_env_steps = resume_point[1] if resume_point else 0  # env steps trained before this session
+        self.base_env_frames = resume_point[1] if resume_point else 0  # env frames trained before this session
         # Everything below is set up by `init`, in the worker's own process.
         self.pools: list[SlotPool] = []  # per split: one shared pool (async), or each split's own slots (sync)
         self.rng: np.random.Generator | None = None
@@ -131,16 +131,18 @@ class ActorWorker(Component):
         self.shaping: dict[int, dict[str, float]] = {}  # PBT: reward-shaping coefficients per policy
         self.waiting: list[Split] = []  # splits parked until the learner returns a slot
         P = self.num_policies
-        # per split, per policy, since the split's last progress report: env steps, (return, length) of the finished
+        # per split, per policy, since the split's last progress report: agent steps, (return, length) of the finished
         # episodes, and {key: [value per episode]} from the final info (--episode_info_keys) and on_episode_end
         splits = range(self.num_splits)
-        self.env_steps = [[0] * P for _ in splits]
+        self.agent_steps = [[0] * P for _ in splits]
         self.episodes: list[list[list[tuple[float, int]]]] = [[[] for _ in range(P)] for _ in splits]
         self.episode_stats: list[list[dict[str, list[float]]]] = [[{} for _ in range(P)] for _ in splits]
         self.callbacks = None  # the user's hooks (--callbacks), built in init
         self.episode_hook = False  # on_episode_end is overridden
-        # DQN: per split, [n] bool: the column is among the least-exploring third of all agents (see
-        # _exploring_episodes); None: every episode is reported
+        # the algorithm's rank from which agents report the training return (DQN: the least-exploring third, see
+        # _exploring_episodes); None: every agent does, as in evaluation runs
+        self.reported_rank = None if cfg.evaluation_run else algorithm_class(cfg).reported_rank
+        # per split, [n] bool: the column reports the training return (set in init where reported_rank is set)
         self.reported_columns: list[np.ndarray] | None = None
         # numpy views of the shared tensors (bind_views): {name: array}, {obs key: array}, {obs key: array}
         self.arrays: dict[str, np.ndarray] | None = None
@@ -179,7 +181,7 @@ class ActorWorker(Component):
         # passing to the next policy at each episode start.
         mix = self.num_policies > 1 and num_agents > 1 and cfg.pbt_mix_policies_in_one_env
         self.mapping = get_policy_mapping(cfg.policy_mapping) if (mix or cfg.policy_mapping) else None
-        if cfg.algo == "DQN" and not cfg.evaluation_run:
+        if self.reported_rank is not None:
             self.reported_columns = [self._least_exploring(s.index, s.group.n) for s in self.splits]
         for split, delay in zip(self.splits, self._decorrelation_delays(), strict=True):
             self.raise_if_stopped()
@@ -201,7 +203,7 @@ class ActorWorker(Component):
         num_agents = self.splits[0].group.num_agents
         mix = self.num_policies > 1 and num_agents > 1 and self.cfg.pbt_mix_policies_in_one_env
         self.mapping = get_policy_mapping(self.cfg.policy_mapping) if (mix or self.cfg.policy_mapping) else None
-        if self.cfg.algo == "DQN":
+        if self.reported_rank is not None:
             self.reported_columns = [self._least_exploring(s.index, s.group.n) for s in self.splits]
         for split in self.splits:
             split.rollouts = 0  # report tags count this session's iterations
@@ -216,9 +218,9 @@ class ActorWorker(Component):
         if len(self.waiting) != self.num_splits or len(rollouts) != 1 or any(s.start_at for s in self.splits):
             return
         spec = self.buffers.spec
-        iteration = spec.num_slots * spec.samples_per_slot * self.cfg.frames_per_env_step  # all policies
-        env_steps = self.base_env_steps + rollouts.pop() // spec.slots_per_split * iteration
-        point = (tuple(w.version for w in self.weights), env_steps)
+        iteration_frames = spec.num_slots * spec.samples_per_slot * self.cfg.frames_per_env_step  # all policies
+        env_frames = self.base_env_frames + rollouts.pop() // spec.slots_per_split * iteration_frames
+        point = (tuple(w.version for w in self.weights), env_frames)
         state = {"splits": self.splits, "rng": self.rng, "shaping": self.shaping}
         try:
             save_actor_state(experiment_dir(self.cfg), self.index, self.cfg, point, state)
@@ -236,10 +238,11 @@ class ActorWorker(Component):
 
     def _least_exploring(self, split_idx: int, n: int) -> np.ndarray:
         """[n] bool: columns of the split whose global agent index i (as the policy workers number agents)
-        has rank i / (N - 1) >= 2/3, i.e. the smallest Ape-X epsilons; every column when there is one agent."""
+        has rank i / (N - 1) >= reported_rank (DQN: the smallest Ape-X epsilons); every column when there is one
+        agent."""
         total = self.cfg.num_workers * self.num_splits * n
         agents = (self.index * self.num_splits + split_idx) * n + np.arange(n)
-        return agents / max(total - 1, 1) >= REPORTED_RANK if total > 1 else np.ones(n, dtype=bool)
+        return agents / max(total - 1, 1) >= self.reported_rank if total > 1 else np.ones(n, dtype=bool)
 
     def _make_group(self, s: int, base_seed: int | None) -> EnvGroup:
         """The envs of split s: env ids (global, also the seed offsets) are consecutive per split."""
@@ -437,13 +440,13 @@ class ActorWorker(Component):
             self._episode_stats(split, finished)
         if self.reported_columns is not None and finished:
             finished = self._exploring_episodes(split, finished)
-        env_steps, episodes = self.env_steps[split.index], self.episodes[split.index]
+        agent_steps, episodes = self.agent_steps[split.index], self.episodes[split.index]
         if self.num_policies == 1:
-            env_steps[0] += group.n
+            agent_steps[0] += group.n
             episodes[0].extend(finished)
         else:
             for p, count in enumerate(np.bincount(pol, minlength=self.num_policies)):
-                env_steps[p] += int(count)
+                agent_steps[p] += int(count)
             for episode, col in zip(finished, group.finished_columns, strict=True):
                 if episode is not None:
                     episodes[pol[col]].append(episode)
@@ -558,13 +561,13 @@ class ActorWorker(Component):
         time. Sync mode: one report per rollout, tagged (split, rollout number), which the runner counts one whole
         iteration at a time (experiment/summaries.py::IterationSamples)."""
         s = split.index
-        env_steps, episodes, stats = self.env_steps[s], self.episodes[s], self.episode_stats[s]
+        agent_steps, episodes, stats = self.agent_steps[s], self.episodes[s], self.episode_stats[s]
         reports = []
         for p in range(self.num_policies):
-            if env_steps[p] or episodes[p]:
-                steps = env_steps[p] * self.cfg.frames_per_env_step  # in the run's unit (frames on Atari)
-                reports.append((p, steps, episodes[p], stats[p]))
-                env_steps[p], episodes[p], stats[p] = 0, [], {}
+            if agent_steps[p] or episodes[p]:
+                env_frames = agent_steps[p] * self.cfg.frames_per_env_step
+                reports.append((p, env_frames, episodes[p], stats[p]))
+                agent_steps[p], episodes[p], stats[p] = 0, [], {}
         if self.tagged_reports and split.slot is not None:
             self.report("split_samples", (s, split.rollouts - 1, reports))
         else:

@@ -30,7 +30,7 @@ from sample_factory.runtime.device import bind_device, torch_device
 from sample_factory.runtime.messages import REQUEST, STOP, ActionsReady, Channels, Request, Stop, decode
 from sample_factory.runtime.reproducible import request_seed
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers
-from sample_factory.workers.inference_runner import InferenceRunner, obs_spec_of, resolve_mode
+from sample_factory.workers.batched_inference import BatchedInference, obs_spec_of, resolve_mode
 
 
 class PolicyWorker(Component):
@@ -68,12 +68,12 @@ class PolicyWorker(Component):
         self.version = -1  # of the weights in self.model
         self.deterministic = False
         self.agent_ranks = False  # set from the algorithm class in init
-        self.runner: InferenceRunner | None = None  # the inference step (staging buffers, CUDA graphs): init
+        self.inference: BatchedInference | None = None  # the inference step (staging buffers, CUDA graphs): init
         self.sampling_generator: torch.Generator | None = None  # the device's default generator: init
         # --use_sde: each agent's exploration matrix, kept by this worker (with several workers per policy an agent
         # served by two holds one in each: its noise changes more often, its distribution is the same)
         self.sde: ExplorationMatrices | None = None
-        self._algo: type | None = None  # the algorithm class (`algo`): init
+        self._algo_class: type | None = None  # the algorithm class (`algo_class`): init
         # Shared views (bind_views): actor generations [num_workers], latest request numbers [num_workers, splits]
         self.generation: np.ndarray | None = None
         self.request_seq: np.ndarray | None = None
@@ -92,8 +92,8 @@ class PolicyWorker(Component):
         self.version = self.weights.load_into(self.model)  # converts to the model's dtypes
         if compile_for_role(self.model, self.cfg, "worker", lambda line: self.report("note", line)):
             warm_up(self.model, self.obs_space, self.device, rows=4, train=False)
-        self.algo = algorithm_class(self.cfg)  # the class: how to act (act, values), no training state
-        self.agent_ranks = self.algo.uses_agent_rank  # whether act() reads them (DQN's per-agent exploration)
+        self.algo_class = algorithm_class(self.cfg)  # how to act (act, values), no training state
+        self.agent_ranks = self.algo_class.uses_agent_rank  # whether act() reads them (DQN's per-agent exploration)
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
         if self.model.sde_shape is not None:
             seed = matrices_seed(self.cfg.seed, self.cfg.env_seed_offset, self.answer_area, self.version)
@@ -101,9 +101,9 @@ class PolicyWorker(Component):
         self.bind_views()
         self.activity = "waiting for requests"
 
-    # runner: not pickled (serial-mode snapshots): CUDA graphs do not pickle; remade by bind_views, it holds no state
+    # inference: not pickled (serial-mode snapshots): CUDA graphs do not pickle; remade by bind_views, it holds no state
     # that outlives a batch. sampling_generator: the device's default generator (seeded per request)
-    _view_attrs = ("generation", "request_seq", "answer_np", "answer_version_np", "runner", "sampling_generator")
+    _view_attrs = ("generation", "request_seq", "answer_np", "answer_version_np", "inference", "sampling_generator")
 
     def bind_views(self) -> None:
         b = self.buffers
@@ -116,11 +116,11 @@ class PolicyWorker(Component):
         names = ("answer_actions", "answer_log_probs", "answer_values", "answer_rnn_states")
         self.answer_np = {name: getattr(b, name).numpy()[self.answer_area] for name in names}
         self.answer_version_np = b.answer_version.numpy()
-        if self.runner is None:
-            self.runner = InferenceRunner(
+        if self.inference is None:
+            self.inference = BatchedInference(
                 self.cfg,
                 self.model,
-                self.algo,
+                self.algo_class,
                 obs_spec_of(b.obs, leading=3),
                 self.device,
                 max_rows=self.num_agents,  # every split's request in one batch
@@ -133,16 +133,16 @@ class PolicyWorker(Component):
             )
 
     @property
-    def algo(self) -> type | None:
+    def algo_class(self) -> type | None:
         """The algorithm class whose `act` and `values` this worker calls; replacing it (a test's recorder, say)
-        replaces it in the inference runner too."""
-        return self._algo
+        replaces it in the batched inference too."""
+        return self._algo_class
 
-    @algo.setter
-    def algo(self, cls: type) -> None:
-        self._algo = cls
-        if self.runner is not None:
-            self.runner.algo = cls
+    @algo_class.setter
+    def algo_class(self, cls: type) -> None:
+        self._algo_class = cls
+        if self.inference is not None:
+            self.inference.algo_class = cls
 
     def _note(self, line: str) -> None:
         self.report("note", f"policy worker: {line}")
@@ -184,7 +184,7 @@ class PolicyWorker(Component):
 
     def _maybe_update_weights(self) -> None:
         if self.weights.version != self.version:
-            # copies into the model's own tensors: the runner's CUDA graphs read them by address
+            # copies into the model's own tensors: the inference's CUDA graphs read them by address
             self.version = self.weights.load_into(self.model)
         self.deterministic = bool(self.cfg.evaluation_run and self.cfg.eval_deterministic)
 
@@ -207,8 +207,8 @@ class PolicyWorker(Component):
         rows = [r.actor_idx * self.num_splits + r.split_idx for r in requests]  # [R] split rows of the answers
         N = sum(len(c) for c in cols)
         if N:
-            # gathered from the slots straight into the runner's staging rows (pinned on CUDA)
-            x = self.runner.staging(N)
+            # gathered from the slots straight into the inference's staging rows (pinned on CUDA)
+            x = self.inference.staging(N)
             for k, v in b.obs.items():
                 self._rows(v, requests, cols, out=x.obs[k])
             if self.model.recurrent:  # reset where is_first: inside the inference step
@@ -227,7 +227,7 @@ class PolicyWorker(Component):
             if self.sde is not None:
                 self.sde.draw(self._agents(rows, cols), out=x.sde_eps)
             # host tensors; values: real scale, as the buffers hold them
-            actions, log_probs, values, h_new = self.runner.run(N, self.deterministic)
+            actions, log_probs, values, h_new = self.inference.run(N, self.deterministic)
             answers = {
                 "answer_actions": actions.view(N, *b.answer_actions.shape[3:]),
                 "answer_log_probs": log_probs,
@@ -303,7 +303,7 @@ class PolicyWorker(Component):
         split = request.actor_idx * self.num_splits + request.split_idx
         final_obs = {k: v[split, cols].to(self.device) for k, v in b.final_obs.items()}  # {key: [k, *shape]}
         h = b.rnn_states[slot, t, cols].to(self.device) if self.model.recurrent else None  # state before the reset
-        b.answer_final_values[self.answer_area, split, cols] = self.algo.values(
+        b.answer_final_values[self.answer_area, split, cols] = self.algo_class.values(
             self.cfg, self.model, final_obs, h
         ).cpu()
 

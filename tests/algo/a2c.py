@@ -9,25 +9,14 @@ from typing import Any
 import torch
 
 from sample_factory.algo.appo import shaped_rewards
-from sample_factory.algo.base import Algorithm, learning_rate_at
+from sample_factory.algo.base import TRAJECTORY_KEYS, Algorithm, learning_rate_at
 from sample_factory.algo.losses import masked_mean
 from sample_factory.algo.returns import calculate_gae
 
 
 class A2CAlgorithm(Algorithm):
     # no behaviour log-probs, versions or policy ids: the learner copies only these out of shared memory
-    required_buffers = (
-        "obs",
-        "rnn_states",
-        "is_first",
-        "active",
-        "actions",
-        "values",
-        "rewards",
-        "dones",
-        "truncated",
-        "final_values",
-    )
+    required_buffers = ("obs", *(k for k in TRAJECTORY_KEYS if k not in ("log_probs", "policy_version", "policy_id")))
 
     def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device):
         super().__init__(cfg, model, device)

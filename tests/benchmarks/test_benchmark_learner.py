@@ -64,16 +64,16 @@ def test_a_failed_graph_capture_is_reported_and_the_benchmark_goes_on(capsys, mo
 
 
 def test_a_variant_that_raises_is_left_out(capsys, monkeypatch):
-    from sample_factory.workers.inference_runner import InferenceRunner
+    from sample_factory.workers.batched_inference import BatchedInference
 
-    real = InferenceRunner.run
+    real = BatchedInference.run
 
     def run(self, n, deterministic):
         if self.mode != "eager":
             raise RuntimeError("CUDA out of memory")
         return real(self, n, deterministic)
 
-    monkeypatch.setattr(InferenceRunner, "run", run)
+    monkeypatch.setattr(BatchedInference, "run", run)
     assert benchmark_learner.main(["--batch=2", "--rounds=1", "--inference", "--inference_batches=2"]) == 0
     out = capsys.readouterr().out
     assert "batch 2: padded failed (RuntimeError: CUDA out of memory)" in out

@@ -172,7 +172,7 @@ def test_importer_fills_import_slots_drops_stale_and_takes_slots_back():
         assert sorted(rs.nodes[0].pool.free) == sorted(slots)
         progress = ProgressTracker(cfg)
         assert rs.update(progress) is None
-        assert progress.discarded_rollouts == 2 and progress.total_env_steps() == 48
+        assert progress.discarded_rollouts == 2 and progress.total_env_frames() == 48
     finally:
         rs.channels.close()
 

@@ -68,7 +68,7 @@ def test_single_policy_learns_multi_agent_tag(tmp_path, env):
     ]
     runner = Runner(parse_cfg(argv))
     assert runner.run() == 0
-    b = runner.buffers
+    b = runner.parts.buffers
     assert b.spec.agents_per_split == 2 * 4  # 4 envs per split x 2 agents
     assert not b.active.all()  # agent 1 died in some episodes: masked steps exist
     with open(tmp_path / "x" / "progress.csv") as f:

@@ -53,7 +53,7 @@ def test_space_combination_trains(tmp_path, obs_kind, act_kind):
     assert any(k.startswith("policy_head") for k in changed) and any(k.startswith("value_head") for k in changed)
 
     # Stored actions of the last rollouts: one finite log-prob per sample under the trained policy.
-    b = runner.buffers
+    b = runner.parts.buffers
     obs = {k: v[:, :-1].reshape(-1, *v.shape[3:]) for k, v in b.obs.items()}  # {key: [S*T*n, *shape]}
     actions = b.actions[:, :-1].reshape(-1, *b.actions.shape[3:])
     with torch.no_grad():

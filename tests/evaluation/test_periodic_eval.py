@@ -96,7 +96,7 @@ def test_schedule_one_at_a_time_per_policy_without_piling_up(tmp_path):
     assert ev.running is not None and ev.running.policy == 0
 
     # Multiples passed meanwhile are skipped: 0 (being evaluated) and 2 (queued) are not queued again.
-    ev.on_env_steps([400, 900, 700])
+    ev.on_env_frames([400, 900, 700])
     assert list(ev.queue) == [2] and rec.requests == [0]
     res = _finish(ev, [400, 900, 700])
     assert res["env_steps"] == 96 and res["reward_mean"] == 1.0
@@ -216,7 +216,8 @@ def test_capture_video_alone_picks_an_interval(tmp_path, flags, frames, every):
     cfg.frames_per_env_step = frames  # as the runner sets it
     ev = rec.evaluator(cfg)
     assert ev.enabled and ev.every == every
-    assert rec.logs == [f"--capture_video: an evaluation is recorded every {every} env steps (--eval_every_env_steps)"]
+    unit = "env frames" if frames > 1 else "env steps"
+    assert rec.logs == [f"--capture_video: an evaluation is recorded every {every} {unit} (--eval_every_env_steps)"]
     assert not Recorder().evaluator(_cfg(tmp_path)).enabled  # without it: no periodic evaluation
 
 

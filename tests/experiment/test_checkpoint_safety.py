@@ -403,9 +403,9 @@ def test_the_runner_reads_the_weights_of_the_checkpoint_not_its_replay_buffer(ru
     """The runner loaded the whole newest checkpoint (a replay buffer of gigabytes included) only to publish the
     weights, before the learner loaded it again. It maps the file now: what it reads is about the weights' size.
     (rchar counts the bytes of read calls; pages of a mapped file that are never touched are never read.)"""
-    import sample_factory.runner as runner_module
     from sample_factory.envs.env_utils import probe_env
     from sample_factory.model.actor_critic import ActorCritic
+    from sample_factory.run_setup import initial_weights
 
     exp = copy_run(runs, "appo", tmp_path)
     latest = list_checkpoints(exp / "checkpoint_p0")[-1]
@@ -420,7 +420,7 @@ def test_the_runner_reads_the_weights_of_the_checkpoint_not_its_replay_buffer(ru
         return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])
 
     before = rchar()
-    weights, steps, _ = runner_module.initial_weights(cfg, ActorCritic(cfg, obs, act), obs, act)
+    weights, steps, _ = initial_weights(cfg, ActorCritic(cfg, obs, act), obs, act)
     read = rchar() - before
     assert steps == [state["env_steps"]] and weights[0].version == state["policy_version"]
     assert read < 16 * 2**20, f"read {read / 2**20:.1f} MiB of a {latest.stat().st_size / 2**20:.0f} MiB checkpoint"

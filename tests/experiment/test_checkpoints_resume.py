@@ -113,7 +113,7 @@ def _best_checkpoints(best: float | None = None) -> tuple[BestCheckpoints, Simpl
     tracker = BestCheckpoints(cfg, lambda p, value: sent.append(SaveBest.wire(value)))
     if best is not None:
         tracker.on_resumed_best(0, best)
-    progress = SimpleNamespace(total_env_steps=lambda: 10**6, value=None)
+    progress = SimpleNamespace(total_env_frames=lambda: 10**6, value=None)
     progress.metric = lambda policy, name: progress.value
     return tracker, progress, sent
 
@@ -163,7 +163,7 @@ def test_exact_serial_resume(tmp_path, capsys, flags, first, total):
     capsys.readouterr()
     assert train(tmp_path, "split", *flags, f"--train_for_env_steps={total}") == 0
     out = capsys.readouterr().out
-    assert re.search(r"exact resume from the serial snapshot at \d+ env steps", out), out
+    assert re.search(r"exact resume from the serial snapshot at \d+ env (?:steps|frames)", out), out
     assert train(tmp_path, "straight", *flags, f"--train_for_env_steps={total}") == 0
 
     (a_path,), (b_path,) = (list_checkpoints(tmp_path / e / "checkpoint_p0")[-1:] for e in ("split", "straight"))

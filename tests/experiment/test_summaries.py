@@ -66,6 +66,21 @@ def test_stop_condition_budget_then_time_then_reward_and_an_evaluation_s_counts(
     assert evaluation.stop_condition(1.0) == "evaluated 500 env steps"
 
 
+def test_with_frame_skip_the_counts_and_stop_reasons_say_env_frames():
+    """The counters are env frames (4 a step here): the budget, the line and the stop reasons say so, and the samples
+    collected are agent steps."""
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=1", "--train_for_env_steps=1000"])
+    cfg.frames_per_env_step = 4
+    progress = ProgressTracker(cfg)
+    progress.add_samples(0, 1000, [])
+    line = progress.line()
+    assert "(env frames/s) | env frames: 1000 (100.0%" in line and "samples collected/trained: 250/0" in line, line
+    assert progress.stop_condition(0.0) == "reached 1000 env frames"
+    assert progress.final_summary(1.0).startswith("done: 1000 env frames in 1.0 s, 1000 FPS overall")
+    cfg.evaluation_run, cfg.max_num_episodes, cfg.max_num_frames, cfg.train_for_env_steps = True, 10, 1000, 10**9
+    assert progress.stop_condition(0.0) == "evaluated 1000 env frames"
+
+
 def test_session_and_total_counts_are_named():
     cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=1"])
     fresh = ProgressTracker(cfg)
@@ -247,7 +262,7 @@ def test_a_resume_drops_the_rows_and_points_past_its_checkpoint(tmp_path):
     for steps in (500, 500, 500):  # the killed session: 500, 1000, 1500 env steps
         progress.add_samples(0, steps, [(1.0, 10)])
         writers.progress_row(progress)
-        writers.add_scalar(0, "reward/mean", 1.0, progress.env_steps[0])
+        writers.add_scalar(0, "reward/mean", 1.0, progress.env_frames[0])
     writers.close()
     resumed = ProgressTracker(cfg)
     resumed.resume(0, 1000)  # its last checkpoint
@@ -255,7 +270,7 @@ def test_a_resume_drops_the_rows_and_points_past_its_checkpoint(tmp_path):
     assert writers.resume_at([1000]) == 1
     resumed.add_samples(0, 100, [(2.0, 10)])
     writers.progress_row(resumed)
-    writers.add_scalar(0, "reward/mean", 2.0, resumed.env_steps[0])
+    writers.add_scalar(0, "reward/mean", 2.0, resumed.env_frames[0])
     writers.close()
     assert [int(r["env_steps"]) for r in _rows(tmp_path / "progress.csv")] == [500, 1000, 1100]
     assert [step for step, _ in read_scalars(tmp_path / ".summary" / "0")["reward/mean"]] == [500, 1000, 1100]
@@ -268,7 +283,9 @@ def test_iteration_samples_count_whole_iterations_in_a_fixed_order():
     results = []
     for arrival in ([(0, 0), (0, 1), (1, 0), (1, 1)], [(1, 1), (1, 0), (0, 1), (0, 0)]):
         progress = ProgressTracker(cfg)
-        counted = summaries.IterationSamples(num_workers=2, splits_per_worker=1, rollouts_per_split=2, budget=300)
+        counted = summaries.IterationSamples(
+            num_workers=2, splits_per_worker=1, rollouts_per_split=2, budget_frames=300
+        )
         added = []
         for iteration in range(3):
             for w, k in arrival:
@@ -277,7 +294,7 @@ def test_iteration_samples_count_whole_iterations_in_a_fixed_order():
                 added.append(counted.apply(progress))
         assert sum(added) == 2  # 2 iterations of 200 steps reach the budget; the third is not counted
         assert added[3] == 1 and added[7] == 1  # each when its last report came
-        assert progress.env_steps == [400]
+        assert progress.env_frames == [400]
         results.append(list(progress.episodes[0]))
     assert (
         results[0] == results[1] == [(0.0, 5), (1.0, 5), (10.0, 5), (11.0, 5), (2.0, 5), (3.0, 5), (12.0, 5), (13.0, 5)]

@@ -46,7 +46,7 @@ def test_atari_run_counts_frames_everywhere(tmp_path, capsys):
     argv += ["--experiment_summaries_interval=1", "--report_interval_sec=1", "--decorrelate_envs_on_one_worker=False"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "reached 2048 env steps" in out  # the budget is in frames: 512 agent steps
+    assert "reached 2048 env frames" in out  # the budget is in frames: 512 agent steps
     assert "(env frames/s) | env frames: " in out and "env frames in " in out, out[-2000:]
     trained = [int(x) for x in re.findall(r"samples collected/trained: \d+/(\d+)", out)]
     assert trained and 512 <= trained[-1] <= 2048 // 4 + 64, trained  # agent steps: a quarter of the frames

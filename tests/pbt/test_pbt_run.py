@@ -57,7 +57,7 @@ def test_pbt_mutates_replaces_copies_weights_and_resumes(tmp_path, monkeypatch):
     assert all(equal for _, _, equal in replacements), replacements
     assert all(target != source for target, source, _ in replacements)
 
-    pbt = runner.pbt.pbt
+    pbt = runner.parts.pbt.pbt
     kinds = [e["kind"] for st in pbt.states for e in st.history]
     assert "mutation" in kinds and "replacement" in kinds
     for st in pbt.states:
@@ -75,7 +75,7 @@ def test_pbt_mutates_replaces_copies_weights_and_resumes(tmp_path, monkeypatch):
     for p in range(4):
         after = json.loads((tmp_path / "x" / f"pbt_p{p}.json").read_text())
         assert after["history"][: len(before[p]["history"])] == before[p]["history"]
-    assert sum(len(st.history) for st in resumed.pbt.pbt.states) > sum(len(b["history"]) for b in before.values())
+    assert sum(len(st.history) for st in resumed.parts.pbt.pbt.states) > sum(len(b["history"]) for b in before.values())
 
 
 @pytest.mark.timeout(120)
@@ -87,11 +87,11 @@ def test_pbt_mutates_reward_shaping_of_the_envs_each_policy_plays(tmp_path):
     argv += ["--pbt_mutation_rate=1.0", "--num_policies=2", "--train_for_env_steps=2500", f"--train_dir={tmp_path}"]
     runner = Runner(parse_cfg(argv))
     assert runner.run() == 0
-    pbt = runner.pbt.pbt
+    pbt = runner.parts.pbt.pbt
     assert all("reward_shaping/alive_bonus" in st.hyperparams for st in pbt.states)
     mutated = [e for st in pbt.states for e in st.history if "reward_shaping/alive_bonus" in e["changes"]]
     assert mutated
-    actor = next(c for c in runner.components if c.role == "actor")
+    actor = next(c for c in runner.parts.components if c.role == "actor")
     for split in actor.splits:
         for i, env in enumerate(split.group.envs):
             policy = int(split.col_policy[i])

@@ -411,3 +411,17 @@ def test_shared_weights_keep_float64_normalizer_statistics_exact():
         assert torch.equal(got[n], b), n
     for a, b in zip(src.parameters(), dst.parameters()):
         assert torch.equal(a, b)
+
+
+def test_the_slot_tensors_are_named_once_for_the_buffers_and_the_algorithms():
+    from sample_factory.algo.base import TRAJECTORY_KEYS
+    from sample_factory.algo.dqn import DQNAlgorithm
+    from sample_factory.algo.registry import ALGORITHMS
+
+    assert TrajectoryBuffers.SLOT_KEYS is TRAJECTORY_KEYS  # the layout's one list of names
+    b = _buffers(rnn_size=3)
+    assert all(getattr(b, k).shape[0] == b.spec.num_slots for k in TRAJECTORY_KEYS)
+    for algo in ALGORITHMS.values():
+        assert set(algo.required_buffers) <= {*TRAJECTORY_KEYS, "obs"}, algo
+    # DQN: feed-forward, and replay makes no lag correction
+    assert set(DQNAlgorithm.required_buffers) == {"obs", *TRAJECTORY_KEYS} - {"rnn_states", "policy_version"}

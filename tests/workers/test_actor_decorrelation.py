@@ -17,7 +17,9 @@ from sample_factory.workers.actor_worker import ActorWorker
 MAX_S = 0.4
 
 
-def _worker(*flags: str, gen: int = 0, index: int = 0, resumed: bool = False) -> tuple[ActorWorker, Channels]:
+def _worker(
+    *flags: str, gen: int = 0, index: int = 0, resumed: bool = False, evaluation_run: bool = False
+) -> tuple[ActorWorker, Channels]:
     cfg = parse_cfg(
         [
             "--env=CartPole-v1",
@@ -32,6 +34,7 @@ def _worker(*flags: str, gen: int = 0, index: int = 0, resumed: bool = False) ->
             *flags,
         ]
     )
+    cfg.evaluation_run = evaluation_run
     env = gym.make(cfg.env)
     spec = make_buffer_spec(cfg, env.observation_space, env.action_space, 0, 1)
     env.close()

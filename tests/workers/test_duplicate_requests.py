@@ -34,13 +34,13 @@ class Recorder:
     (another process acting while this worker computes) and disguise the answer (so two answers always differ)."""
 
     def __init__(self, worker, disguise: bool):
-        self.algo, self.disguise = worker.algo, disguise
+        self.algo_class, self.disguise = worker.algo_class, disguise
         self.answers: list[ActResult] = []
         self.during = None
-        worker.algo = self
+        worker.algo_class = self
 
     def act(self, *args, **kwargs) -> ActResult:
-        r = self.algo.act(*args, **kwargs)
+        r = self.algo_class.act(*args, **kwargs)
         if self.disguise:
             r = ActResult(1 - r.actions, r.log_probs - 50.0, r.values + 50.0, r.new_rnn_states + 50.0)
         self.answers.append(r)
@@ -50,7 +50,7 @@ class Recorder:
         return r
 
     def values(self, *args, **kwargs):
-        return self.algo.values(*args, **kwargs)
+        return self.algo_class.values(*args, **kwargs)
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def system(tmp_path):
         runner = Runner(parse_cfg([*ARGV, f"--train_dir={tmp_path}", *extra]))
         runner.setup()
         made.append(runner)
-        comps = {c.key: c for c in runner.components}
+        comps = {c.key: c for c in runner.parts.components}
         actor = comps["actor", 0]
         workers = [comps["policy", (0, i)] for i in range(runner.cfg.policy_workers_per_policy)]
         for c in (*workers, actor):
@@ -85,8 +85,8 @@ def system(tmp_path):
     made: list[Runner] = []
     yield make
     for runner in made:
-        runner.summaries.close()
-        runner.lock.release()
+        runner.parts.summaries.close()
+        runner.folder.lock.release()
 
 
 def deliver(component) -> list:
@@ -111,7 +111,7 @@ def test_duplicate_answered_by_a_second_worker_while_the_actor_steps(system):
     actions, log-probs and values, nor the core state at t + 1 (the input of the request now outstanding)."""
     runner, actor, (a, b), executed = system("--policy_workers_per_policy=2")
     rec_a, rec_b = Recorder(a, disguise=False), Recorder(b, disguise=True)
-    request = runner.channels.policy[0].get_many(block=False)
+    request = runner.parts.channels.policy[0].get_many(block=False)
     assert len(request) == 1
     duplicate = request * 2  # the original and the copy re-sent after a policy-worker restart
     a.on_messages(duplicate[:1])
@@ -136,10 +136,10 @@ def test_duplicate_in_a_later_batch_of_the_same_worker(system):
     runner, actor, (w,), executed = system()
     rec = Recorder(w, disguise=False)
     split = actor.splits[0]
-    first = runner.channels.policy[0].get_many(block=False)
+    first = runner.parts.channels.policy[0].get_many(block=False)
     split.request_time -= 1.0  # waited long enough to be re-sent
     actor.handle(decode(Resend.wire()))
-    copy = runner.channels.policy[0].get_many(block=False)
+    copy = runner.parts.channels.policy[0].get_many(block=False)
     assert copy == first
     w.on_messages(first)
     rec.disguise = True  # a second answer always differs from the first
@@ -160,7 +160,7 @@ def test_a_worker_answers_a_request_once(system):
     """Two copies of one request in one batch or in two batches: one answer, one forward pass."""
     runner, actor, (w,), executed = system()
     rec = Recorder(w, disguise=False)
-    msgs = runner.channels.policy[0].get_many(block=False)
+    msgs = runner.parts.channels.policy[0].get_many(block=False)
     w.on_messages(msgs * 2)
     w.on_messages(msgs)
     assert len(rec.answers) == 1
@@ -175,7 +175,7 @@ def test_requests_still_flow_after_duplicates(system):
     rec_a, rec_b = Recorder(a, disguise=False), Recorder(b, disguise=True)
     accepted = []
     for _ in range(3):
-        req = runner.channels.policy[0].get_many(block=False)
+        req = runner.parts.channels.policy[0].get_many(block=False)
         assert len(req) == 1
         a.on_messages(req)
         accepted.append(rec_a.answers[-1])

@@ -86,7 +86,7 @@ def _serial_runner(tmp_path) -> Runner:
 
 def _iteration_pending(learner: Learner, runner: Runner) -> None:
     """An iteration's worth of finished slots; the buffers hold zeros, a valid (if dull) batch."""
-    n = runner.buffers.spec.agents_per_split
+    n = runner.parts.buffers.spec.agents_per_split
     learner.pending = [PendingRollout(s, 0, 0, learner.all_columns) for s in range(learner.columns_per_iteration // n)]
 
 
@@ -97,7 +97,7 @@ def test_stop_during_a_long_iteration_is_seen_between_sgd_steps(tmp_path):
     whole iteration would take 8 s)."""
     runner = _serial_runner(tmp_path)
     try:
-        learner = next(c for c in runner.components if isinstance(c, Learner))
+        learner = next(c for c in runner.parts.components if isinstance(c, Learner))
         learner.initialize()
         algo, steps = learner.algo, []
         minibatch_loss = algo.minibatch_loss
@@ -121,8 +121,8 @@ def test_stop_during_a_long_iteration_is_seen_between_sgd_steps(tmp_path):
         assert [p.name for p in written] == [f"checkpoint_{2:09d}_{learner.env_steps}.pth"], written
         assert elapsed < runner.cfg.shutdown_timeout_sec, f"{elapsed:.1f} s to stop and save"
     finally:
-        runner.summaries.close()
-        runner.lock.release()
+        runner.parts.summaries.close()
+        runner.folder.lock.release()
 
 
 @pytest.mark.timeout(120)
@@ -132,7 +132,7 @@ def test_an_iteration_cut_before_its_first_sgd_step_is_not_counted_as_trained(tm
     move the observation normalizer."""
     runner = _serial_runner(tmp_path)
     try:
-        learner = next(c for c in runner.components if isinstance(c, Learner))
+        learner = next(c for c in runner.parts.components if isinstance(c, Learner))
         learner.initialize()
         gather = learner.buffers.gather
 
@@ -152,5 +152,5 @@ def test_an_iteration_cut_before_its_first_sgd_step_is_not_counted_as_trained(tm
         written = list_checkpoints(tmp_path / "x" / "checkpoint_p0")
         assert [p.name for p in written] == [f"checkpoint_{0:09d}_0.pth"], written
     finally:
-        runner.summaries.close()
-        runner.lock.release()
+        runner.parts.summaries.close()
+        runner.folder.lock.release()

@@ -96,9 +96,9 @@ def test_env_rotation_gives_every_policy_a_fair_share_of_whole_episodes(tmp_path
     runner = Runner(parse_cfg(argv))
     assert runner.run() == 0
     # an env passes to the next policy at every episode start: the policies play equal numbers of episodes
-    episodes = runner.progress.num_episodes
+    episodes = runner.parts.progress.num_episodes
     assert min(episodes) >= 0.9 * max(episodes) and min(episodes) > 50, episodes
-    assert min(runner.progress.env_steps) > 0, runner.progress.env_steps
+    assert min(runner.parts.progress.env_frames) > 0, runner.parts.progress.env_frames
     for pid, batch in calls:
         mine = batch["policy_id"][:, :-1] == pid  # [M, T]
         assert mine.any(1).all()  # the learner copied out only trajectories its policy acted in

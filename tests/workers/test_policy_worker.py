@@ -21,8 +21,8 @@ def made():
     runners: list[Runner] = []
     yield runners
     for runner in runners:
-        runner.summaries.close()
-        runner.lock.release()
+        runner.parts.summaries.close()
+        runner.folder.lock.release()
 
 
 def pending_batch(made: list[Runner], tmp_path, algo: str, *extra: str):
@@ -44,12 +44,12 @@ def pending_batch(made: list[Runner], tmp_path, algo: str, *extra: str):
     runner = Runner(parse_cfg(argv))
     runner.setup()
     made.append(runner)
-    comps = {c.key: c for c in runner.components}
+    comps = {c.key: c for c in runner.parts.components}
     worker = comps["policy", (0, 0)]
     for w in range(WORKERS):
         comps["actor", w].initialize()  # each split sends its first request
     worker.initialize()
-    msgs = runner.channels.policy[0].get_many(block=False)
+    msgs = runner.parts.channels.policy[0].get_many(block=False)
     assert len(msgs) == WORKERS * SPLITS
     return worker, msgs
 
@@ -61,7 +61,7 @@ def served(tmp_path, made):
     def make(algo: str, mode: str = "eager"):
         worker, msgs = pending_batch(made, tmp_path, algo)
         calls = []
-        act = worker.algo.act
+        act = worker.algo_class.act
 
         def recording_act(*args, **kwargs):
             result = act(*args, **kwargs)
@@ -71,11 +71,15 @@ def served(tmp_path, made):
         recording = type(
             "Recording",
             (),
-            {"act": staticmethod(recording_act), "values": worker.algo.values, "uses_agent_rank": worker.agent_ranks},
+            {
+                "act": staticmethod(recording_act),
+                "values": worker.algo_class.values,
+                "uses_agent_rank": worker.agent_ranks,
+            },
         )
-        worker.algo = recording  # and the runner's
-        worker.runner.mode = mode  # "padded": the CUDA graphs' bucket path, without graphs
-        worker.runner.sizes = [16]  # (padded) a bucket larger than the batch of 12 rows
+        worker.algo_class = recording  # and the batched inference's
+        worker.inference.mode = mode  # "padded": the CUDA graphs' bucket path, without graphs
+        worker.inference.sizes = [16]  # (padded) a bucket larger than the batch of 12 rows
         requests = [decode(m) for m in msgs]
         worker.on_messages(msgs)
         assert len(calls) == 1, "one batch for every pending request"
@@ -119,13 +123,13 @@ def test_sde_matrices_are_each_agents_own(made, tmp_path):
     """--use_sde: act gets each row's agent's exploration matrix, from the worker's table, in request order."""
     worker, msgs = pending_batch(made, tmp_path, "APPO", "--env=Pendulum-v1", "--use_sde=True", "--use_rnn=False")
     got = []
-    act = worker.algo.act
+    act = worker.algo_class.act
 
     def recording_act(*args, **kwargs):
         got.append(kwargs.get("sde_eps").clone())
         return act(*args, **kwargs)
 
-    worker.algo = type("Recording", (), {"act": staticmethod(recording_act), "values": worker.algo.values})
+    worker.algo_class = type("Recording", (), {"act": staticmethod(recording_act), "values": worker.algo_class.values})
     requests = [decode(m) for m in msgs]
     worker.on_messages(msgs)
     agents = torch.tensor(
@@ -177,7 +181,7 @@ def test_cuda_graphs_answer_every_request(made, tmp_path, algo):
     the log-prob (APPO) or Q (DQN) of the answered action."""
     worker, msgs = pending_batch(made, tmp_path, algo, "--device=gpu", "--inference_cuda_graphs=True")
     worker.on_messages(msgs)
-    assert worker.runner.mode == "graphs" and worker.runner.captures == 1, worker.runner.failure
+    assert worker.inference.mode == "graphs" and worker.inference.captures == 1, worker.inference.failure
     b, w, model = worker.buffers, worker.answer_area, worker.model
     for r in map(decode, msgs):
         row = r.actor_idx * SPLITS + r.split_idx

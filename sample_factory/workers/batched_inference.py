@@ -23,7 +23,7 @@ CUDA): one CPU copy, then one non-blocking copy per input to the device. Outputs
 non-blocking copies and one stream synchronize, instead of one blocking copy (and sync) per output.
 
 Fallback: any failure to capture or replay (an op that reads a value back to the host, an unsupported kernel) logs
-one line and the runner infers eagerly from then on, like model/compile.py's fallback for torch.compile.
+one line and `BatchedInference` infers eagerly from then on, like model/compile.py's fallback for torch.compile.
 
 Mode "padded" runs the bucket path without graphs (static buffers, padding, slicing): what the graphs replay,
 observable on a machine without CUDA (tests, the benchmark on CPU).
@@ -99,7 +99,7 @@ class _Bucket:
         self.outputs: ActResult | None = None  # the graph's static outputs, or the last eager call's
 
 
-class InferenceRunner:
+class BatchedInference:
     """`staging(n)`: where the caller writes a batch of n rows; `run(n, deterministic)`: act on them, outputs on the
     host ([n, ...] each, in `out_dtypes` where given; valid until the next run)."""
 
@@ -107,7 +107,7 @@ class InferenceRunner:
         self,
         cfg: Config,
         model: torch.nn.Module,
-        algo: type[Algorithm],
+        algo_class: type[Algorithm],
         obs_spec: dict[str, tuple[tuple[int, ...], torch.dtype]],
         device: torch.device,
         max_rows: int,
@@ -117,10 +117,11 @@ class InferenceRunner:
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        self.cfg, self.model, self.algo, self.device, self.mode, self.log = cfg, model, algo, device, mode, log
+        self.cfg, self.model, self.device, self.mode, self.log = cfg, model, device, mode, log
+        self.algo_class = algo_class
         self.obs_spec = obs_spec
         self.state_size = model.rnn_state_size if model.recurrent else 0
-        self.with_rank = algo.uses_agent_rank
+        self.with_rank = algo_class.uses_agent_rank
         self.sde_shape = getattr(model, "sde_shape", None)  # [L, D] with --use_sde
         self.out_dtypes = out_dtypes or {}
         self.sizes = bucket_sizes(max_rows)
@@ -161,7 +162,9 @@ class InferenceRunner:
         h = x.rnn_states * (~x.is_first).unsqueeze(-1) if x.rnn_states is not None else None
         mask = x.obs.get(ACTION_MASK_KEY)
         extra = {} if x.sde_eps is None else {"sde_eps": x.sde_eps}  # (an algorithm may not know the argument)
-        return self.algo.act(self.cfg, self.model, x.obs, h, mask, deterministic, agent_rank=x.agent_rank, **extra)
+        return self.algo_class.act(
+            self.cfg, self.model, x.obs, h, mask, deterministic, agent_rank=x.agent_rank, **extra
+        )
 
     def bucket_for(self, n: int) -> int | None:
         """The bucket size a batch of n rows pads to (None: runs unpadded, eagerly)."""

@@ -1,8 +1,8 @@
-"""The policy worker's inference step (workers/inference_runner.py): buckets, padding, staging and slicing give the
+"""The policy worker's inference step (workers/batched_inference.py): buckets, padding, staging and slicing give the
 same answers as one direct call of the algorithm's `act` on the unpadded batch; failures fall back to eager.
 
 The CPU tests run the bucket path without graphs (mode "padded": what a graph replays); the CUDA tests (skipped
-without a GPU) capture and replay graphs: `pytest tests/workers/test_inference_runner.py -k cuda` (~20 s).
+without a GPU) capture and replay graphs: `pytest tests/workers/test_batched_inference.py -k cuda` (~20 s).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from sample_factory.config import parse_cfg
 from sample_factory.envs.spaces import ACTION_MASK_KEY
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.runtime.shared_buffers import SharedWeights
-from sample_factory.workers.inference_runner import (
+from sample_factory.workers.batched_inference import (
     MAX_BUCKET,
-    InferenceRunner,
+    BatchedInference,
     bucket_sizes,
     obs_spec_of,
     resolve_mode,
@@ -81,7 +81,7 @@ def fill(x, seed: int, masked: bool = True) -> None:
 
 
 def direct_act(cfg, model, algo_cls, x, deterministic: bool):
-    """The unpadded reference: the algorithm's act on the batch as the policy worker called it before the runner."""
+    """The unpadded reference: the algorithm's act called directly on the batch, without buckets or staging."""
     h = None
     if x.rnn_states is not None:
         h = x.rnn_states.clone()
@@ -113,28 +113,28 @@ def test_buckets_are_powers_of_two_up_to_the_largest_batch():
 def test_padded_buckets_give_the_unpadded_answers(algo, rnn):
     """Every batch size, in an order that leaves stale rows from a larger batch in the bucket's padding."""
     cfg, model, algo_cls, spec = setup(algo, rnn)
-    runner = InferenceRunner(cfg, model, algo_cls, spec, torch.device("cpu"), 40, "padded", print)
-    assert runner.sizes == [8, 16, 32, 40]
+    inference = BatchedInference(cfg, model, algo_cls, spec, torch.device("cpu"), 40, "padded", print)
+    assert inference.sizes == [8, 16, 32, 40]
     for seed, n in enumerate([40, 33, 16, 9, 1, 8, 12, 3]):
-        x = runner.staging(n)
+        x = inference.staging(n)
         fill(x, seed)
         want = direct_act(cfg, model, algo_cls, x, deterministic=True)
-        got = runner.run(n, deterministic=True)
+        got = inference.run(n, deterministic=True)
         assert_same(got, want)
         assert got.actions.shape[0] == n
         assert (got.actions != 0).all() and (got.actions[1::2] != 1).all(), "a masked action was chosen"
-    assert {rows for rows, _ in runner._buckets} == {40, 16, 8}  # one bucket per size used
+    assert {rows for rows, _ in inference._buckets} == {40, 16, 8}  # one bucket per size used
 
 
-def sde_runner(device: str, mode: str, rows: int = 24, notes=None) -> InferenceRunner:
-    """A runner for a --use_sde model with Box actions (2 dimensions) and observations {obs [6]}."""
+def sde_inference(device: str, mode: str, rows: int = 24, notes=None) -> BatchedInference:
+    """Batched inference for a --use_sde model with Box actions (2 dimensions) and observations {obs [6]}."""
     cfg = parse_cfg(["--env=Pendulum-v1", "--use_sde=True", "--use_rnn=False"])
     obs_space = gym.spaces.Dict({"obs": gym.spaces.Box(-1, 1, (OBS,), np.float32)})
     torch.manual_seed(0)
     model = ActorCritic(cfg, obs_space, gym.spaces.Box(-1, 1, (2,), np.float32)).to(device).eval()
     spec = {"obs": ((OBS,), torch.float32)}
     log = print if notes is None else notes.append
-    return InferenceRunner(cfg, model, APPOAlgorithm, spec, torch.device(device), rows, mode, log)
+    return BatchedInference(cfg, model, APPOAlgorithm, spec, torch.device(device), rows, mode, log)
 
 
 def fill_sde(x, seed: int) -> None:
@@ -146,13 +146,13 @@ def fill_sde(x, seed: int) -> None:
 def test_padded_buckets_pass_each_rows_sde_matrix():
     """--use_sde: the rows' exploration matrices are an input like the observations; with them the action is a
     function of the inputs (mean + held-matrix noise), so the padded answer equals the direct one while sampling."""
-    runner = sde_runner("cpu", "padded")
-    cfg, model = runner.cfg, runner.model
+    inference = sde_inference("cpu", "padded")
+    cfg, model = inference.cfg, inference.model
     for seed, n in enumerate([24, 5, 13]):
-        x = runner.staging(n)
+        x = inference.staging(n)
         fill_sde(x, seed)
         want = APPOAlgorithm.act(cfg, model, {"obs": x.obs["obs"].clone()}, None, None, False, sde_eps=x.sde_eps)
-        assert_same(runner.run(n, deterministic=False), want)
+        assert_same(inference.run(n, deterministic=False), want)
 
 
 @pytest.mark.timeout(60)
@@ -162,10 +162,10 @@ def test_padded_sampling_varies_and_respects_the_mask(algo):
     cfg, model, algo_cls, spec = setup(algo, extra=extra)
     with torch.no_grad():
         model.policy_head.weight.zero_()  # uniform policy: APPO samples every allowed action
-    runner = InferenceRunner(cfg, model, algo_cls, spec, torch.device("cpu"), 64, "padded", print)
-    x = runner.staging(30)
+    inference = BatchedInference(cfg, model, algo_cls, spec, torch.device("cpu"), 64, "padded", print)
+    x = inference.staging(30)
     fill(x, 0)
-    draws = torch.stack([runner.run(30, deterministic=False).actions.clone() for _ in range(20)])  # [20, 30]
+    draws = torch.stack([inference.run(30, deterministic=False).actions.clone() for _ in range(20)])  # [20, 30]
     assert not (draws == draws[0]).all(), "every draw the same"
     assert (draws != 0).all() and (draws[:, 1::2] != 1).all(), "a masked action was sampled"
     assert set(draws.unique().tolist()) == {1, 2, 3, 4}
@@ -175,15 +175,15 @@ def test_padded_sampling_varies_and_respects_the_mask(algo):
 def test_eager_mode_converts_outputs_and_leaves_larger_batches_unpadded():
     cfg, model, algo_cls, spec = setup("APPO", rnn=True)
     dtypes = {"actions": torch.int32, "log_probs": torch.float64}
-    runner = InferenceRunner(cfg, model, algo_cls, spec, torch.device("cpu"), 16, "eager", print, dtypes)
-    assert runner.bucket_for(3) is None
-    x = runner.staging(20)  # more rows than expected: the staging grows
+    inference = BatchedInference(cfg, model, algo_cls, spec, torch.device("cpu"), 16, "eager", print, dtypes)
+    assert inference.bucket_for(3) is None
+    x = inference.staging(20)  # more rows than expected: the staging grows
     fill(x, 1)
     want = direct_act(cfg, model, algo_cls, x, deterministic=True)
-    got = runner.run(20, deterministic=True)
+    got = inference.run(20, deterministic=True)
     assert got.actions.dtype == torch.int32 and got.log_probs.dtype == torch.float64
     assert_same(got, want)
-    padded = InferenceRunner(cfg, model, algo_cls, spec, torch.device("cpu"), 16, "padded", print)
+    padded = BatchedInference(cfg, model, algo_cls, spec, torch.device("cpu"), 16, "padded", print)
     assert padded.bucket_for(17) is None  # beyond the largest bucket: eager
     fill(padded.staging(20), 1)
     assert_same(padded.run(20, deterministic=True), want)
@@ -194,13 +194,13 @@ def test_failed_capture_falls_back_to_eager_with_one_note():
     """Graphs on a CPU device cannot be captured: one note, the right answers, eager from then on."""
     cfg, model, algo_cls, spec = setup("APPO")
     notes: list[str] = []
-    runner = InferenceRunner(cfg, model, algo_cls, spec, torch.device("cpu"), 32, "graphs", notes.append)
+    inference = BatchedInference(cfg, model, algo_cls, spec, torch.device("cpu"), 32, "graphs", notes.append)
     for n in (5, 20, 5):
-        x = runner.staging(n)
+        x = inference.staging(n)
         fill(x, n)
-        assert_same(runner.run(n, deterministic=True), direct_act(cfg, model, algo_cls, x, deterministic=True))
-    assert len(notes) == 1 and "inferring eagerly" in notes[0] and notes[0] == runner.failure, notes
-    assert runner.mode == "eager" and runner.captures == 0
+        assert_same(inference.run(n, deterministic=True), direct_act(cfg, model, algo_cls, x, deterministic=True))
+    assert len(notes) == 1 and "inferring eagerly" in notes[0] and notes[0] == inference.failure, notes
+    assert inference.mode == "eager" and inference.captures == 0
 
 
 def test_mode_option():
@@ -230,8 +230,8 @@ def test_obs_spec_of_slot_tensors():
 def cuda_runner(algo: str = "APPO", rnn: bool = False, mask: bool = True, atari: bool = False, extra=(), rows=64):
     cfg, model, algo_cls, spec = setup(algo, rnn, mask, "cuda", atari, extra)
     notes: list[str] = []
-    graphs = InferenceRunner(cfg, model, algo_cls, spec, torch.device("cuda"), rows, "graphs", notes.append)
-    eager = InferenceRunner(cfg, model, algo_cls, spec, torch.device("cuda"), rows, "eager", notes.append)
+    graphs = BatchedInference(cfg, model, algo_cls, spec, torch.device("cuda"), rows, "graphs", notes.append)
+    eager = BatchedInference(cfg, model, algo_cls, spec, torch.device("cuda"), rows, "eager", notes.append)
     return graphs, eager, notes
 
 
@@ -277,7 +277,7 @@ def test_cuda_graph_sampling_varies_between_replays(algo):
 @pytest.mark.timeout(120)
 def test_cuda_graph_replay_with_sde_matrices_equals_eager():
     notes: list[str] = []
-    graphs, eager = sde_runner("cuda", "graphs", 64, notes), sde_runner("cuda", "eager", 64, notes)
+    graphs, eager = sde_inference("cuda", "graphs", 64, notes), sde_inference("cuda", "eager", 64, notes)
     for seed, n in enumerate([5, 64, 16, 9, 64, 3]):
         out = []
         for r in (graphs, eager):
@@ -315,14 +315,14 @@ def test_cuda_graph_capture_failure_falls_back_to_eager():
     """An act that reads a value back to the host cannot be captured: one note, eager answers."""
     graphs, eager, notes = cuda_runner()
 
-    class Syncing(graphs.algo):
+    class Syncing(graphs.algo_class):
         @classmethod
         def act(cls, cfg, model, obs, h, mask, deterministic, agent_rank=None):
             result = super().act(cfg, model, obs, h, mask, deterministic, agent_rank)
             float(result.values.sum())  # a host sync: not allowed while capturing
             return result
 
-    graphs.algo = eager.algo = Syncing
+    graphs.algo_class = eager.algo_class = Syncing
     got, want = both(graphs, eager, 10, 0)
     assert_same(got, want, atol=1e-4)
     assert graphs.mode == "eager" and len(notes) == 1 and "capturing batch size 16" in notes[0], notes
