@@ -326,7 +326,8 @@ class DQNAlgorithm(Algorithm):
             self.model.update_normalizers(obs_dev)
             self._target_normalizers()
         idx = self.replay.add(batch["obs"], batch["actions"][:, :T], targets, valid, prio, batch["is_first"])
-        return idx[valid.reshape(-1)], int(valid.numpy().sum())
+        keep = valid.reshape(-1).numpy()  # host bookkeeping in numpy: no boolean index for sync counts to mistake
+        return torch.from_numpy(idx.numpy()[keep]), int(keep.sum())
 
     def train(
         self, batch: dict[str, Any] | None, policy_version: int, policy_id: int | None = None
