@@ -76,7 +76,7 @@ def double_q_target(returns: Tensor, discounts: Tensor, next_q_target: Tensor, n
     select = next_q_online if next_q_online is not None else next_q_target
     a = select.argmax(dim=-1, keepdim=True)  # [B, 1]
     boot = next_q_target.gather(-1, a).squeeze(-1)
-    boot = torch.where(discounts > 0, boot, torch.zeros_like(boot))  # never 0 * -inf
+    boot = torch.where(discounts > 0, boot, 0.0)  # never 0 * -inf
     return returns + discounts * boot
 
 

@@ -135,6 +135,10 @@ def test_dqn_learner_loop_reads_back_exactly_once_per_iteration(env, flags, caps
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["sgd_steps"] >= 2 * result["iterations"], result
     assert result["host_syncs"] == result["iterations"], result
+    parts = result["breakdown_ms"]  # one SGD step's parts, printed above the JSON line too
+    for part in ("sample: sum tree", "online forward on s (graph)", "target forward on s'", "on cat([s, s'])"):
+        assert any(part in name for name in parts), parts
+    assert parts["whole sgd_step"] > 0 and min(parts.values()) >= 0, parts
 
 
 def test_sync_count_sees_a_read_back_per_step(monkeypatch):
