@@ -194,11 +194,11 @@ def time_isolated(algo, cfg: Config, batch: dict, device: torch.device, repeats:
 
 def dqn_breakdown(algo, cfg: Config, device: torch.device, repeats: int) -> dict[str, float]:
     """Milliseconds of each part of one DQN SGD step (algo/dqn.py::sgd_step and the replay work around it), each
-    part timed on its own, medians over `repeats` rounds, the device synchronized after each: sampling (sum tree and
-    importance weights), the minibatch's gathers, its host -> device copies, the three forward passes (the online
-    network on s with a graph, on s' and the target network on s' without), the whole step, and the priority update;
-    beside them the alternative of one online forward over cat([s, s']) with its backward, against the forward on s
-    with its backward plus the no-grad one on s'."""
+    part timed on its own (CPU time on a CPU device), medians over `repeats` rounds, the device synchronized after
+    each: sampling (sum tree and importance weights), the minibatch's gathers, its host -> device copies, the three
+    forward passes (the online network on s with a graph, on s' and the target network on s' without), the whole
+    step, and the priority update; beside them the alternative of one online forward over cat([s, s']) with its
+    backward, against the forward on s with its backward plus the no-grad one on s'."""
     from sample_factory.algo.base import forward_autocast
 
     replay, model, B = algo.replay, algo.model, cfg.batch_size
@@ -238,15 +238,18 @@ def dqn_breakdown(algo, cfg: Config, device: torch.device, repeats: int) -> dict
         "online forward on s + backward": lambda: backward(*forward(model, s, True)[:2]),
         "online forward on cat([s, s']) + backward": lambda: backward(*forward(model, both, True)[:2]),
     }
+    # A CPU device: the process's CPU time, which other jobs on a shared machine hardly move (wall time there
+    # preempts the long parts more than the short ones); a GPU: wall time, each part synchronized.
+    clock = time.process_time if device.type == "cpu" else time.perf_counter
     times: dict[str, list[float]] = {name: [] for name in parts}
     for i in range(repeats + 2):  # round-robin, so that a busy machine slows every part alike
         for name, part in parts.items():
             synchronize(device)
-            t0 = time.perf_counter()
+            t0 = clock()
             part()
             synchronize(device)
             if i >= 2:
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(clock() - t0)
     out = {name: round(statistics.median(ts) * 1e3, 3) for name, ts in times.items()}
     algo.priority_reads.drain()  # the timed steps' priority reads, applied nowhere
     algo.optimizer.zero_grad(set_to_none=True)
@@ -264,6 +267,9 @@ def main(args) -> int:
         f"{r['isolated_ms_per_sgd_step']} ms isolated ({r['loop_over_isolated']}x); "
         f"{r['host_syncs_per_sgd_step']} host syncs per SGD step"
     )
+    if "breakdown_ms" in result:
+        clock = "CPU time" if device.type == "cpu" else "wall time"
+        print(f"one SGD step's parts ({clock}, medians):")
     for name, ms in result.get("breakdown_ms", {}).items():
         print(f"  {name:45s} {ms:9.3f} ms")
     print(json.dumps(result))
