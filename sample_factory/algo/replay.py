@@ -244,6 +244,7 @@ class ReplayBuffer:
         self.discounts = torch.zeros((nb, T), dtype=torch.float32)
         self.offsets = torch.zeros((nb, T), dtype=torch.int16)
         self.valid = torch.zeros((nb, T), dtype=torch.bool)
+        self._stored: int | None = None  # len(self), counted again when next asked after `valid` changed
         self.tree = SumTree(self.capacity)
         self.max_priority = 1.0  # new transitions without an initial priority get the largest seen so far
         self.next_block = 0
@@ -266,8 +267,11 @@ class ReplayBuffer:
 
     def __len__(self) -> int:
         """Valid transitions stored (what can be sampled). Counted in numpy: host bookkeeping, which host-sync counts
-        (benchmarks/learner_loop.py) must not mistake for a read from the training device."""
-        return int(self.valid[: self.filled_blocks].numpy().sum())
+        (benchmarks/learner_loop.py) must not mistake for a read from the training device. Counted once per change,
+        not per sample: a full buffer's flags summed took 0.2 ms (100k) to 0.9 ms (500k) on the 2-core machine."""
+        if self._stored is None:
+            self._stored = int(np.count_nonzero(self.valid[: self.filled_blocks].numpy()))
+        return self._stored
 
     def nbytes(self) -> int:
         tensors = [*self.obs.values(), *self.frames.values(), self.starts]
@@ -300,6 +304,7 @@ class ReplayBuffer:
         self._put(self.discounts, targets.discounts)
         self._put(self.offsets, targets.offsets.to(torch.int16))
         self._put(self.valid, valid)
+        self._stored = None
         self.next_block = (self.next_block + M) % self.num_blocks
         self.filled_blocks = min(self.num_blocks, self.filled_blocks + M)
         self.added += int(valid.numpy().sum())
@@ -448,6 +453,7 @@ class ReplayBuffer:
             self.tree.set(np.arange(self.capacity), flat.astype(np.float64))
         self.max_priority = float(state["max_priority"])
         self.next_block, self.filled_blocks = int(state["next_block"]), int(state["filled_blocks"])
+        self._stored = None
         self.added = int(state["added"])
         if "rng" in state:  # older checkpoints did not save it
             self.rng.bit_generator.state = state["rng"]
