@@ -9,18 +9,24 @@ host wait for a GPU's queue, are counted with torch.profiler over the timed iter
 (`aten::_local_scalar_dense`, behind `.item()`, `float(t)`, `bool(t)`), `aten::nonzero` (boolean indexing asks the
 device how many rows it kept) and the algorithms' one read-back per iteration (`host_read`, algo/transfer.py). On a
 CPU they are the same calls that stall a GPU, which is why the count can be kept down by a test on a machine without
-one (tests/benchmarks/test_benchmark_learner.py). The last line printed is one JSON object."""
+one (tests/benchmarks/test_benchmark_learner.py). For DQN it also breaks one SGD step down into its parts
+(`dqn_breakdown`: sampling, gathers, copies, the three forward passes, the priority update). The last line printed is
+one JSON object."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+from torch import Tensor
 
+from sample_factory.algo import replay as replay_module
 from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config, parse_cfg
 from sample_factory.config.env_defaults import is_atari_name
@@ -126,7 +132,9 @@ def measure(algo_name: str, env: str, device: torch.device, iterations: int, ext
         loop_s = time.perf_counter() - t0
     syncs = count_syncs(prof)
     loop_s_plain = time_loop(algo, batches, version, iterations, device)
-    isolated = time_isolated(algo, cfg, batches[0], device, max(4, steps // max(iterations, 1)))
+    repeats = max(4, steps // max(iterations, 1))
+    isolated = time_isolated(algo, cfg, batches[0], device, repeats)
+    breakdown = dqn_breakdown(algo, cfg, device, min(repeats, 32)) if algo_name == "DQN" else {}
     return {
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -144,6 +152,7 @@ def measure(algo_name: str, env: str, device: torch.device, iterations: int, ext
         "loop_over_isolated": round(loop_s_plain / max(steps, 1) / isolated, 3),
         "threads": torch.get_num_threads(),
         "train_flags": " ".join(extra or []),
+        **({"breakdown_ms": breakdown} if breakdown else {}),
     }
 
 
@@ -183,6 +192,70 @@ def time_isolated(algo, cfg: Config, batch: dict, device: torch.device, repeats:
     return (time.perf_counter() - t0) / repeats
 
 
+def dqn_breakdown(algo, cfg: Config, device: torch.device, repeats: int) -> dict[str, float]:
+    """Milliseconds of each part of one DQN SGD step (algo/dqn.py::sgd_step and the replay work around it), each
+    part timed on its own (CPU time on a CPU device), medians over `repeats` rounds, the device synchronized after
+    each: sampling (sum tree and importance weights), the minibatch's gathers, its host -> device copies, the three
+    forward passes (the online network on s with a graph, on s' and the target network on s' without), the whole
+    step, and the priority update; beside them the alternative of one online forward over cat([s, s']) with its
+    backward, against the forward on s with its backward plus the no-grad one on s'."""
+    from sample_factory.algo.base import forward_autocast
+
+    replay, model, B = algo.replay, algo.model, cfg.batch_size
+    beta = cfg.prioritized_replay_beta
+    sample = replay.sample(B, beta)
+    staged = algo.staging.to_device({"obs": sample.obs, "next_obs": sample.next_obs})
+    s, s_next = staged["obs"], staged["next_obs"]
+    both = {k: torch.cat([s[k], s_next[k]]) for k in s}  # [2B, *shape]
+    td_abs = torch.rand(B)
+
+    def weights() -> None:
+        idx = replay.tree.sample(B, replay.rng)
+        if replay.prioritized:
+            probs = torch.from_numpy(replay.tree.get(idx) / replay.tree.total)
+            replay_module.importance_weights(probs, len(replay), beta)
+
+    def forward(net, obs, grad: bool):
+        with torch.set_grad_enabled(grad), forward_autocast(algo):
+            return net.forward_step(obs, None)
+
+    def backward(params: Tensor, values: Tensor) -> None:
+        loss = params[:B].float().mean() + values[:B].float().mean()  # only s's rows carry a gradient
+        algo.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+
+    parts: dict[str, Callable[[], object]] = {
+        "sample: sum tree, importance weights": weights,
+        "gather minibatch (replay.take)": lambda: replay.take(sample.indices, sample.weights),
+        "host -> device copies": lambda: algo.staging.to_device(
+            {k: getattr(sample, k) for k in ("obs", "next_obs", "actions", "returns", "discounts", "weights")}
+        ),
+        "online forward on s (graph)": lambda: forward(model, s, True),
+        "online forward on s' (no grad)": lambda: forward(model, s_next, False),
+        "target forward on s' (no grad)": lambda: forward(algo.target, s_next, False),
+        "whole sgd_step": lambda: algo.sgd_step(sample),
+        "priority update (sum tree)": lambda: replay.update_priorities(sample.indices, td_abs),
+        "online forward on s + backward": lambda: backward(*forward(model, s, True)[:2]),
+        "online forward on cat([s, s']) + backward": lambda: backward(*forward(model, both, True)[:2]),
+    }
+    # A CPU device: the process's CPU time, which other jobs on a shared machine hardly move (wall time there
+    # preempts the long parts more than the short ones); a GPU: wall time, each part synchronized.
+    clock = time.process_time if device.type == "cpu" else time.perf_counter
+    times: dict[str, list[float]] = {name: [] for name in parts}
+    for i in range(repeats + 2):  # round-robin, so that a busy machine slows every part alike
+        for name, part in parts.items():
+            synchronize(device)
+            t0 = clock()
+            part()
+            synchronize(device)
+            if i >= 2:
+                times[name].append(clock() - t0)
+    out = {name: round(statistics.median(ts) * 1e3, 3) for name, ts in times.items()}
+    algo.priority_reads.drain()  # the timed steps' priority reads, applied nowhere
+    algo.optimizer.zero_grad(set_to_none=True)
+    return out
+
+
 def main(args) -> int:
     """Called by benchmark_learner's --loop."""
     device = torch.device(args.device)
@@ -194,5 +267,10 @@ def main(args) -> int:
         f"{r['isolated_ms_per_sgd_step']} ms isolated ({r['loop_over_isolated']}x); "
         f"{r['host_syncs_per_sgd_step']} host syncs per SGD step"
     )
+    if "breakdown_ms" in result:
+        clock = "CPU time" if device.type == "cpu" else "wall time"
+        print(f"one SGD step's parts ({clock}, medians):")
+    for name, ms in result.get("breakdown_ms", {}).items():
+        print(f"  {name:45s} {ms:9.3f} ms")
     print(json.dumps(result))
     return 0

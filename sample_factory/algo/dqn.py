@@ -81,7 +81,7 @@ def double_q_target(returns: Tensor, discounts: Tensor, next_q_target: Tensor, n
     select = next_q_online if next_q_online is not None else next_q_target
     a = select.argmax(dim=-1, keepdim=True)  # [B, 1]
     boot = next_q_target.gather(-1, a).squeeze(-1)
-    boot = torch.where(discounts > 0, boot, torch.zeros_like(boot))  # never 0 * -inf
+    boot = torch.where(discounts > 0, boot, 0.0)  # never 0 * -inf
     return returns + discounts * boot
 
 
@@ -316,7 +316,8 @@ class DQNAlgorithm(Algorithm):
             obs_dev = {k: v[:, :T][valid].to(self.device) for k, v in batch["obs"].items()}
             self.model.update_normalizers(obs_dev)
         idx = self.replay.add(batch["obs"], batch["actions"][:, :T], targets, valid, prio, batch["is_first"])
-        return idx[valid.reshape(-1)], int(valid.numpy().sum())
+        keep = valid.reshape(-1).numpy()  # host bookkeeping in numpy: no boolean index for sync counts to mistake
+        return torch.from_numpy(idx.numpy()[keep]), int(keep.sum())
 
     def train(
         self, batch: dict[str, Any] | None, policy_version: int, policy_id: int | None = None

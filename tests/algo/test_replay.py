@@ -177,6 +177,26 @@ def test_buffer_ring_overwrites_the_oldest_and_masks_invalid_steps():
     torch.testing.assert_close(s.weights, torch.ones(2000))
 
 
+def test_the_stored_count_follows_every_add_and_load():
+    """len() is counted once per change of the validity flags, not per sample (a full 500k buffer's count took
+    0.2 ms a step): a ring overwrite with masked steps and a loaded state are counted again."""
+    buf = small_buffer(capacity=8, T=4, prioritized=True, seed=0)
+    per_block = [0, 0]
+    for i, n_valid in enumerate((4, 2, 3, 0, 1)):  # into a ring of 2 blocks
+        obs, actions, targets = rollouts(1, 4, float(i))
+        buf.add(obs, actions, targets, torch.arange(4).unsqueeze(0) < n_valid)
+        per_block[i % 2] = n_valid
+        assert len(buf) == sum(per_block), i
+        if len(buf):
+            buf.sample(4)
+    other = small_buffer(capacity=8, T=4, prioritized=True, seed=0)
+    obs, actions, targets = rollouts(2, 4)
+    other.add(obs, actions, targets, torch.ones(2, 4, dtype=torch.bool))
+    assert len(other) == 8
+    other.load_state_dict(buf.state_dict())
+    assert len(other) == len(buf) == 1
+
+
 def test_priorities_initial_and_updated():
     buf = small_buffer(capacity=8, T=4, prioritized=True, alpha=1.0, eps=0.0, seed=1)
     obs, actions, targets = rollouts(2, 4)

@@ -117,6 +117,30 @@ def test_learner_loop_reads_back_once_per_iteration(algo, env, flags, capsys):
     assert 0 < result["host_syncs_per_sgd_step"] <= 0.25, result
 
 
+@pytest.mark.parametrize(
+    "env, flags",
+    [
+        ("CartPole-v1", ""),
+        ("MinAtar/Breakout-v1", "--training_intensity=2"),  # bool grids, the minatar_dqn conv net
+        # Atari stacks stored as frames and rebuilt per minibatch (replay.py's rebuild_stacks)
+        ("atari_pong", "--batch_size=32 --num_batches_per_epoch=1 --training_intensity=4"),
+    ],
+)
+def test_dqn_learner_loop_reads_back_exactly_once_per_iteration(env, flags, capsys):
+    """DQN's loop (replay sampling, three forward passes, priority updates) has one host read an iteration, its
+    statistics: priorities come back through deferred reads, and the replay's host bookkeeping (which transitions
+    of a rollout are valid) is done in numpy, where a boolean index of a tensor would count as a sync."""
+    argv = ["--loop", "--algo=DQN", f"--env={env}", "--iterations=2", f"--train_flags={flags}"]
+    assert benchmark_learner.main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["sgd_steps"] >= 2 * result["iterations"], result
+    assert result["host_syncs"] == result["iterations"], result
+    parts = result["breakdown_ms"]  # one SGD step's parts, printed above the JSON line too
+    for part in ("sample: sum tree", "online forward on s (graph)", "target forward on s'", "on cat([s, s'])"):
+        assert any(part in name for name in parts), parts
+    assert parts["whole sgd_step"] > 0 and min(parts.values()) >= 0, parts
+
+
 def test_sync_count_sees_a_read_back_per_step(monkeypatch):
     """The counter is not blind: an APPO loop that reads the loss back after every step counts >= 1 per step."""
     from sample_factory.algo.appo import APPOAlgorithm
