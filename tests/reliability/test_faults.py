@@ -591,7 +591,8 @@ def test_all_checkpoints_corrupted_stops_without_training_from_scratch(tmp_path,
     ckpts = copy_experiment(trained_experiment, tmp_path / "td")
     for p in ckpts:
         truncate(p)
-    before = {p.name: p.read_bytes() for p in ckpts}
+    before = {p.name: p.read_bytes() for p in (tmp_path / "td" / "x" / "checkpoint_p0").glob("*")}
+    assert set(before) >= {p.name for p in ckpts}
     run = start_run([*CARTPOLE, "--train_for_seconds=20"], tmp_path / "td")
     rc = finish(run, 60)
     assert rc != 0, run.describe()

@@ -83,7 +83,7 @@ if os.environ.get("SF_TEST_HOLD_ANSWER_FILE"):
 
     class _HeldAnswer:
         def __init__(self, worker, requests):
-            self.algo, self.worker, self.requests = worker.algo, worker, requests
+            self.algo, self.worker, self.requests = worker.algo_class, worker, requests
 
         def act(self, *args, **kwargs):
             answer = self.algo.act(*args, **kwargs)
@@ -102,10 +102,10 @@ if os.environ.get("SF_TEST_HOLD_ANSWER_FILE"):
         self.hook_batches = getattr(self, "hook_batches", 0) + 1
         if self.index != (0, 0) or self.hook_batches != 50 or os.path.exists(os.environ["SF_TEST_HOLD_ANSWER_FILE"]):
             return _serve(self, requests)  # once per run: not in the replacement of a worker that held
-        algo, self.algo = self.algo, _HeldAnswer(self, requests)
+        algo_class, self.algo_class = self.algo_class, _HeldAnswer(self, requests)
         try:
             return _serve(self, requests)
         finally:
-            self.algo = algo
+            self.algo_class = algo_class
 
     PolicyWorker._serve = _serve_holding_once
