@@ -259,7 +259,7 @@ class SocketChannel:
     """A Unix SOCK_SEQPACKET socket pair: many writers, many readers, one whole message per record.
 
     The queue lives in the kernel, so a process killed in the middle of a put or get cannot leave a lock held
-    and hang everyone else (faster-fifo's process-shared mutex can: measured in docs/architecture.md). It is
+    and hang everyone else (faster-fifo's process-shared mutex can: measured in benchmarks/notebook.md). It is
     also cheaper per message (7.8 us against 12.4 us here: benchmarks/benchmark_channels.py)."""
 
     MAX_MESSAGE = 1 << 20

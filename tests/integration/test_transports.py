@@ -1,6 +1,7 @@
 """The faster-fifo transport (`--message_queue=faster_fifo`, Sample Factory's) end to end: a multi-process CartPole
 run learns, stops cleanly and leaves nothing behind. The socket channel (the default) is what every other
-multi-process test runs on; docs/architecture.md gives the measured reason for the default."""
+multi-process test runs on; docs/architecture.md says why it is the default,
+benchmarks/notebook.md gives the numbers."""
 
 from __future__ import annotations
 
