@@ -1,6 +1,6 @@
 """A plain advantage actor-critic (A2C): one SGD step per batch on the n-step returns of the behaviour values.
 Not a registered algorithm: tests register it to show that the learner and the policy workers are generic.
-docs/architecture.md ("The algorithm interface") walks through this file."""
+docs/architecture.md ("The algorithm interface") names it as the plug-in example."""
 
 from __future__ import annotations
 
