@@ -16,7 +16,7 @@ from sample_factory.config import Config
 from sample_factory.experiment.best_checkpoints import BestCheckpoints
 from sample_factory.experiment.callbacks import call_hook
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, newest_checkpoint_since
-from sample_factory.experiment.episode_windows import checkpoint_env_steps, load_windows, save_window
+from sample_factory.experiment.episode_windows import checkpoint_env_frames, load_windows, save_window
 from sample_factory.experiment.exit_codes import interrupted_exit_code
 from sample_factory.experiment.run_log import log
 from sample_factory.experiment.summaries import ProgressPoints, SummaryWriteError, unit_name
@@ -180,7 +180,7 @@ class Runner:
     def _save_serial_snapshot(self) -> None:
         learner, parts = self._learners()[0], self.parts
         counters = {
-            "checkpoint": (learner.version, learner.env_steps),
+            "checkpoint": (learner.version, learner.env_frames),
             "env_steps": list(parts.progress.env_frames),
             "episode_windows": [parts.progress.window(p) for p in range(self.cfg.num_policies)],
         }
@@ -279,7 +279,7 @@ class Runner:
     def _on_checkpoint(self, report: Report) -> None:
         progress = self.parts.progress
         progress.last_checkpoint[report.index] = report.payload
-        frames = checkpoint_env_steps(report.payload)
+        frames = checkpoint_env_frames(report.payload)
         window = None if frames is None else progress.window_history[report.index].at(frames)
         if window is not None:
             try:

@@ -69,7 +69,7 @@ def fake_experiment(
     exp_dir.mkdir(parents=True, exist_ok=True)
     (exp_dir / "cfg.json").write_text(json.dumps(vars(cfg)))
     state = {"model": model.state_dict(), "policy_version": 7, "env_steps": 123, "cfg": vars(cfg)}
-    save_checkpoint(exp_dir / "checkpoint_p0", state, version=7, env_steps=123, keep=2)
+    save_checkpoint(exp_dir / "checkpoint_p0", state, version=7, env_frames=123, keep=2)
     return exp_dir, model.eval()
 
 

@@ -156,11 +156,11 @@ class APPOAlgorithm(Algorithm):
         if self.replay is not None and self.cfg.save_replay_buffer and state.get("replay") is not None:
             self.replay.load_state_dict(state["replay"])
 
-    def update_learning_rate(self, env_steps: int) -> None:
+    def update_learning_rate(self, env_frames: int) -> None:
         if self.lr_t is None:
             for g in self.optimizer.param_groups:
-                g["lr"] = learning_rate_at(self.cfg, env_steps)
-        self.exploration_coeff = exploration_coeff_at(self.cfg, env_steps)
+                g["lr"] = learning_rate_at(self.cfg, env_frames)
+        self.exploration_coeff = exploration_coeff_at(self.cfg, env_frames)
 
     def update_cfg(self, cfg: Config) -> None:
         if self.lr_t is not None and cfg.learning_rate != self.cfg.learning_rate:  # PBT set a new rate: start there

@@ -51,10 +51,10 @@ class ActResult(NamedTuple):
     new_rnn_states: Tensor | None  # [N, H] core state after this step; None without a recurrent core
 
 
-def scheduled(value: float, schedule: str, env_steps: int, budget: int) -> float:
-    """`value` as `schedule` gives it after env_steps: constant, or linear_decay to 0 at `budget` env steps."""
+def scheduled(value: float, schedule: str, env_frames: int, budget: int) -> float:
+    """`value` as `schedule` gives it after env_frames: constant, or linear_decay to 0 at `budget` frames."""
     if schedule == "linear_decay":
-        return value * max(0.0, 1.0 - env_steps / budget)
+        return value * max(0.0, 1.0 - env_frames / budget)
     return value
 
 
@@ -65,15 +65,15 @@ def kl_adaptive_lr(lr: Tensor, kl: Tensor, target: float, lr_min: float, lr_max:
     return (lr * scale).clamp(lr_min, lr_max)
 
 
-def learning_rate_at(cfg: Config, env_steps: int) -> float:
+def learning_rate_at(cfg: Config, env_frames: int) -> float:
     """--learning_rate, constant or decayed linearly to 0 over --train_for_env_steps (--lr_schedule)."""
-    return scheduled(cfg.learning_rate, cfg.lr_schedule, env_steps, cfg.train_for_env_steps)
+    return scheduled(cfg.learning_rate, cfg.lr_schedule, env_frames, cfg.train_for_env_steps)
 
 
-def exploration_coeff_at(cfg: Config, env_steps: int) -> float:
+def exploration_coeff_at(cfg: Config, env_frames: int) -> float:
     """--exploration_loss_coeff, constant or decayed linearly to 0 over --train_for_env_steps
     (--exploration_loss_schedule)."""
-    return scheduled(cfg.exploration_loss_coeff, cfg.exploration_loss_schedule, env_steps, cfg.train_for_env_steps)
+    return scheduled(cfg.exploration_loss_coeff, cfg.exploration_loss_schedule, env_frames, cfg.train_for_env_steps)
 
 
 def check_sde(cfg: Config, action_space: object, algorithm: type | None = None) -> None:
@@ -188,7 +188,7 @@ class Algorithm(ABC):
         self._skip_counts = torch.zeros(2, dtype=torch.int64, device=device)
         self.stop_check: Callable[[], bool] | None = None  # set by the learner: has it been asked to stop?
         # Set by `train`: the last iteration was cut by a stop before it used its batch at all (no SGD step, nothing
-        # kept), so the learner does not count its samples as trained env steps.
+        # kept), so the learner does not count its samples as trained env frames.
         self.iteration_unused = False
         # lines for the run's log (the learner reports and clears them after each `train`)
         self.notes: list[str] = []
@@ -228,8 +228,9 @@ class Algorithm(ABC):
         `should_stop()` is true (checked between SGD steps)."""
 
     @abstractmethod
-    def update_learning_rate(self, env_steps: int) -> None:
-        """Called before every `train` with the policy's env steps so far (learning-rate schedules)."""
+    def update_learning_rate(self, env_frames: int) -> None:
+        """Called before every `train` with the policy's env frames so far (agent steps x --frames_per_env_step;
+        learning-rate schedules)."""
 
     @abstractmethod
     def state_dict(self) -> dict:

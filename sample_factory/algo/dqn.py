@@ -149,7 +149,7 @@ class DQNAlgorithm(Algorithm):
         self.owed_steps = 0.0  # fractional SGD steps --training_intensity owes
         self.last_target_update = 0  # self.sampled at the last target-network update
         self.target_updates = 0
-        self.env_progress = 0.0  # fraction of --train_for_env_steps (beta annealing)
+        self.frame_progress = 0.0  # fraction of --train_for_env_steps (beta annealing)
         # Sampled minibatches reach the device through pinned memory, and new priorities come back when the device
         # gets there (applied before a later sample where they have landed): no SGD step makes the host wait.
         self.staging = PinnedStaging(device)
@@ -254,10 +254,10 @@ class DQNAlgorithm(Algorithm):
         self.replay = self._make_replay(obs_shapes, tuple(saved["actions"].shape[2:]), saved["actions"].dtype)
         self.replay.load_state_dict(saved)
 
-    def update_learning_rate(self, env_steps: int) -> None:
+    def update_learning_rate(self, env_frames: int) -> None:
         for g in self.optimizer.param_groups:
-            g["lr"] = learning_rate_at(self.cfg, env_steps)
-        self.env_progress = env_steps / max(self.cfg.train_for_env_steps, 1)
+            g["lr"] = learning_rate_at(self.cfg, env_frames)
+        self.frame_progress = env_frames / max(self.cfg.train_for_env_steps, 1)
 
     def update_cfg(self, cfg: Config) -> None:
         super().update_cfg(cfg)
@@ -355,7 +355,7 @@ class DQNAlgorithm(Algorithm):
             self.owed_steps -= num_steps
             minibatches = None
         step_stats = StepStats(self.device)
-        beta = annealed_beta(cfg.prioritized_replay_beta, self.env_progress)
+        beta = annealed_beta(cfg.prioritized_replay_beta, self.frame_progress)
         for i in range(num_steps):
             if self.should_stop():  # the learner must save and exit: keep the steps taken, drop the rest
                 break

@@ -61,7 +61,7 @@ def checkpoint_dir(cfg: Config, policy_id: int) -> Path:
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Oldest first, by policy version then env steps (the numbers in the name)."""
+    """Oldest first, by policy version then env frames (the numbers in the name)."""
     found = [(tuple(map(int, m.groups())), p) for p in directory.glob("checkpoint_*.pth") if (m := _NAME.match(p.name))]
     return [p for _, p in sorted(found)]
 
@@ -113,8 +113,8 @@ def remove_partial_writes(directory: Path) -> list[Path]:
     return removed
 
 
-def save_checkpoint(directory: Path, state: dict, version: int, env_steps: int, keep: int) -> Path:
-    path = directory / f"checkpoint_{version:09d}_{env_steps}.pth"
+def save_checkpoint(directory: Path, state: dict, version: int, env_frames: int, keep: int) -> Path:
+    path = directory / f"checkpoint_{version:09d}_{env_frames}.pth"
     _atomic_save(path, state)
     for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
         if old != path:
@@ -122,9 +122,9 @@ def save_checkpoint(directory: Path, state: dict, version: int, env_steps: int, 
     return path
 
 
-def save_best_checkpoint(directory: Path, state: dict, version: int, env_steps: int, metric: float) -> Path:
+def save_best_checkpoint(directory: Path, state: dict, version: int, env_frames: int, metric: float) -> Path:
     """The single best checkpoint so far (by the run's --save_best_metric); the previous best is removed."""
-    path = directory / f"best_{version:09d}_{env_steps}_{metric:.4f}.pth"
+    path = directory / f"best_{version:09d}_{env_frames}_{metric:.4f}.pth"
     previous = list_best_checkpoints(directory)
     _atomic_save(path, state)
     for old in previous:
@@ -133,9 +133,9 @@ def save_best_checkpoint(directory: Path, state: dict, version: int, env_steps: 
     return path
 
 
-def save_milestone(directory: Path, state: dict, version: int, env_steps: int) -> Path:
+def save_milestone(directory: Path, state: dict, version: int, env_frames: int) -> Path:
     """Milestones are kept forever, outside the newest-N rotation."""
-    path = directory / "milestones" / f"checkpoint_{version:09d}_{env_steps}.pth"
+    path = directory / "milestones" / f"checkpoint_{version:09d}_{env_frames}.pth"
     _atomic_save(path, state)
     return path
 
@@ -157,7 +157,7 @@ def check_model_fits(cfg: Config, model: torch.nn.Module, state: dict, path: Pat
     not counts, a flag that never changes on resume (folder.UNSAFE_ON_RESUME; `resuming` only) that differs from
     the one the checkpoint was trained with, or a model whose parameter names or shapes differ from the
     checkpoint's. Called before any component starts."""
-    for key in ("policy_version", "env_steps"):
+    for key in ("policy_version", "env_steps"):  # "env_steps" holds env frames
         value = state.get(key)
         if type(value) is not int or value < 0:  # the learner names its next checkpoint after them
             raise CheckpointError(f"{path}: {key} is {value!r}, not a count: not a checkpoint of this project")

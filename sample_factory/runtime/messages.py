@@ -22,7 +22,7 @@ number: receivers drop messages that are no longer current.
 - runner -> actors:                      Resend(RESEND)  re-send outstanding requests (a policy worker was restarted)
 - anyone -> runner (report channel):     Report(REPORT, role, index, report_kind, payload)
 - runner -> any component:               Stop(STOP)
-- learner rank 0 -> its other ranks:     RankWork(RANK_WORK, slots, columns, rows, version, env_steps)  copy these
+- learner rank 0 -> its other ranks:     RankWork(RANK_WORK, slots, columns, rows, version, env_frames)  copy these
                                          slot columns (a share of `rows` trajectories) and train; RankDone(RANK_DONE)
                                          rank 0 has stopped (--learners_per_policy > 1, workers/batch_sources.py)
 """
@@ -168,18 +168,18 @@ class Resend(NamedTuple):
 
 class RankWork(NamedTuple):
     """One iteration of a data-parallel learner group: this rank's slot columns ([] for none) of `rows` trajectories,
-    the policy version and env steps the iteration starts from."""
+    the policy version and env frames the iteration starts from."""
 
     kind: int
     slots: list[int]
     columns: list[list[int]]  # per slot, the columns this rank copies
     rows: int
     version: int
-    env_steps: int
+    env_frames: int
 
     @staticmethod
-    def wire(slots: list[int], columns: list[list[int]], rows: int, version: int, env_steps: int) -> tuple:
-        return (RANK_WORK, slots, columns, rows, version, env_steps)
+    def wire(slots: list[int], columns: list[list[int]], rows: int, version: int, env_frames: int) -> tuple:
+        return (RANK_WORK, slots, columns, rows, version, env_frames)
 
 
 class RankDone(NamedTuple):

@@ -43,8 +43,8 @@ class BatchSource(Protocol):
     def too_few_rows(self, taken: list[PendingRollout]) -> bool:
         """Whether the iteration `taken` is too small to train on (it is then dropped)."""
 
-    def take(self, taken: list[PendingRollout], version: int, env_steps: int) -> dict[str, Any] | None:
-        """The batch of the iteration `taken`, trained from `version` at `env_steps` (None: nothing for this rank)."""
+    def take(self, taken: list[PendingRollout], version: int, env_frames: int) -> dict[str, Any] | None:
+        """The batch of the iteration `taken`, trained from `version` at `env_frames` (None: nothing for this rank)."""
 
     def close(self) -> None:
         """The learner stops."""
@@ -60,7 +60,7 @@ class LocalBatches:
     def too_few_rows(self, taken: list[PendingRollout]) -> bool:
         return False  # any iteration will do for one learner
 
-    def take(self, taken: list[PendingRollout], version: int, env_steps: int) -> dict[str, Any] | None:
+    def take(self, taken: list[PendingRollout], version: int, env_frames: int) -> dict[str, Any] | None:
         columns = None if self.whole_slots else [p.cols for p in taken]
         return self.buffers.gather([p.slot for p in taken], columns, self.keys, self.pin_memory)
 
@@ -89,8 +89,8 @@ class LeaderBatches:
         share slots and a learner trains on what it holds (Learner._take_iteration); such an iteration is dropped."""
         return sum(len(p.cols) for p in taken) < self.dp.world and not self.whole_batch
 
-    def take(self, taken: list[PendingRollout], version: int, env_steps: int) -> dict[str, Any] | None:
-        """Send every other rank its share of the iteration `taken` (trained from `version` at `env_steps`:
+    def take(self, taken: list[PendingRollout], version: int, env_frames: int) -> dict[str, Any] | None:
+        """Send every other rank its share of the iteration `taken` (trained from `version` at `env_frames`:
         learning-rate schedules), copy rank 0's own out of shared memory, and wait (a monitored barrier) until every
         rank has copied, so that the slots can go back to the actors."""
         dp = self.dp
@@ -101,7 +101,7 @@ class LeaderBatches:
         for r, inbox in enumerate(self.ranks, start=1):
             lo, hi = (0, 0) if self.whole_batch else dp.share(rows, dp.world, r)
             share = columns_in(slots, columns, lo, hi)
-            work = RankWork.wire(share[0], [c.tolist() for c in share[1]], rows, version, env_steps)
+            work = RankWork.wire(share[0], [c.tolist() for c in share[1]], rows, version, env_frames)
             inbox.put(work, timeout=dp.timeout.total_seconds())
         mine = columns_in(slots, columns, *((0, rows) if self.whole_batch else dp.share(rows, dp.world, 0)))
         batch = None

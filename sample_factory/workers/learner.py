@@ -116,14 +116,14 @@ class Learner(Component):
         # Sync mode: an iteration is every slot (each learner gets each slot, with several policies too), trained in
         # slot order, i.e. (worker, split, rollout), and none past the env-step budget: the same batches in every run.
         self.sync = not cfg.async_rl and not cfg.sampler_only and not cfg.evaluation_run
-        self.run_env_steps = np.zeros(cfg.num_policies, dtype=np.int64)  # sync: every policy's trained env steps
+        self.run_env_frames = np.zeros(cfg.num_policies, dtype=np.int64)  # sync: every policy's trained env frames
         self.sync_iterations = 0  # sync: iterations trained (or passed, with none of this policy's steps) this session
         self.park_after: int | None = None  # sync: keep the slots after this iteration (ParkAfter: a Ctrl+C stop)
         self.discarded_rollouts = 0
         self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
         self.early: list[tuple] = []  # messages taken from the inbox during an iteration, handled after it
         self.stop_arrived = False  # a STOP is among them
-        # (version, env steps) of a checkpoint that could not be written (a full disk): not tried again at the stop
+        # (version, env frames) of a checkpoint that could not be written (a full disk): not tried again at the stop
         self.failed_save: tuple[int, int] | None = None
 
     def init(self) -> None:
@@ -161,7 +161,7 @@ class Learner(Component):
         # heartbeats between SGD steps: one iteration may outlast --heartbeat_timeout_sec (DQN on a loaded CPU)
         self.step_heartbeat = Heartbeat(self.report, cfg.heartbeat_interval)
         self.version = 0
-        self.env_steps = 0
+        self.env_frames = 0
         self.ckpt_dir = checkpoint_dir(cfg, self.policy_id)
         # The runner already loaded (and reported on) the same files.
         # Loaded to CPU: weights and optimizer moments are copied onto the device by their load_state_dict, and a saved
@@ -171,14 +171,14 @@ class Learner(Component):
             state, path = loaded
             self.model.load_state_dict(state["model"])
             self.algo.load_state_dict(state["algo"])
-            self.version, self.env_steps = state["policy_version"], state["env_steps"]
-            self.run_env_steps[:] = state.get("run_env_steps", self.env_steps)
+            self.version, self.env_frames = state["policy_version"], state["env_steps"]  # the keys hold env frames
+            self.run_env_frames[:] = state.get("run_env_steps", self.env_frames)
             if "rng" in state:
                 torch.set_rng_state(state["rng"].cpu())
             if "cuda_rng" in state and self.device.type == "cuda":
                 torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
             if self.rank == 0:
-                self.report("resumed", {"path": str(path), "env_steps": self.env_steps, "version": self.version})
+                self.report("resumed", {"path": str(path), "env_steps": self.env_frames, "version": self.version})
         self.dp.sync_start(self.model)  # every rank starts from rank 0's weights, statistics and random state
         self.leader_pid = self.dp.broadcast_object(os.getpid())
         best = list_best_checkpoints(self.ckpt_dir)
@@ -210,7 +210,7 @@ class Learner(Component):
         elif msg.kind == SAVE_BEST:
             with self._alive_while("saving a checkpoint"):
                 state = self._state()
-                path = save_best_checkpoint(self.ckpt_dir, state, self.version, self.env_steps, msg.metric_value)
+                path = save_best_checkpoint(self.ckpt_dir, state, self.version, self.env_frames, msg.metric_value)
             self.report("best_checkpoint", str(path))
             call_hook(self.callbacks, "on_checkpoint", self.policy_id, str(path), "best")
         elif msg.kind == PBT_UPDATE:
@@ -256,7 +256,7 @@ class Learner(Component):
         if 0 < self.cfg.save_milestones_sec < now - self.last_milestone:
             self.last_milestone = now
             with self._alive_while("saving a checkpoint"):
-                path = save_milestone(self.ckpt_dir, self._state(), self.version, self.env_steps)
+                path = save_milestone(self.ckpt_dir, self._state(), self.version, self.env_frames)
             call_hook(self.callbacks, "on_checkpoint", self.policy_id, str(path), "milestone")
 
     def _mark_busy(self) -> None:
@@ -312,9 +312,9 @@ class Learner(Component):
         if self._budget_spent():  # a run resumed past its budget: the runner stops at once (the slots are kept)
             self.held = (*self.held, *taken)
             return
-        env_steps = self.env_steps + samples * fpes  # the run's unit (frames on Atari)
+        env_frames = self.env_frames + samples * fpes  # agent steps x --frames_per_env_step (frames on Atari)
         if self.sync and samples == 0:  # none of this policy's steps in the iteration: nothing to train on
-            self.run_env_steps += counts * fpes
+            self.run_env_frames += counts * fpes
             self.sync_iterations += 1
             if self._budget_spent() or self._parked():
                 self.held = (*self.held, *taken)
@@ -324,17 +324,17 @@ class Learner(Component):
             return
         with self.timing.add("copy_batch"):
             # (in a data-parallel group the other ranks copy their shares meanwhile; all have copied when it returns)
-            batch = self.source.take(taken, self.version, env_steps)
+            batch = self.source.take(taken, self.version, env_frames)
             if self.cfg.async_rl or self.cfg.sampler_only:
                 self._return_slots(taken)  # collection continues while we train
         if self.cfg.sampler_only:
-            self.env_steps = env_steps
-            self.report("train", {"samples": samples, "env_steps": self.env_steps, "version": self.version})
+            self.env_frames = env_frames
+            self.report("train", {"samples": samples, "env_steps": self.env_frames, "version": self.version})
             return
         self.activity = "training"
         trained_before = self.timing.get("train", 0.0)
         with self.timing.add("train"):
-            self.algo.update_learning_rate(env_steps)
+            self.algo.update_learning_rate(env_frames)
             stats, self.version = self.algo.train(batch, self.version, self.policy_id)
         for line in self.algo.notes:
             self.report("note", line)
@@ -344,8 +344,8 @@ class Learner(Component):
                 self._return_slots(taken)
             self.activity = "waiting for rollouts"
             return
-        self.env_steps = env_steps  # only now: a failed iteration's samples are not counted as trained on
-        self.run_env_steps += counts * fpes
+        self.env_frames = env_frames  # only now: a failed iteration's samples are not counted as trained on
+        self.run_env_frames += counts * fpes
         self.sync_iterations += 1
         train_time = self.timing["train"] - trained_before
         self._check_nonfinite()
@@ -356,7 +356,8 @@ class Learner(Component):
             self.held = (*self.held, *taken)
         elif not self.cfg.async_rl:
             self._return_slots(taken)  # only now: the next batch is collected with the weights just published
-        stats.update(env_steps=self.env_steps, version=self.version, train_time=train_time)
+        # "env_steps" (here and in the reports, checkpoints): env frames, under the name runs and callbacks read
+        stats.update(env_steps=self.env_frames, version=self.version, train_time=train_time)
         call_hook(self.callbacks, "on_training_result", self.policy_id, stats)
         self.report("train", stats)
         if getattr(self.algo, "lag_counts", None) is not None:  # (an algorithm that measures lag)
@@ -371,12 +372,12 @@ class Learner(Component):
         return self.park_after is not None and self.sync_iterations >= self.park_after
 
     def _report_sync(self) -> None:
-        """Sync mode: every policy's trained env steps (the budget stop) and the iterations of this session."""
-        self.report("sync_trained", (int(self.run_env_steps.min()), self.sync_iterations))
+        """Sync mode: every policy's trained env frames (the budget stop) and the iterations of this session."""
+        self.report("sync_trained", (int(self.run_env_frames.min()), self.sync_iterations))
 
     def _budget_spent(self) -> bool:
         """Sync mode: every policy has trained --train_for_env_steps (the runner stops after this iteration)."""
-        return self.sync and self.run_env_steps.min() >= self.cfg.train_for_env_steps
+        return self.sync and self.run_env_frames.min() >= self.cfg.train_for_env_steps
 
     def _check_nonfinite(self) -> None:
         if self.algo.consecutive_skipped > self.cfg.max_nonfinite_updates:
@@ -430,8 +431,8 @@ class Learner(Component):
             "model": self.model.state_dict(),
             "algo": self.algo.state_dict(),
             "policy_version": self.version,
-            "env_steps": self.env_steps,
-            "run_env_steps": self.run_env_steps.tolist(),  # every policy's (sync mode's budget)
+            "env_steps": self.env_frames,
+            "run_env_steps": self.run_env_frames.tolist(),  # every policy's (sync mode's budget)
             "rng": torch.get_rng_state(),
             "cfg": vars(self.cfg),
         }
@@ -450,10 +451,10 @@ class Learner(Component):
                 state, keep = self._state(), self.cfg.keep_checkpoints
                 if weights_first and "replay" in state["algo"]:
                     light = {**state, "algo": {k: v for k, v in state["algo"].items() if k != "replay"}}
-                    save_checkpoint(self.ckpt_dir, light, self.version, self.env_steps, keep)
-                path = save_checkpoint(self.ckpt_dir, state, self.version, self.env_steps, keep)
+                    save_checkpoint(self.ckpt_dir, light, self.version, self.env_frames, keep)
+                path = save_checkpoint(self.ckpt_dir, state, self.version, self.env_frames, keep)
             except CheckpointError:
-                self.failed_save = (self.version, self.env_steps)
+                self.failed_save = (self.version, self.env_frames)
                 raise
         self.last_save = time.monotonic()
         self.report("checkpoint", str(path))
@@ -498,7 +499,7 @@ class Learner(Component):
             self.initialized
             and not self.cfg.evaluation_run
             and not self.group_failed
-            and self.failed_save != (self.version, self.env_steps)
+            and self.failed_save != (self.version, self.env_frames)
         ):
             self.save(weights_first=True)
         self.dp.leave()

@@ -54,12 +54,12 @@ class LearnerRank(Learner):
     def _work(self, work: RankWork) -> None:
         self._mark_busy()
         self.activity = "copying a batch"
-        self.version, self.env_steps = work.version, work.env_steps
+        self.version, self.env_frames = work.version, work.env_frames
         with self.timing.add("copy_batch"):
             batch = self.shares.take(work)
         self.activity = "training"
         with self.timing.add("train"):
-            self.algo.update_learning_rate(self.env_steps)
+            self.algo.update_learning_rate(self.env_frames)
             _, self.version = self.algo.train(batch, self.version, self.policy_id)
         self._check_nonfinite()
         self.activity = "waiting for rank 0"

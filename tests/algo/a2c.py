@@ -22,9 +22,9 @@ class A2CAlgorithm(Algorithm):
         super().__init__(cfg, model, device)
         self.optimizer = torch.optim.RMSprop(model.parameters(), lr=cfg.learning_rate)
 
-    def update_learning_rate(self, env_steps: int) -> None:
+    def update_learning_rate(self, env_frames: int) -> None:
         for g in self.optimizer.param_groups:
-            g["lr"] = learning_rate_at(self.cfg, env_steps)
+            g["lr"] = learning_rate_at(self.cfg, env_frames)
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}

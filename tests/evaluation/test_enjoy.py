@@ -50,7 +50,7 @@ def train_dir(tmp_path_factory) -> Path:
     latest = list_checkpoints(td / "cp_best" / "checkpoint_p0")[-1]
     state = torch.load(latest, weights_only=False)
     state["policy_version"], state["env_steps"] = 1, 64
-    save_best_checkpoint(td / "cp_best" / "checkpoint_p0", state, version=1, env_steps=64, metric=9.5)
+    save_best_checkpoint(td / "cp_best" / "checkpoint_p0", state, version=1, env_frames=64, metric=9.5)
     return td
 
 

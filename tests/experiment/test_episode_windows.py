@@ -7,7 +7,7 @@ from sample_factory.experiment.episode_windows import (
     HISTORY,
     KEEP,
     WindowHistory,
-    checkpoint_env_steps,
+    checkpoint_env_frames,
     load_windows,
     save_window,
 )
@@ -63,5 +63,5 @@ def test_a_checkpoint_older_than_the_history_gets_no_window():
 
 
 def test_env_steps_from_a_checkpoint_name():
-    assert checkpoint_env_steps("/x/checkpoint_p0/checkpoint_000001169_2424832.pth") == 2424832
-    assert checkpoint_env_steps("best_000001041_2162688_18.3000.pth") is None
+    assert checkpoint_env_frames("/x/checkpoint_p0/checkpoint_000001169_2424832.pth") == 2424832
+    assert checkpoint_env_frames("best_000001041_2162688_18.3000.pth") is None

@@ -71,7 +71,7 @@ def test_rank0_sends_each_rank_its_share_and_copies_its_own(whole: bool):
     batch = LeaderBatches(dp, buffers, {"obs"}, False, inboxes, whole).take(TAKEN, 7, 640)
     assert dp.rows == 9 and events == ["barrier"]  # every rank has copied when it returns
     works = [RankWork._make(inbox.get_many()[0]) for inbox in inboxes]
-    assert all((w.rows, w.version, w.env_steps) == (9, 7, 640) for w in works)
+    assert all((w.rows, w.version, w.env_frames) == (9, 7, 640) for w in works)
     if whole:
         assert all(w.slots == [] for w in works) and batch == {"slots": SLOTS}
         assert buffers.calls[0][1] == [c.tolist() for c in COLUMNS]

@@ -114,11 +114,11 @@ def test_stop_during_a_long_iteration_is_seen_between_sgd_steps(tmp_path):
         t0 = time.monotonic()
         learner.on_idle()
         assert learner.stopped and len(steps) == 2 and learner.version == 2
-        assert learner.env_steps == runner.cfg.batch_size * runner.cfg.num_batches_per_epoch  # partly trained: counted
+        assert learner.env_frames == runner.cfg.batch_size * runner.cfg.num_batches_per_epoch  # partly trained: counted
         learner.finish()
         elapsed = time.monotonic() - t0
         written = list_checkpoints(tmp_path / "x" / "checkpoint_p0")
-        assert [p.name for p in written] == [f"checkpoint_{2:09d}_{learner.env_steps}.pth"], written
+        assert [p.name for p in written] == [f"checkpoint_{2:09d}_{learner.env_frames}.pth"], written
         assert elapsed < runner.cfg.shutdown_timeout_sec, f"{elapsed:.1f} s to stop and save"
     finally:
         runner.parts.summaries.close()
@@ -145,7 +145,7 @@ def test_an_iteration_cut_before_its_first_sgd_step_is_not_counted_as_trained(tm
         assert normalizer, list(learner.model.state_dict())
         _iteration_pending(learner, runner)
         learner.on_idle()
-        assert learner.stopped and learner.version == 0 and learner.env_steps == 0
+        assert learner.stopped and learner.version == 0 and learner.env_frames == 0
         after = {k: v for k, v in learner.model.state_dict().items() if k in normalizer}
         assert all((after[k] == v).all() for k, v in normalizer.items())
         learner.finish()
