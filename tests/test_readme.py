@@ -19,7 +19,9 @@ Also here: the README's Pong command is the run that docs/results.md cites next 
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -292,6 +294,34 @@ def test_readme_pong_command_is_the_cited_run():
     assert len(readme) == 1, readme
     assert _agent_step_settings(shlex.split(readme[0])[2:]) == cited
     assert "+18: 83 minutes on a 2-core CPU, at 4.86M agent steps = 19.4M env frames" in README
+
+
+FRAMES_TO_SCORE = REPO / "benchmarks" / "results" / "frames_to_score"
+# what a run's cfg.json holds that does not decide its learning curve (num_envs: its per-worker share is compared)
+NOT_LEARNING = {"experiment", "train_dir", "command_line", "cli_flags", "tuned_for", "preset_reason", "seed"}
+NOT_LEARNING |= {"train_for_env_steps", "total_timesteps", "stop_at_reward", "num_envs"}
+
+
+def test_results_gpu_setup_pong_command_is_the_cited_run(monkeypatch):
+    """docs/results.md's "Fewest frames to Pong +18" command must be the run its table cites: it resolves to the cfg
+    that seed's run saved, whose progress.csv first reaches +18 at the frames the table prints. A preset change that
+    moves the curve fails here until the numbers are measured again."""
+    section = _section((REPO / "docs" / "results.md").read_text(), "Fewest frames to Pong +18")
+    command = re.search(r"```bash\n(.*?)```", section, re.S).group(1).splitlines()[0]
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "train.py"]
+    for module in ("checks", "env_defaults"):  # the 2-core CPU the run had: its workers and learner threads
+        monkeypatch.setattr(f"sample_factory.config.{module}.usable_cores", lambda: 2)
+    cfg = parse_cfg(argv[2:])
+    saved = json.loads((FRAMES_TO_SCORE / f"C_seed{cfg.seed}_cfg.json").read_text())
+    ours = {k: v for k, v in vars(cfg).items() if k not in NOT_LEARNING}
+    assert {k: v for k, v in saved.items() if k in ours} == {k: v for k, v in ours.items() if k in saved}
+    assert saved["seed"] == cfg.seed and saved["async_rl"] is False  # synchronous and seeded: the run repeats
+
+    with (FRAMES_TO_SCORE / f"C_seed{cfg.seed}_progress.csv").open() as f:
+        frames = next(int(r["env_frames"]) for r in csv.DictReader(f) if float(r["reward_p0"]) >= 18)
+    row = next(line for line in section.splitlines() if line.startswith(f"| {cfg.seed} |"))
+    assert f"| {frames:,} |" in row, row
 
 
 def test_readme_sample_output_is_what_the_command_prints(results):

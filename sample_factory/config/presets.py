@@ -60,9 +60,9 @@ CONTINUOUS_CONTROL: Preset = {
     "max_grad_norm": 0.5,  # CleanRL's PPO
 }
 
-# PPO on frames: uint8 frames, a conv net, no RNN, clipped rewards, asynchronous; updates per sample chosen by reward
-# per minute on 2 cores (benchmarks/notebook.md#atari-preset). The doom_frame, image and minatar tables build on it.
-CONV_PPO: Preset = {
+# Atari (atari_*, ALE/*, *NoFrameskip-v4): uint8 frames, a conv net, no RNN, clipped rewards; updates per sample chosen
+# by reward per minute on 2 cores (benchmarks/notebook.md#atari-preset; docs/results.md#atari).
+ATARI: Preset = {
     "num_envs_per_worker": 16,  # enough envs that inference requests batch well
     "worker_num_splits": 2,  # double buffering: one half steps while the other waits for actions
     "rollout": 32,  # CleanRL's and SF2's Atari rollout
@@ -86,33 +86,6 @@ CONV_PPO: Preset = {
     "learner_main_loop_num_cores": 2,  # at most half the cores (env_defaults.fit_to_cores)
 }
 
-# Atari (atari_*, ALE/*, *NoFrameskip-v4): rl_games' Pong recipe, run synchronously with a learning rate that keeps the
-# KL near 0.01: the fewest frames to Pong +18, 3.1-7.0M over 5 seeds against 10.35M for CONV_PPO's GPU setup, and the
-# sooner on 2 cores too (docs/results.md#fewest-frames-to-pong-18).
-ATARI: Preset = {
-    # the env side, the dense layer, precision and learner threads; the envs and the learning side below
-    **_without(CONV_PPO, "num_envs_per_worker"),
-    "num_envs": 16,  # 16 envs x rollout 128 = a quarter of an iteration (64 on a GPU: GPU_PRESETS)
-    "rollout": 128,  # rl_games' horizon
-    "async_rl": False,  # every sample from the weights being trained: kl_adaptive needs it (docs/algorithms.md)
-    "batch_size": 2048,  # rl_games' minibatch
-    "num_batches_per_epoch": 4,  # iterations of 8,192 samples (rl_games' 64 envs x 128)
-    "num_epochs": 4,  # rl_games'
-    "encoder_conv_architecture": "convnet_nature",  # rl_games' and the Nature DQN's
-    "nonlinearity": "elu",  # rl_games'
-    "learning_rate": 3e-4,  # rl_games' start; the schedule moves it
-    "lr_schedule": "kl_adaptive",  # rl_games' adaptive rate: constant 3e-4 was at -15.6 at 3.6M frames (results.md)
-    "kl_threshold": 0.01,  # rl_games' target KL
-    "lr_max": 1e-3,  # under rl_games' 1e-2 the rate swung to 6.7e-3 and the KL spiked (notebook, candidate B)
-    "with_vtrace": False,  # GAE: a synchronous run has no off-policy samples to correct
-    "gae_lambda": 0.95,  # rl_games'
-    "ppo_clip_ratio": 0.2,  # rl_games'
-    "ppo_clip_value": 0.0,  # rl_games' unclipped value loss
-    "value_loss_coeff": 2.0,  # rl_games' critic_coef
-    "normalize_returns": True,  # rl_games' normalize_value
-    "max_grad_norm": 1.0,  # rl_games'
-}
-
 # MountainCar-v0: the goal must be found by chance before anything is learned
 # (benchmarks/notebook.md#sparse_classic_control-preset-mountaincar-v0).
 SPARSE_CLASSIC_CONTROL: Preset = {
@@ -124,10 +97,10 @@ SPARSE_CLASSIC_CONTROL: Preset = {
     "gae_lambda": 0.98,  # lower-variance targets for the rare goal reward
 }
 
-# VizDoom scenarios whose state is visible in one frame: the conv_ppo table's network and updates, rewards scaled
+# VizDoom scenarios whose state is visible in one frame: the atari table's network and updates, rewards scaled
 # (benchmarks/notebook.md#doom_frame-preset; docs/results.md#doom). Maze and deathmatch scenarios keep the defaults.
 DOOM_FRAME: Preset = {
-    **_without(CONV_PPO, "reward_clip", "env_sticky_actions"),  # VizDoom has neither ALE's sticky actions nor clipping
+    **_without(ATARI, "reward_clip", "env_sticky_actions"),  # VizDoom has neither ALE's sticky actions nor clipping
     "reward_scale": 0.01,  # rewards to about [-1, 1] (basic pays +100 for a kill, -1 per tic)
 }
 
@@ -151,12 +124,12 @@ MINATAR_NETWORK: Preset = {
     "learner_main_loop_num_cores": 1,  # a network this small gains nothing from a second learner thread
 }
 
-# MinAtar (MinAtar/<Game>-v1 and -v0): bool [C, 10, 10] grids, cheap steps, so the learner is the bound. The
-# conv_ppo table's PPO with the paper's network; starting values, not tuned by learning runs
+# MinAtar (MinAtar/<Game>-v1 and -v0): bool [C, 10, 10] grids, cheap steps, so the learner is the bound. The atari
+# table's PPO with the paper's network; starting values, not tuned by learning runs
 # (docs/results.md#minatar-first-checks).
 MINATAR: Preset = {
     # MinAtar has its own sticky actions and small rewards; its network is too small to gain from bf16
-    **_without(CONV_PPO, "reward_clip", "env_sticky_actions", "learner_precision", "inference_precision"),
+    **_without(ATARI, "reward_clip", "env_sticky_actions", "learner_precision", "inference_precision"),
     **MINATAR_NETWORK,  # the paper's network in place of the conv net
     "num_envs_per_worker": 32,  # steps cost microseconds: many envs per worker
 }
@@ -189,13 +162,13 @@ CLASSIC_CONTROL_DQN: Preset = {
     "target_network_update_freq": 1000,  # sampled transitions between copies (~62 SGD steps)
 }
 
-# DQN on Atari, Ape-X / Rainbow style: the conv_ppo table's env side, the published setups' learning side in this
+# DQN on Atari, Ape-X / Rainbow style: the atari table's env side, the published setups' learning side in this
 # framework's units; starting values (benchmarks/notebook.md#atari_dqn-preset;
 # docs/results.md#ape-x-dqn-atari_dqn-learns-breakout-on-2-cpu-cores).
 ATARI_DQN: Preset = {
-    # the conv_ppo table's env side, network body, precision and learner threads
+    # the atari table's env side, network body, precision and learner threads
     **{
-        k: CONV_PPO[k]
+        k: ATARI[k]
         for k in (
             "num_envs_per_worker",
             "worker_num_splits",
@@ -221,7 +194,7 @@ ATARI_DQN: Preset = {
     "n_step": 3,  # Rainbow's and Ape-X's n-step returns
     "replay_buffer_capacity": 500_000,  # 4.0 GB: fits a 16 GB machine beside the workers (Rainbow 1M, Ape-X 2M)
     "learning_starts": 20_000,  # Rainbow's 80k frames
-    "max_grad_norm": 40.0,  # Ape-X's (and RLlib's) clipping; the conv_ppo table's 0.5 is PPO's
+    "max_grad_norm": 40.0,  # Ape-X's (and RLlib's) clipping; the atari table's 0.5 is PPO's
     "dueling": True,  # part of Rainbow and Ape-X (the default too; stated on purpose)
     "double_q": True,  # part of Rainbow and Ape-X (the default too; stated on purpose)
     "eval_epsilon": 0.05,  # the Nature DQN evaluation's; greedy agents stall after a lost life (notebook, atari_dqn)
@@ -301,9 +274,9 @@ VECTOR_CONTINUOUS: Preset = {
     **MUJOCO,  # the PPO paper's and CleanRL's continuous-control PPO
     "exploration_loss_coeff": 0.01,  # keeps the action spread from collapsing after the task is learned (hovering)
 }
-# Image observations: the conv_ppo table's network and updates.
+# Image observations: the atari table's network and updates.
 IMAGE: Preset = {
-    **_without(CONV_PPO, "reward_clip", "env_sticky_actions"),  # rewards of unknown scale stay unclipped; no ALE
+    **_without(ATARI, "reward_clip", "env_sticky_actions"),  # rewards of unknown scale stay unclipped; no ALE
     "normalize_returns": True,  # the unclipped rewards are normalized instead
 }
 
@@ -339,11 +312,31 @@ PRESETS: dict[str, Preset] = {
 # the presets that env_defaults.space_preset chooses by an env's spaces
 SPACE_PRESETS: dict[str, Preset] = {name: PRESETS[name] for name in ("vector_discrete", "vector_continuous", "image")}
 
-# What a preset changes where training runs on a GPU (--device=gpu, auto with CUDA visible, or --tuned_for=gpu): more
-# envs, whose inference a GPU batches at little cost (docs/results.md#time-to-a-score-on-a-gpu-machine).
+# What a preset changes where training runs on a GPU (--device=gpu, auto with CUDA visible, or --tuned_for=gpu): there
+# the learner is no longer the bound, and the setup that needs the fewest frames wins
+# (docs/results.md#fewest-frames-to-pong-18).
 GPU_PRESETS: dict[str, Preset] = {
+    # rl_games' Pong recipe, run synchronously with a learning rate that keeps the KL near 0.01: Pong +18 after a
+    # median of 3.70M frames over 5 seeds, against 10.35M for Sample Factory 2's fast setup (results.md)
     "atari": {
-        # rl_games' 64 envs: one round of rollouts is one iteration of 8,192 samples (16 workers x 4 envs x 128)
-        "num_envs": 64,
+        "num_envs": 64,  # rl_games': 16 workers x 4 envs x rollout 128 = one iteration of 8,192 samples
+        "rollout": 128,  # rl_games' horizon
+        "async_rl": False,  # every sample from the weights being trained: kl_adaptive needs it (docs/algorithms.md)
+        "batch_size": 2048,  # rl_games' minibatch
+        "num_batches_per_epoch": 4,  # iterations of 8,192 samples
+        "num_epochs": 4,  # rl_games'
+        "encoder_conv_architecture": "convnet_nature",  # rl_games' and the Nature DQN's: cheap on a GPU
+        "nonlinearity": "elu",  # rl_games'
+        "learning_rate": 3e-4,  # rl_games' start; the schedule moves it
+        "lr_schedule": "kl_adaptive",  # rl_games' adaptive rate: a constant 3e-4 stalled at -15.6 (results.md)
+        "kl_threshold": 0.01,  # rl_games' target KL
+        "lr_max": 1e-3,  # under rl_games' 1e-2 the rate swung to 6.7e-3 and the KL spiked (notebook, candidate B)
+        "with_vtrace": False,  # GAE: a synchronous run has no off-policy samples to correct
+        "gae_lambda": 0.95,  # rl_games'
+        "ppo_clip_ratio": 0.2,  # rl_games'
+        "ppo_clip_value": 0.0,  # rl_games' unclipped value loss
+        "value_loss_coeff": 2.0,  # rl_games' critic_coef
+        "normalize_returns": True,  # rl_games' normalize_value
+        "max_grad_norm": 1.0,  # rl_games'
     },
 }

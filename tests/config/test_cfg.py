@@ -437,7 +437,7 @@ def test_atari_dqn_preset_applies_and_typed_flags_win(env):
     # Sanity: these differ from the plain defaults and from the APPO atari preset, so the checks above can fail.
     defaults, appo = _defaults(), parse_cfg([f"--env={env}"])
     assert appo.preset == "atari" and appo.max_grad_norm != preset["max_grad_norm"]
-    assert appo.learning_rate != preset["learning_rate"] and appo.nonlinearity != preset["nonlinearity"]
+    assert appo.learning_rate != preset["learning_rate"] and appo.encoder_conv_architecture != "convnet_nature"
     for k in ("learning_rate", "adam_eps", "target_network_update_freq", "replay_buffer_capacity", "learning_starts"):
         assert defaults[k] != preset[k], k
     typed = {"learning_rate": 1e-4, "replay_buffer_capacity": 100_000, "training_intensity": 8.0, "dueling": False}
@@ -456,11 +456,11 @@ def test_atari_preset_takes_its_gpu_setup_where_training_is_on_a_gpu(monkeypatch
     gpu = parse_cfg(["--env=atari_pong", "--device=gpu"])
     for k, v in presets.GPU_PRESETS["atari"].items():
         assert getattr(gpu, k) == v
-    assert (cpu.num_envs, gpu.num_envs) == (16, 64)
-    assert parse_cfg(["--env=atari_pong", "--device=gpu", "--num_envs=32"]).num_envs == 32
+    assert (cpu.batch_size, cpu.num_envs_per_worker) == (256, 16)
+    assert parse_cfg(["--env=atari_pong", "--device=gpu", "--num_epochs=2"]).num_epochs == 2
     monkeypatch.setattr(env_defaults.os.path, "exists", lambda p: False)
     monkeypatch.setattr(env_defaults.os.path, "isdir", lambda p: False)
-    assert parse_cfg(["--env=atari_pong"]).num_envs == 16  # auto, no driver: torch is not even asked
+    assert parse_cfg(["--env=atari_pong"]).batch_size == 256  # auto, no driver: torch is not even asked
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert not env_defaults.gpu_expected("auto")
 
@@ -475,15 +475,15 @@ def test_tuned_for_picks_the_presets_setup_whatever_the_device(capsys):
         assert getattr(on_cpu_as_gpu, k) == v, k
     assert on_cpu_as_gpu.device == "cpu"
     on_gpu_as_cpu = parse_cfg(["--env=atari_pong", "--device=gpu", "--tuned_for=cpu"])
-    assert on_gpu_as_cpu.num_envs == 16
-    assert parse_cfg(["--env=atari_pong", "--device=cpu", "--tuned_for=auto"]).num_envs == 16
-    assert parse_cfg(["--env=CartPole-v1", "--tuned_for=gpu"]).num_envs == parse_cfg(["--env=CartPole-v1"]).num_envs
+    assert (on_gpu_as_cpu.batch_size, on_gpu_as_cpu.num_envs_per_worker) == (256, 16)
+    assert parse_cfg(["--env=atari_pong", "--device=cpu", "--tuned_for=auto"]).batch_size == 256
+    assert parse_cfg(["--env=CartPole-v1", "--tuned_for=gpu"]).batch_size == parse_cfg(["--env=CartPole-v1"]).batch_size
     with pytest.raises(SystemExit):
         parse_cfg(["--env=atari_pong", "--tuned_for=tpu"])
     with pytest.raises(SystemExit):
         parse_cfg(["--env=atari_pong", "--device=cpu", "--tuned_for=gpu", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "--num_envs INT (default: unset; atari preset for --env=atari_pong: 64)" in help_text
+    assert "--batch_size INT (default: 1024; atari preset for --env=atari_pong: 2048)" in help_text
 
 
 def test_auto_device_asks_nvml_not_the_cuda_runtime(monkeypatch):

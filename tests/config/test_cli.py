@@ -50,8 +50,8 @@ def test_help_keeps_the_default_and_the_presets_value_on_the_options_line(capsys
         parse_cfg(["--env=atari_pong", "--help"])
     lines = capsys.readouterr().out.splitlines()
     rollout = next(line for line in lines if line.startswith("  --rollout"))
-    assert rollout == "  --rollout INT, --num_steps INT  (default: 32; atari preset for --env=atari_pong: 128)"
-    for flag, default, preset in (("--batch_size", 1024, 2048), ("--learning_rate", "0.0001", "0.0003")):
+    assert rollout == "  --rollout INT, --num_steps INT  (default: 32; atari preset for --env=atari_pong: 32)"
+    for flag, default, preset in (("--batch_size", 1024, 256), ("--learning_rate", "0.0001", "0.00025")):
         line = next(line for line in lines if line.startswith(f"  {flag}"))
         assert line.endswith(f"(default: {default}; atari preset for --env=atari_pong: {preset})"), line
 
@@ -169,17 +169,17 @@ def test_num_envs_is_cleanrls_total_spread_over_the_workers(monkeypatch, capsys)
 
 
 def test_a_presets_num_envs_yields_to_a_typed_num_envs_per_worker(monkeypatch, capsys):
-    """The atari preset counts all the envs (--num_envs, so a synchronous iteration holds whole rounds on any core
-    count); a typed --num_envs_per_worker wins over it, and a --num_workers it cannot be spread over names it."""
+    """The atari preset's GPU setup counts all the envs (--num_envs, so that its synchronous iteration holds whole
+    rounds of rollouts on any core count); a typed --num_envs_per_worker wins over it, and a --num_workers it cannot be
+    spread over names it."""
     monkeypatch.setattr("sample_factory.config.checks.usable_cores", lambda: 16)
-    for device, per_worker in (("cpu", 1), ("gpu", 4)):
-        cfg = parse_cfg(["--env=atari_pong", f"--device={device}"])
-        assert (cfg.num_workers, cfg.num_envs_per_worker) == (16, per_worker)
-    cfg = parse_cfg(["--env=atari_pong", "--device=cpu", "--num_workers=2", "--num_envs_per_worker=4"])
+    cfg = parse_cfg(["--env=atari_pong", "--device=gpu"])
+    assert (cfg.num_workers, cfg.num_envs_per_worker, cfg.num_envs) == (16, 4, 64)
+    cfg = parse_cfg(["--env=atari_pong", "--device=gpu", "--num_workers=2", "--num_envs_per_worker=4"])
     assert (cfg.num_workers, cfg.num_envs_per_worker) == (2, 4)
     with pytest.raises(SystemExit):
-        parse_cfg(["--env=atari_pong", "--device=cpu", "--num_workers=3"])
-    assert "the preset's --num_envs=16 is not a multiple of --num_workers=3" in capsys.readouterr().err
+        parse_cfg(["--env=atari_pong", "--device=gpu", "--num_workers=3"])
+    assert "the preset's --num_envs=64 is not a multiple of --num_workers=3" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("sf2", "ours"), [("convnet_impala", "resnet_impala"), ("convnet_atari", "convnet_nature")])

@@ -4,7 +4,7 @@ their family's env side."""
 from __future__ import annotations
 
 from sample_factory.config.env_defaults import DQN_VARIANT, preset_name_for_env
-from sample_factory.config.presets import CONV_PPO, PRESETS
+from sample_factory.config.presets import PRESETS
 
 
 def test_every_variant_is_a_feed_forward_preset_that_dqn_runs_pick():
@@ -18,9 +18,7 @@ def test_every_variant_is_a_feed_forward_preset_that_dqn_runs_pick():
 
 
 def test_variants_keep_their_familys_env_side_and_network():
-    for k in ("reward_clip", "env_sticky_actions", "encoder_mlp_layers", "gamma"):
+    for k in ("num_envs_per_worker", "rollout", "reward_clip", "env_sticky_actions", "encoder_mlp_layers"):
         assert PRESETS["atari_dqn"][k] == PRESETS["atari"][k]
-    for k in ("num_envs_per_worker", "rollout"):  # Ape-X's many actors, as the asynchronous PPO table's
-        assert PRESETS["atari_dqn"][k] == CONV_PPO[k]
     for k in ("encoder_conv_architecture", "encoder_mlp_layers", "nonlinearity", "use_rnn"):
         assert PRESETS["minatar_dqn"][k] == PRESETS["minatar"][k]
