@@ -302,7 +302,7 @@ NOT_LEARNING = {"experiment", "train_dir", "command_line", "cli_flags", "tuned_f
 NOT_LEARNING |= {"train_for_env_steps", "total_timesteps", "stop_at_reward", "num_envs"}
 
 
-def test_results_gpu_setup_pong_command_is_the_cited_run(monkeypatch):
+def test_results_fewest_frames_command_is_the_cited_run(monkeypatch):
     """docs/results.md's "Fewest frames to Pong +18" command must be the run its table cites: it resolves to the cfg
     that seed's run saved, whose progress.csv first reaches +18 at the frames the table prints. A preset change that
     moves the curve fails here until the numbers are measured again."""
