@@ -125,6 +125,9 @@ def test_train_command():
     cmd = bl.train_command(spec, 0, "full", args)
     assert {"--num_workers=8", "--device=gpu", "--stop_at_reward=475.0"} <= set(cmd) and cmd[-2:] == ["--a=1", "--b=x"]
     assert bl.experiment_name("atari", "ALE/Pong-v5", 1) == "atari_ALE_Pong-v5_s1"
+    # another algorithm of the same suite gets its own folder: it must not resume the APPO run's checkpoint
+    assert bl.experiment_name("minatar", "MinAtar/Breakout-v1", 0, "--algo=DQN") == "minatar_MinAtar_Breakout-v1_dqn_s0"
+    assert bl.experiment_name("atari", "ALE/Pong-v5", 1, "--algo APPO --seed=2") == "atari_ALE_Pong-v5_s1"
 
 
 def test_minatar_suite_is_the_five_games_at_the_papers_5m_frames():
@@ -364,7 +367,7 @@ def test_a_minatar_ci_run_with_dqn(tmp_path):
     r = bl.load_doc(tmp_path / "out" / "minatar.json.gz")["runs"]["MinAtar/Breakout-v1/s0"]
     assert r["complete"] and r["stop_reason"].startswith("reached") and r["env_steps"] >= 5_000, run["out"]
     assert r["command"].endswith(extra)
-    cfg = json.loads((tmp_path / "td" / "minatar_MinAtar_Breakout-v1_s0" / "cfg.json").read_text())
+    cfg = json.loads((tmp_path / "td" / "minatar_MinAtar_Breakout-v1_dqn_s0" / "cfg.json").read_text())
     assert (cfg["algo"], cfg["preset"]) == ("DQN", "minatar_dqn")
     assert "| MinAtar/Breakout-v1 | 1 |" in (tmp_path / "out" / "minatar.md").read_text()
 
