@@ -117,8 +117,22 @@ def mean_curve(curves: Sequence[tuple[Sequence[float], Sequence[float]]], n: int
 
 
 # ---- runs --------------------------------------------------------------------------------------------------
-def experiment_name(suite: str, env: str, seed: int) -> str:
-    return f"{suite}_{re.sub(r'[^A-Za-z0-9_.-]', '_', env)}_s{seed}"
+def experiment_name(suite: str, env: str, seed: int, extra: str = "") -> str:
+    """The run's folder; an --algo other than APPO among the passthrough flags names it too, so that a DQN run of a
+    suite never resumes the APPO run's checkpoint in a shared --train_dir."""
+    algo = _algo_in(extra)
+    tag = "" if algo in (None, "APPO") else f"_{algo.lower()}"
+    return f"{suite}_{re.sub(r'[^A-Za-z0-9_.-]', '_', env)}{tag}_s{seed}"
+
+
+def _algo_in(extra: str) -> str | None:
+    tokens = shlex.split(extra)
+    for i, token in enumerate(tokens):
+        if token.startswith("--algo="):
+            return token.split("=", 1)[1]
+        if token == "--algo" and i + 1 < len(tokens):
+            return tokens[i + 1]
+    return None
 
 
 def run_key(env: str, seed: int) -> str:
@@ -129,7 +143,7 @@ def train_command(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespac
     """The train.py command of one (env, seed): the env's flags, the budget, and the user's passthrough flags."""
     b = spec.budget(level)
     cmd = [sys.executable, "-m", "sample_factory.train", f"--env={spec.env}"]
-    cmd += [f"--experiment={experiment_name(args.suite, spec.env, seed)}", f"--train_dir={args.train_dir}"]
+    cmd += [f"--experiment={experiment_name(args.suite, spec.env, seed, args.extra)}", f"--train_dir={args.train_dir}"]
     cmd += [f"--seed={seed}", f"--train_for_env_steps={b.env_steps}", f"--train_for_seconds={b.seconds}"]
     # Budgets, thresholds and references here count agent steps (CleanRL's unit), also on Atari and VizDoom.
     cmd += ["--summaries_use_frameskip=False"]
@@ -173,7 +187,7 @@ def launch(cmd: list[str], log_path: Path) -> tuple[int, float]:
 
 def run_one(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespace) -> dict:
     """Train one (env, seed) and return its record."""
-    exp_dir = Path(args.train_dir) / experiment_name(args.suite, spec.env, seed)
+    exp_dir = Path(args.train_dir) / experiment_name(args.suite, spec.env, seed, args.extra)
     exp_dir.mkdir(parents=True, exist_ok=True)
     b = spec.budget(level)
     (exp_dir / MARKER_NAME).write_text(json.dumps({"suite": args.suite, "budget": level, **vars(b)}))
@@ -298,7 +312,7 @@ def check_budget(doc: dict, args: argparse.Namespace, planned: list[tuple[SuiteE
             f"use another --output (and --train_dir), or delete it"
         )
     for spec, seed in planned:
-        marker = Path(args.train_dir) / experiment_name(args.suite, spec.env, seed) / MARKER_NAME
+        marker = Path(args.train_dir) / experiment_name(args.suite, spec.env, seed, args.extra) / MARKER_NAME
         if marker.exists() and json.loads(marker.read_text()).get("budget") != args.budget:
             return f"{marker.parent} was started with another budget level: use another --train_dir, or delete it"
     return None

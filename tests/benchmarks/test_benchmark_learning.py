@@ -8,6 +8,8 @@ import gzip
 import json
 import math
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,6 +23,8 @@ import pytest
 from benchmarks import benchmark_learning as bl
 from benchmarks.learning_suites import LEVELS, NOT_FILLED, SUITES, suite_envs
 from sample_factory.config.env_defaults import preset_name_for_env
+from sample_factory.envs.env_utils import unknown_env_message
+from sample_factory.envs.minatar import parse_minatar_id
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -121,6 +125,47 @@ def test_train_command():
     cmd = bl.train_command(spec, 0, "full", args)
     assert {"--num_workers=8", "--device=gpu", "--stop_at_reward=475.0"} <= set(cmd) and cmd[-2:] == ["--a=1", "--b=x"]
     assert bl.experiment_name("atari", "ALE/Pong-v5", 1) == "atari_ALE_Pong-v5_s1"
+    # another algorithm of the same suite gets its own folder: it must not resume the APPO run's checkpoint
+    assert bl.experiment_name("minatar", "MinAtar/Breakout-v1", 0, "--algo=DQN") == "minatar_MinAtar_Breakout-v1_dqn_s0"
+    assert bl.experiment_name("atari", "ALE/Pong-v5", 1, "--algo APPO --seed=2") == "atari_ALE_Pong-v5_s1"
+
+
+def test_minatar_suite_is_the_five_games_at_the_papers_5m_frames():
+    specs = suite_envs("minatar")
+    games = ["Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"]
+    assert [s.env for s in specs] == [f"MinAtar/{g}-v1" for g in games]
+    for spec in specs:
+        assert unknown_env_message(spec.env) is None and parse_minatar_id(spec.env)[1]  # minimal action set
+        assert preset_name_for_env(spec.env) == "minatar"
+        full = spec.budget("full")
+        assert (full.env_steps, full.seeds) == (5_000_000, 3)  # no frame skip: 5M env steps = 5M frames
+        assert "1903.03176" in spec.budget_source and spec.threshold is None
+        assert spec.references and all(r.source and "Young & Tian 2019" in r.label for r in spec.references)
+    args = Namespace(suite="minatar", train_dir="/td", num_workers=None, device=None, stop_when_solved=True)
+    cmd = bl.train_command(specs[1], 2, "full", Namespace(**vars(args), extra="--algo=DQN"))
+    assert "--env=MinAtar/Breakout-v1" in cmd and "--train_for_env_steps=5000000" in cmd and cmd[-1] == "--algo=DQN"
+    assert not any(a.startswith("--stop_at_reward") for a in cmd)  # no threshold: the return at 5M is the result
+
+
+def test_the_minatar_study_commands_of_the_results_page():
+    """docs/results.md's MinAtar commands: all five games, 3 seeds, 5M env steps; APPO and DQN into folders of
+    their own (their runs have the same names, so a shared train_dir would resume one algorithm's checkpoints with
+    the other)."""
+    text = (REPO_ROOT / "docs" / "results.md").read_text()
+    section = text[text.index("## MinAtar (first checks)") :]
+    block = re.search(r"```bash\n(.*?)```", section[: section.index("\n## ", 3)], re.S).group(1)
+    commands = [shlex.split(c) for c in block.replace("\\\n", " ").splitlines() if c.strip()]
+    assert len(commands) == 2 and all(c[:3] == ["python", "-m", "benchmarks.benchmark_learning"] for c in commands)
+    parsed = [bl.parse_args(c[3:]) for c in commands]
+    algos = []
+    for args in parsed:
+        assert (args.suite, args.budget, args.seeds, args.envs) == ("minatar", "full", 3, "")
+        for spec in suite_envs(args.suite):
+            cmd = bl.train_command(spec, 0, args.budget, args)
+            assert "--train_for_env_steps=5000000" in cmd
+        algos.append(shlex.split(args.extra))
+    assert algos == [[], ["--algo=DQN"]]
+    assert len({a.train_dir for a in parsed}) == 2 and len({bl.results_path(a.output, "minatar") for a in parsed}) == 2
 
 
 # ---- report ------------------------------------------------------------------------------------------------
@@ -218,6 +263,32 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _run_benchmark(argv: list[str], timeout: float = 200) -> dict:
+    """`python -m benchmarks.benchmark_learning <argv>` in its own process group, so that whatever it leaves
+    running can be found and killed: its exit code, output and whether any process of it outlived it."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.benchmark_learning", *argv],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        deadline = time.monotonic() + 15  # forkserver / resource tracker exit just after the run
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        leaked = _group_alive(proc.pid)
+    finally:
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    return {"rc": proc.returncode, "out": out, "leaked": leaked}
+
+
 @pytest.fixture(scope="module")
 def ci_run(tmp_path_factory):
     """One `ci` run of CartPole-v1 (1 seed, 1 worker) through the command line, in its own process group, so
@@ -233,27 +304,7 @@ def ci_run(tmp_path_factory):
         f"--train_dir={root / 'td'}",
         f"--output={root / 'out'}",
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.benchmark_learning", *argv],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=200)
-        deadline = time.monotonic() + 15  # forkserver / resource tracker exit just after the run
-        while _group_alive(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        leaked = _group_alive(proc.pid)
-    finally:
-        if _group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    return {"root": root, "argv": argv, "rc": proc.returncode, "out": out, "leaked": leaked}
+    return {"root": root, "argv": argv, **_run_benchmark(argv)}
 
 
 @pytest.mark.timeout(300)
@@ -300,6 +351,25 @@ def test_rerun_skips_the_recorded_run_then_plot_only_regenerates(ci_run, monkeyp
 
     # another budget level into the same folders is refused instead of being mixed in
     assert bl.main([a if a != "--budget=ci" else "--budget=short" for a in ci_run["argv"]]) == 2
+
+
+@pytest.mark.process
+@pytest.mark.timeout(300)
+def test_a_minatar_ci_run_with_dqn(tmp_path):
+    """One `ci` run of MinAtar/Breakout-v1 with --extra=--algo=DQN: the minatar_dqn preset, a few SGD steps."""
+    pytest.importorskip("minatar", reason="MinAtar needs the [minatar] extra: pip install -e .[minatar]")
+    extra = "--algo=DQN --learning_starts=1024 --training_intensity=4"  # updates within the ci budget's 5,000 steps
+    argv = ["--suite=minatar", "--budget=ci", "--envs=MinAtar/Breakout-v1", "--seeds=1", "--num_workers=1"]
+    argv += ["--device=cpu", f"--train_dir={tmp_path / 'td'}", f"--output={tmp_path / 'out'}", f"--extra={extra}"]
+    run = _run_benchmark(argv)
+    assert run["rc"] == 0, run["out"]
+    assert not run["leaked"], "processes of the run outlived it"
+    r = bl.load_doc(tmp_path / "out" / "minatar.json.gz")["runs"]["MinAtar/Breakout-v1/s0"]
+    assert r["complete"] and r["stop_reason"].startswith("reached") and r["env_steps"] >= 5_000, run["out"]
+    assert r["command"].endswith(extra)
+    cfg = json.loads((tmp_path / "td" / "minatar_MinAtar_Breakout-v1_dqn_s0" / "cfg.json").read_text())
+    assert (cfg["algo"], cfg["preset"]) == ("DQN", "minatar_dqn")
+    assert "| MinAtar/Breakout-v1 | 1 |" in (tmp_path / "out" / "minatar.md").read_text()
 
 
 def test_the_record_is_gzipped_json_and_an_older_plain_one_is_read(tmp_path):
