@@ -222,6 +222,7 @@ class Runner:
                 if self.parts.pbt is not None:
                     self.parts.pbt.write_summaries(self.parts.summaries, self.parts.progress)
             self._check_stop(now)
+        self.points.at_stop(self.parts.progress, time.monotonic(), cfg.stop_at_reward)
 
     def _on_report(self, msg: tuple) -> None:
         report = Report._make(msg)

@@ -20,6 +20,7 @@ Also here: the README's Pong command is the run that docs/results.md cites next 
 from __future__ import annotations
 
 import csv
+import gzip
 import importlib.util
 import json
 import os
@@ -313,7 +314,7 @@ def test_results_fewest_frames_command_is_the_cited_run(monkeypatch):
     for module in ("checks", "env_defaults"):  # the 2-core CPU the run had: its workers and learner threads
         monkeypatch.setattr(f"sample_factory.config.{module}.usable_cores", lambda: 2)
     cfg = parse_cfg(argv[2:])
-    saved = json.loads((FRAMES_TO_SCORE / f"C_seed{cfg.seed}_cfg.json").read_text())
+    saved = json.loads(gzip.decompress((FRAMES_TO_SCORE / f"C_seed{cfg.seed}_cfg.json.gz").read_bytes()))
     ours = {k: v for k, v in vars(cfg).items() if k not in NOT_LEARNING}
     assert {k: v for k, v in saved.items() if k in ours} == {k: v for k, v in ours.items() if k in saved}
     assert saved["seed"] == cfg.seed and saved["async_rl"] is False  # synchronous and seeded: the run repeats

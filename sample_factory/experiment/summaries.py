@@ -429,6 +429,13 @@ class ProgressPoints:
         self.summaries.progress_row(progress)
         self.last_row = now
 
+    def at_stop(self, progress: ProgressTracker, now: float, target: float | None) -> None:
+        """A row as the run stops at --stop_at_reward: the target may be reached between two rows, and episodes that
+        arrive while the run shuts down can move the mean of its final row back below it (frames_to_score reads the
+        first row at the target). Sync mode's rows at whole iterations already hold it."""
+        if target is not None and progress.solved(target):
+            self.report(progress, now)
+
     def update(self, progress: ProgressTracker, now: float) -> None:
         total = progress.total_env_frames()
         too_soon = now - self.last_row < 1.0 / MAX_POINTS_PER_SEC and not self.per_iteration

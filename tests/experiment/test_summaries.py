@@ -154,6 +154,24 @@ def test_progress_points_every_n_env_steps_at_most_four_a_second():
     assert recorder.rows == 4
 
 
+def test_a_run_stopping_at_its_target_writes_the_row_that_reached_it():
+    """A CartPole frames_to_score seed stopped at its target and found no row at it: the target was reached between
+    two rows, and episodes counted during the shutdown moved the final row's mean back below it."""
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=1", "--stats_avg=2"])
+    progress, recorder, now = ProgressTracker(cfg), _Recorder(), time.monotonic()
+    points = ProgressPoints(cfg.progress_every_env_steps, recorder, now)
+    progress.add_samples(0, 100, [(10.0, 10), (10.0, 10)])
+    points.at_stop(progress, now, 40.0)  # stopped for another reason: no row of its own
+    points.at_stop(progress, now, None)
+    assert recorder.rows == 0
+    progress.add_samples(0, 100, [(50.0, 50), (50.0, 50)])
+    points.at_stop(progress, now, 40.0)
+    assert recorder.rows == 1
+    synchronous = ProgressPoints(cfg.progress_every_env_steps, recorder, now, per_iteration=True)
+    synchronous.at_stop(progress, now, 40.0)  # its rows come at whole iterations, the same in every run
+    assert recorder.rows == 1
+
+
 @pytest.mark.timeout(120)
 def test_a_short_run_has_a_curve(tmp_path):
     """Progress lines every 100 s, i.e. never during the run: the rows and points come from the env steps."""
