@@ -314,12 +314,19 @@ def test_results_fewest_frames_command_is_the_cited_run(monkeypatch):
     for module in ("checks", "env_defaults"):  # the 2-core CPU the run had: its workers and learner threads
         monkeypatch.setattr(f"sample_factory.config.{module}.usable_cores", lambda: 2)
     cfg = parse_cfg(argv[2:])
-    saved = json.loads(gzip.decompress((FRAMES_TO_SCORE / f"C_seed{cfg.seed}_cfg.json.gz").read_bytes()))
     ours = {k: v for k, v in vars(cfg).items() if k not in NOT_LEARNING}
-    assert {k: v for k, v in saved.items() if k in ours} == {k: v for k, v in ours.items() if k in saved}
-    assert saved["seed"] == cfg.seed and saved["async_rl"] is False  # synchronous and seeded: the run repeats
 
-    with (FRAMES_TO_SCORE / f"C_seed{cfg.seed}_progress.csv").open() as f:
+    def same(path: Path) -> bool:  # the saved cfg (<setup>_seed<N>_cfg.json.gz) is the command's, value for value
+        saved = json.loads(gzip.decompress(path.read_bytes()))
+        return {k: v for k, v in saved.items() if k in ours} == {k: v for k, v in ours.items() if k in saved}
+
+    saved_cfgs = sorted(FRAMES_TO_SCORE.glob(f"*_seed{cfg.seed}_cfg.json.gz"))
+    matching = [p for p in saved_cfgs if same(p)]
+    assert len(matching) == 1, f"the command resolves to none (or several) of {[p.name for p in saved_cfgs]}"
+    setup = matching[0].name.split("_seed")[0]
+    assert cfg.async_rl is False  # synchronous and seeded: the run repeats
+
+    with (FRAMES_TO_SCORE / f"{setup}_seed{cfg.seed}_progress.csv").open() as f:
         frames = next(int(r["env_frames"]) for r in csv.DictReader(f) if float(r["reward_p0"]) >= 18)
     row = next(line for line in section.splitlines() if line.startswith(f"| {cfg.seed} |"))
     assert f"| {frames:,} |" in row, row
