@@ -38,6 +38,7 @@ from typing import Any
 
 from benchmarks.learning_suites import LEVELS, REPORT_INTERVAL_SEC, SUITES, SuiteEnv, suite_envs
 from sample_factory.config.machine import usable_cores
+from sample_factory.config.parse import env_and_algo
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FINAL_POINTS = 5
@@ -120,19 +121,9 @@ def mean_curve(curves: Sequence[tuple[Sequence[float], Sequence[float]]], n: int
 def experiment_name(suite: str, env: str, seed: int, extra: str = "") -> str:
     """The run's folder; an --algo other than APPO among the passthrough flags names it too, so that a DQN run of a
     suite never resumes the APPO run's checkpoint in a shared --train_dir."""
-    algo = _algo_in(extra)
-    tag = "" if algo in (None, "APPO") else f"_{algo.lower()}"
+    algo = env_and_algo(shlex.split(extra))[1]
+    tag = "" if algo == "APPO" else f"_{algo.lower()}"
     return f"{suite}_{re.sub(r'[^A-Za-z0-9_.-]', '_', env)}{tag}_s{seed}"
-
-
-def _algo_in(extra: str) -> str | None:
-    tokens = shlex.split(extra)
-    for i, token in enumerate(tokens):
-        if token.startswith("--algo="):
-            return token.split("=", 1)[1]
-        if token == "--algo" and i + 1 < len(tokens):
-            return tokens[i + 1]
-    return None
 
 
 def run_key(env: str, seed: int) -> str:

@@ -86,8 +86,9 @@ class _ValuesOnOptionLine(argparse.HelpFormatter):
         return "\n".join(lines) + "\n"
 
 
-def _env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
-    """--env and --algo as typed (aliases included), for --help; everything else is ignored."""
+def env_and_algo(argv: Sequence[str]) -> tuple[str | None, str]:
+    """--env and --algo as typed (aliases and dashes included; --algo's default where absent), for --help and for
+    tools that read them from passthrough flags; everything else is ignored."""
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for opt in all_options():
         if opt.name in ("env", "algo"):
@@ -107,7 +108,7 @@ def build_parser(
     """`defaults=False` gives a parser whose unspecified options are absent: that tells which flags were typed.
     The help shows each option's default and, for the --env in `help_argv`, its preset's value; options not in
     `listed` (None: all) are accepted but left out of the help."""
-    env, algo = _env_and_algo(help_argv) if help_argv else (None, "APPO")
+    env, algo = env_and_algo(help_argv) if help_argv else (None, "APPO")
     device = next((a.split("=", 1)[1] for a in help_argv if a.startswith("--device=")), "auto")
     tuned_for = next((a.split("=", 1)[1] for a in help_argv if a.startswith("--tuned_for=")), "auto")
     preset, preset_vals, _ = preset_for(env, algo, device, tuned_for=tuned_for) if env else (None, {}, "")
