@@ -65,6 +65,7 @@ class PreparedBatch(NamedTuple):
     action_mask: Tensor | None  # [M, T, A]
     actions: Tensor  # [M, T, *act_shape]
     old_log_probs: Tensor  # [M, T] behaviour log-probs
+    prox_log_probs: Tensor | None  # [M, T] log-probs under the weights the iteration starts from (--decoupled_ppo)
     old_values: Tensor  # [M, T+1] behaviour values, real scale
     rewards: Tensor  # [M, T] shaped (shaped_rewards)
     dones: Tensor  # [M, T] float 0/1
@@ -99,11 +100,11 @@ class APPOAlgorithm(Algorithm):
         if cfg.lr_schedule == "kl_adaptive":
             self.lr_t = torch.tensor(cfg.learning_rate, dtype=torch.float32, device=device)
             self.optimizer.param_groups[0]["lr"] = self.lr_t
-            if cfg.async_rl and not cfg.serial_mode:
+            if cfg.async_rl and not cfg.serial_mode and not cfg.decoupled_ppo:
                 self.notes.append(
                     "--lr_schedule=kl_adaptive in an asynchronous run: the KL it steers by includes the policy lag, "
-                    "which can drive the rate to --lr_min; --async_rl=False measures it as rl_games does "
-                    "(docs/algorithms.md)"
+                    "which can drive the rate to --lr_min; --async_rl=False measures it as rl_games does, "
+                    "--decoupled_ppo=True from the policy the iteration starts from (docs/algorithms.md)"
                 )
         self.exploration_coeff = exploration_coeff_at(cfg, 0)  # --exploration_loss_schedule, set every iteration
         # IMPALA-style replay (--replay_proportion with --exp_replayer=uniform): whole trajectories, V-trace corrected
@@ -252,17 +253,24 @@ class APPOAlgorithm(Algorithm):
             seen = torch.from_numpy(seen).to(dev, non_blocking=True).reshape(-1)
             flat = {k: v[: len(seen) // T, :T].flatten(0, 1) for k, v in obs.items()}
             self.dp.update_normalizers(self.model, flat, seen)  # (of every rank's observations)
+        rnn_states = b["rnn_states"][:, : T + 1]
+        action_mask = obs[ACTION_MASK_KEY][:, :T] if ACTION_MASK_KEY in obs else None
+        actions = b["actions"][:, :T]
+        prox = (
+            self.proximal_log_probs(obs, rnn_states, b["is_first"], actions, action_mask) if cfg.decoupled_ppo else None
+        )
         gae_adv = gae_ret = None
         if not cfg.with_vtrace:
             adv, ret = calculate_gae(rewards.T, dones.T, old_values.T, cfg.gamma, cfg.gae_lambda)
             gae_adv, gae_ret = adv.T, ret.T
         return PreparedBatch(
             obs=obs,
-            rnn_states=b["rnn_states"][:, : T + 1],
+            rnn_states=rnn_states,
             is_first=b["is_first"],
-            action_mask=obs[ACTION_MASK_KEY][:, :T] if ACTION_MASK_KEY in obs else None,
-            actions=b["actions"][:, :T],
+            action_mask=action_mask,
+            actions=actions,
             old_log_probs=b["log_probs"][:, :T],
+            prox_log_probs=prox,
             old_values=old_values,
             rewards=rewards,
             dones=dones,
@@ -274,6 +282,32 @@ class APPOAlgorithm(Algorithm):
             gae_advantages=gae_adv,
             gae_returns=gae_ret,
         )
+
+    @torch.no_grad()
+    def proximal_log_probs(
+        self,
+        obs: dict[str, Tensor],
+        rnn_states: Tensor,
+        is_first: Tensor,
+        actions: Tensor,
+        action_mask: Tensor | None,
+    ) -> Tensor:
+        """[M, T] log-probs of the batch's actions under the current weights, before the iteration's first step:
+        --decoupled_ppo's proximal policy. Computed in minibatch-sized chunks of trajectories, as the loss computes
+        its own, so that at the first step pi == pi_prox up to the order of reductions."""
+        cfg, T, model = self.cfg, self.cfg.rollout, self.model
+        M = is_first.shape[0]
+        out = torch.empty((M, T), device=self.device)  # [M, T]
+        for rows in torch.arange(M, device=self.device).split(max(cfg.batch_size // T, 1)):
+            B = rows.numel()
+            with forward_autocast(self):
+                params, _ = model.forward_sequence(
+                    {k: v[rows] for k, v in obs.items()}, rnn_states[rows], is_first[rows], cfg.recurrence
+                )
+            mask = None if action_mask is None else action_mask[rows].reshape(B * T, -1)  # [B*T, A]
+            dist = model.distribution(params.float()[:, :T].reshape(B * T, -1), mask)
+            out[rows] = dist.log_prob(actions[rows].reshape(B * T, *actions.shape[2:])).view(B, T)
+        return out
 
     def minibatch_loss(self, p: PreparedBatch, mb: Tensor) -> MinibatchLoss:
         """The loss of the trajectories `mb` [B] (indices into the batch), its detached stats and whether it has a
@@ -317,6 +351,7 @@ class APPOAlgorithm(Algorithm):
             mask,
             clip_mode=cfg.ppo_clip_mode,
             ratio_clamp=cfg.ppo_ratio_clamp,
+            log_prob_prox=None if p.prox_log_probs is None else p.prox_log_probs[mb].reshape(-1),
         )
         if model.returns_normalizer is not None:
             share.update_returns_normalizer(model.returns_normalizer, targets)

@@ -60,8 +60,14 @@ def ppo_policy_loss(
     mask: Tensor | None = None,
     clip_mode: str = "symmetric",
     ratio_clamp: float = 0.0,
+    log_prob_prox: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate objective (Schulman et al., 2017), as a loss to minimise.
+
+    With `log_prob_prox` it is the decoupled objective (Hilton et al. 2021, arXiv:2110.00641): the ratio is clipped
+    around the proximal policy pi_prox instead of the behaviour policy mu, and each sample is weighted by
+    w = pi_prox / mu, i.e. w * min(r' A, clip(r', lo, hi) A) with r' = pi_theta / pi_prox, written below as the plain
+    objective in r = pi_theta / mu = w r' with the interval [w lo, w hi]. With pi_prox = mu it is PPO's.
 
     Args:
         log_prob_new: [N] log pi_theta(a|s) under the current parameters (carries grad).
@@ -71,30 +77,40 @@ def ppo_policy_loss(
         mask: optional [N] sample mask.
         clip_mode: "symmetric" ([1 - eps, 1 + eps]) or "unbiased" ([1 / (1 + eps), 1 + eps]).
         ratio_clamp: the ratio is first clamped to [1 / ratio_clamp, ratio_clamp] (`clamp_ratio`; <= 0: off).
+        log_prob_prox: optional [N] log pi_prox(a|s) of the proximal policy (constants): the decoupled objective.
 
     Returns:
         (loss scalar, stats) with stats holding detached scalar tensors "clip_fraction", "ratio_mean",
-        "approx_kl" (kept as tensors so logging does not force a device sync). The stats use the raw ratio.
+        "approx_kl" (kept as tensors so logging does not force a device sync). The stats use the raw ratio of the
+        current policy to the one the clip is around (mu, or pi_prox), on the collected samples.
     """
-    log_ratio = log_prob_new - log_prob_old.detach()  # [N]
+    log_ratio = log_prob_new - log_prob_old.detach()  # [N] log r
     ratio = torch.exp(log_ratio)  # [N]
     lo, hi = ppo_clip_bounds(clip_ratio, clip_mode)
     r = clamp_ratio(ratio, ratio_clamp)  # [N]
     adv = advantages.detach()  # [N]
     surr_unclipped = r * adv
-    surr_clipped = torch.clamp(r, lo, hi) * adv
+    if log_prob_prox is None:
+        surr_clipped = torch.clamp(r, lo, hi) * adv
+        log_ratio_c = log_ratio  # [N] log of the ratio the clip is around
+    else:
+        w = torch.exp(log_prob_prox.detach() - log_prob_old.detach())  # [N] pi_prox / mu
+        surr_clipped = torch.clamp(r, w * lo, w * hi) * adv
+        log_ratio_c = log_prob_new - log_prob_prox.detach()
     loss = -masked_mean(torch.min(surr_unclipped, surr_clipped), mask)
 
     with torch.no_grad():
+        log_ratio_c = log_ratio_c.detach()
+        ratio_c = torch.exp(log_ratio_c)  # [N]
         if clip_mode == "symmetric":
-            clipped = (ratio - 1.0).abs() > clip_ratio
+            clipped = (ratio_c - 1.0).abs() > clip_ratio
         else:
-            clipped = (ratio < lo) | (ratio > hi)
+            clipped = (ratio_c < lo) | (ratio_c > hi)
         stats = {
-            "clip_fraction": masked_mean(clipped.to(dtype=ratio.dtype), mask),
-            "ratio_mean": masked_mean(ratio, mask),
+            "clip_fraction": masked_mean(clipped.to(dtype=ratio_c.dtype), mask),
+            "ratio_mean": masked_mean(ratio_c, mask),
             # Low-variance, always non-negative KL(old || new) estimator: E[(r - 1) - log r].
-            "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
+            "approx_kl": masked_mean((ratio_c - 1.0) - log_ratio_c, mask),
         }
     return loss, stats
 

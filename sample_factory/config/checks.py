@@ -199,6 +199,8 @@ def finalize_cfg(cfg: Config) -> Config:
         raise ConfigError(
             f"--ppo_ratio_clamp must be > 1 (the ratio is clamped to [1/x, x]) or <= 0 (off), got {cfg.ppo_ratio_clamp}"
         )
+    if cfg.decoupled_ppo and cfg.algo != "APPO":
+        raise ConfigError(f"--decoupled_ppo=True changes APPO's PPO clip; --algo={cfg.algo} has none")
     if cfg.kl_loss_coeff < 0:
         raise ConfigError(f"--kl_loss_coeff must be >= 0, got {cfg.kl_loss_coeff}")
     if cfg.decorrelate_experience_max_seconds < 0:

@@ -77,6 +77,15 @@ class LearnerOptions(OptionGroup, title="Learner"):
         "branch (r * A with A < 0 is unbounded). 20 is Sample Factory 2's fixed [0.05, 20]; <= 0 disables.",
     )
 
+    decoupled_ppo: bool = opt(
+        False,
+        "Clip PPO's ratio around the policy the iteration started from (the proximal policy) instead of the one "
+        "that collected each sample, weighting each sample by pi_prox / mu: the decoupled objective of Hilton et "
+        "al. 2021 (arXiv:2110.00641). In an asynchronous run the clip, clip_fraction and approx_kl (which "
+        "--lr_schedule=kl_adaptive steers by) then measure the iteration's own change, not the policy lag. Costs "
+        "one forward pass over the iteration's batch.",
+    )
+
     ppo_clip_value: float = opt(1.0, "Value clipping around the behaviour value (<= 0 disables).")
 
     value_loss_coeff: float = opt(0.5, "Weight of the value loss.")
@@ -126,8 +135,8 @@ class LearnerOptions(OptionGroup, title="Learner"):
 
     kl_threshold: float = opt(
         0.008,
-        "--lr_schedule=kl_adaptive: the KL (behaviour policy -> current policy, per sample) the learning rate "
-        "is steered to (rl_games' kl_threshold).",
+        "--lr_schedule=kl_adaptive: the KL (behaviour policy -> current policy, per sample; from the proximal "
+        "policy with --decoupled_ppo) the learning rate is steered to (rl_games' kl_threshold).",
     )
 
     lr_min: float = opt(1e-6, "--lr_schedule=kl_adaptive: the lowest learning rate.")

@@ -1,6 +1,6 @@
-"""APPO with the loss options: --exploration_loss=symmetric_kl, --kl_loss_coeff, --ppo_clip_mode=unbiased and
---ppo_ratio_clamp reach the minibatch loss (each changes it by exactly its term), and the action spaces
-symmetric_kl cannot apply to are rejected before a run starts."""
+"""APPO with the loss options: --exploration_loss=symmetric_kl, --kl_loss_coeff, --ppo_clip_mode=unbiased,
+--ppo_ratio_clamp and --decoupled_ppo reach the minibatch loss (each changes it by exactly its term), and the action
+spaces symmetric_kl cannot apply to are rejected before a run starts."""
 
 from __future__ import annotations
 
@@ -98,6 +98,25 @@ def test_default_ratio_clamp_changes_the_stale_gaussian_scenario():
     assert all(math.isfinite(v) for s in result["stats"] for v in s.values())
 
 
+def test_decoupled_ppo_clips_around_the_weights_the_iteration_starts_from():
+    """The fixed batch's behaviour log-probs (about -0.7) are far from a fresh 3-action policy (about -1.1): measured
+    from them, the first step already has a KL and clipped ratios; measured from the proximal policy (the weights
+    before the first step, the ones the loss evaluates) it has none, and the loss still differs from PPO's."""
+    plain_loss, plain = _minibatch()
+    loss, stats = _minibatch("--decoupled_ppo=True")
+    assert plain["approx_kl"].item() > 0.01 and plain["ratio_mean"].item() < 0.9
+    assert stats["approx_kl"].item() == pytest.approx(0.0, abs=1e-6)
+    assert stats["ratio_mean"].item() == pytest.approx(1.0, abs=1e-5) and stats["clip_fraction"].item() == 0.0
+    assert loss.item() != pytest.approx(plain_loss.item())  # weighted by pi_prox / mu, clipped elsewhere
+
+
+@pytest.mark.parametrize("scenario", ["gru_vtrace_normalized", "action_mask_raw_advantages"])
+def test_decoupled_ppo_trains_recurrent_and_masked_models(scenario):
+    result = run_scenario(scenario, make_algorithm, extra=("--decoupled_ppo=True",))
+    for stats in result["stats"]:
+        assert stats["sgd_steps"] > 0 and all(math.isfinite(v) for v in stats.values()), stats
+
+
 def test_training_with_every_loss_option():
     extra = (
         "--exploration_loss=symmetric_kl",
@@ -138,11 +157,12 @@ def test_symmetric_kl_accepts_discrete_spaces():
         ("--ppo_ratio_clamp=0.5", "ppo_ratio_clamp"),
         ("--kl_loss_coeff=-1", "kl_loss_coeff"),
         ("--decorrelate_experience_max_seconds=-1", "decorrelate_experience_max_seconds"),
+        ("--decoupled_ppo=True --algo=DQN", "decoupled_ppo"),
     ],
 )
 def test_invalid_loss_flags_rejected(flag, message, capsys):
     with pytest.raises(SystemExit):
-        parse_cfg([*SMALL, flag])
+        parse_cfg([*SMALL, *flag.split()])
     assert message in capsys.readouterr().err
 
 

@@ -202,6 +202,39 @@ def test_ppo_ratio_clamp_bounds_a_stale_samples_pull():
     assert clamped_stats["clip_fraction"].item() == pytest.approx(0.5)
 
 
+def test_decoupled_ppo_loss_is_ppo_around_the_proximal_policy_weighted_by_it():
+    """The decoupled objective (Hilton et al. 2021): w * min(r' A, clip(r', 1 - c, 1 + c) A) with w = pi_prox / mu and
+    r' = pi / pi_prox, by hand, its gradient, and PPO's loss exactly where pi_prox = mu."""
+    log_old = torch.tensor([-1.0, -0.5, -2.0, -1.2])  # mu, the behaviour policy
+    w = torch.tensor([1.5, 0.5, 1.0, 2.0])  # pi_prox / mu: the policy moved since these were collected
+    r_prox = torch.tensor([1.3, 0.7, 1.05, 0.85])  # pi / pi_prox
+    adv = torch.tensor([1.0, -1.0, 2.0, -0.5])
+    log_prox = log_old + w.log()
+
+    log_new = (log_prox + r_prox.log()).requires_grad_(True)
+    loss, stats = ppo_policy_loss(log_new, log_old, adv, 0.2, log_prob_prox=log_prox)
+    #   w=1.5, r'=1.3, A=+1: 1.5 * min(1.3, 1.2) = 1.8 (clipped, no grad)
+    #   w=0.5, r'=0.7, A=-1: 0.5 * min(-0.7, -0.8) = -0.4 (clipped, no grad)
+    #   w=1.0, r'=1.05, A=+2: 2.1
+    #   w=2.0, r'=0.85, A=-0.5: 2 * min(-0.425, -0.4) = -0.85
+    assert loss.item() == pytest.approx(-(1.8 - 0.4 + 2.1 - 0.85) / 4, abs=1e-6)
+    loss.backward()  # d(-w r' A / N) / d log pi = -w r' A / N where unclipped
+    torch.testing.assert_close(log_new.grad, torch.tensor([0.0, 0.0, -1.05 * 2.0 / 4, 2.0 * 0.85 * 0.5 / 4]))
+    assert stats["clip_fraction"].item() == pytest.approx(0.5)  # of r' against [0.8, 1.2]
+    assert stats["ratio_mean"].item() == pytest.approx(float(r_prox.mean()), rel=1e-6)
+    kl = float(((r_prox - 1) - r_prox.log()).mean())  # from pi_prox, not from mu
+    assert stats["approx_kl"].item() == pytest.approx(kl, rel=1e-5)
+
+    # pi_prox = mu: exactly PPO's loss, gradient and stats
+    log_new = (log_old + r_prox.log()).requires_grad_(True)
+    plain, plain_stats = ppo_policy_loss(log_new, log_old, adv, 0.2, ratio_clamp=20.0)
+    (plain_grad,) = torch.autograd.grad(plain, log_new)
+    same, same_stats = ppo_policy_loss(log_new, log_old, adv, 0.2, ratio_clamp=20.0, log_prob_prox=log_old.clone())
+    (same_grad,) = torch.autograd.grad(same, log_new)
+    assert same.item() == plain.item() and torch.equal(same_grad, plain_grad)
+    assert all(same_stats[k].item() == plain_stats[k].item() for k in plain_stats)
+
+
 def test_kl_penalty_value_and_gradient_are_unbiased():
     """Averaged over actions drawn from the behaviour policy mu (here exactly: weighted by mu), the estimator's value
     is KL(mu || pi) and its gradient is the analytic KL's gradient."""
