@@ -16,7 +16,8 @@ from tests.algo import appo_fixture
 TIMEOUT = 240.0
 
 APPO_CASES = {
-    "gru_vtrace_normalized": (),  # GRU, V-trace, both normalizers, lag and other-policy masks
+    # GRU, V-trace, both normalizers, lag and other-policy masks; the proximal policy of each rank's own rows
+    "gru_vtrace_normalized": ("--decoupled_ppo=True",),
     "gaussian_gae_unclipped": ("--num_batches_per_epoch=6",),  # GAE, MLP; 2-row minibatches: empty shares
     "action_mask_raw_advantages": ("--max_grad_norm=0.05",),  # clipping at the global gradient norm
 }
