@@ -7,8 +7,7 @@
 #                 bash benchmarks/gpu_check.sh scores   (~8 min: Ape-X DQN on Pong for DQN_SECONDS=420 s; with
 #                                                                   APPO_SECONDS=170 also APPO Pong to +18 (then set
 #                                                                   DQN_SECONDS=280); curves kept as *_progress.csv)
-#                 bash benchmarks/gpu_check.sh frames   (~5 min: issue 50's candidate setup F (FRAMES_SETUP=C for C), Pong
-#                                                       frames and time to +18)
+#                 bash benchmarks/gpu_check.sh frames   (~7 min: the atari preset's Pong time to +18; frames/s vs the old one)
 #
 # with the device tool's `carry: [".whl"]`. Results go to $OUT (the device tool brings them back) or ./gpu_check_out.
 # Each step has its own time limit and a failed step does not stop the others.
@@ -19,6 +18,11 @@ OUT=${OUT:-$REPO/gpu_check_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 PY=python3
+
+# The atari preset's GPU setup before issue 50 (56e054f: Sample Factory 2's fast Atari setup), as flags on today's
+OLD_GPU_SETUP="--async_rl=True --num_envs_per_worker=8 --rollout=32 --batch_size=1024 --num_batches_per_epoch=4 \
+  --num_epochs=4 --nonlinearity=relu --learning_rate=2.5e-4 --lr_schedule=constant --with_vtrace=True \
+  --ppo_clip_ratio=0.1 --ppo_clip_value=1.0 --value_loss_coeff=0.5 --max_grad_norm=0.5"
 
 # Our package's dependencies that the GPU image lacks, from carried wheels, into a private folder; SF2's own stack
 # goes elsewhere (benchmark_sf2 installs it) and never shares a PYTHONPATH with ours.
@@ -99,24 +103,16 @@ scores)
   fi
   ;;
 frames)
-  # issue 50's candidate setups (rl_games' Pong recipe, synchronous, the adaptive rate capped at 1e-3; frames to +18
-  # measured on 2 CPU cores in docs/results.md) on the GPU: time to +18 from launch and frames/s against the preset's
-  # (`full`'s time_to_score). FRAMES_SETUP=C: minibatches of 2,048 (16 SGD steps an iteration), F (the default):
-  # minibatches of 512 (64). 4 envs per worker: 16 x 4 x 128 = the 8,192 samples of one synchronous iteration.
-  # FRAMES_SECONDS caps the run (default 240).
+  # issue 50: the atari preset's GPU setup (candidate F: rl_games' Pong recipe, synchronous, minibatches of 512, 64
+  # envs; frames to +18 measured on 2 CPU cores in docs/results.md) from launch to +18, then the GPU setup it replaced
+  # (as flags: OLD_GPU_SETUP) for OLD_SECONDS: the two frames/s side by side (the issue's bound: at most 10% fewer).
+  # FRAMES_SECONDS caps the first run (default 240).
   fs=${FRAMES_SECONDS:-240}
-  case "${FRAMES_SETUP:-F}" in
-    C) minibatches="--batch_size=2048 --num_batches_per_epoch=4" ;;
-    F) minibatches="--batch_size=512 --num_batches_per_epoch=16" ;;
-    *) echo "FRAMES_SETUP must be C or F" >&2; exit 2 ;;
-  esac
-  # shellcheck disable=SC2086  # $minibatches is two flags
   step frames_to_score $((fs + 60)) $PY -m benchmarks.frames_to_score --env=atari_pong --target=18 --seeds=1 \
-    --max_frames=8e6 --out_dir="$OUT/frames_to_score" -- --device=gpu --num_workers="$(nproc)" \
-    --train_for_seconds="$fs" --with_vtrace=False --gae_lambda=0.95 --ppo_clip_ratio=0.2 --ppo_clip_value=0 \
-    --value_loss_coeff=2.0 --lr_schedule=kl_adaptive --kl_threshold=0.01 --learning_rate=3e-4 --lr_max=1e-3 \
-    --nonlinearity=elu --max_grad_norm=1.0 --rollout=128 --async_rl=False --num_envs_per_worker=4 $minibatches \
-    --num_epochs=4
+    --max_frames=8e6 --out_dir="$OUT/frames_to_score" -- --device=gpu --train_for_seconds="$fs"
+  # shellcheck disable=SC2086  # $OLD_GPU_SETUP is a list of flags
+  step old_gpu_setup $((${OLD_SECONDS:-90} + 60)) $PY -m sample_factory.train --env=atari_pong --device=gpu \
+    --train_for_seconds="${OLD_SECONDS:-90}" --train_dir=/tmp/gpu_check_td --experiment=old_gpu_setup $OLD_GPU_SETUP
   ;;
 esac
 echo "== done: $(ls "$OUT")"

@@ -250,10 +250,13 @@ def _check_kl_adaptive(cfg: Config) -> None:
 
 def _spread_num_envs(cfg: Config) -> None:
     """CleanRL's --num_envs (all the envs) as --num_envs_per_worker: the workers (the most up to --num_workers that
-    divide it, where --num_workers is not typed) get equal shares, in one split where a share is odd."""
+    divide it, where --num_workers is not typed) get equal shares, in one split where a share is odd. A preset's
+    --num_envs yields to a typed --num_envs_per_worker."""
     if cfg.num_envs is None:
         return
     typed = set(cfg.cli_flags)
+    if "num_envs" not in typed and "num_envs_per_worker" in typed:
+        return
     n = cfg.num_envs
     if "num_envs_per_worker" in typed:
         raise ConfigError(
@@ -265,8 +268,10 @@ def _spread_num_envs(cfg: Config) -> None:
     if "num_workers" not in typed:
         cfg.num_workers = max(w for w in range(1, min(cfg.num_workers, n) + 1) if n % w == 0)
     if n % cfg.num_workers:
+        whose = "" if "num_envs" in typed else "the preset's "
         raise ConfigError(
-            f"--num_envs={n} is not a multiple of --num_workers={cfg.num_workers}: every worker steps as many envs"
+            f"{whose}--num_envs={n} is not a multiple of --num_workers={cfg.num_workers}: every worker steps as many "
+            "envs (give --num_envs or --num_envs_per_worker)"
         )
     cfg.num_envs_per_worker = n // cfg.num_workers
     if cfg.num_envs_per_worker % cfg.worker_num_splits and "worker_num_splits" not in typed:

@@ -457,7 +457,7 @@ def test_atari_preset_takes_its_gpu_setup_where_training_is_on_a_gpu(monkeypatch
     for k, v in presets.GPU_PRESETS["atari"].items():
         assert getattr(gpu, k) == v
     assert (cpu.batch_size, cpu.num_envs_per_worker) == (256, 16)
-    assert parse_cfg(["--env=atari_pong", "--device=gpu", "--batch_size=512"]).batch_size == 512
+    assert parse_cfg(["--env=atari_pong", "--device=gpu", "--num_epochs=2"]).num_epochs == 2
     monkeypatch.setattr(env_defaults.os.path, "exists", lambda p: False)
     monkeypatch.setattr(env_defaults.os.path, "isdir", lambda p: False)
     assert parse_cfg(["--env=atari_pong"]).batch_size == 256  # auto, no driver: torch is not even asked
@@ -483,7 +483,7 @@ def test_tuned_for_picks_the_presets_setup_whatever_the_device(capsys):
     with pytest.raises(SystemExit):
         parse_cfg(["--env=atari_pong", "--device=cpu", "--tuned_for=gpu", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "--batch_size INT (default: 1024; atari preset for --env=atari_pong: 1024)" in help_text
+    assert "--batch_size INT (default: 1024; atari preset for --env=atari_pong: 512)" in help_text
 
 
 def test_auto_device_asks_nvml_not_the_cuda_runtime(monkeypatch):

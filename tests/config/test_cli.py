@@ -168,6 +168,20 @@ def test_num_envs_is_cleanrls_total_spread_over_the_workers(monkeypatch, capsys)
         assert why in capsys.readouterr().err
 
 
+def test_a_presets_num_envs_yields_to_a_typed_num_envs_per_worker(monkeypatch, capsys):
+    """The atari preset's GPU setup counts all the envs (--num_envs, so that its synchronous iteration holds whole
+    rounds of rollouts on any core count); a typed --num_envs_per_worker wins over it, and a --num_workers it cannot be
+    spread over names it."""
+    monkeypatch.setattr("sample_factory.config.checks.usable_cores", lambda: 16)
+    cfg = parse_cfg(["--env=atari_pong", "--device=gpu"])
+    assert (cfg.num_workers, cfg.num_envs_per_worker, cfg.num_envs) == (16, 4, 64)
+    cfg = parse_cfg(["--env=atari_pong", "--device=gpu", "--num_workers=2", "--num_envs_per_worker=4"])
+    assert (cfg.num_workers, cfg.num_envs_per_worker) == (2, 4)
+    with pytest.raises(SystemExit):
+        parse_cfg(["--env=atari_pong", "--device=gpu", "--num_workers=3"])
+    assert "the preset's --num_envs=64 is not a multiple of --num_workers=3" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("sf2", "ours"), [("convnet_impala", "resnet_impala"), ("convnet_atari", "convnet_nature")])
 def test_sample_factory_2_encoder_names_are_aliases(sf2, ours):
     """They were refused (issue 53)."""
