@@ -315,13 +315,17 @@ def _fmt(value: float | None, spec: str = ",.1f") -> str:
 
 
 def summarize_env(runs: Sequence[dict]) -> dict:
-    """Across seeds: final reward mean, sample std, min, max; how many reached the threshold; medians of the
-    env steps / wall seconds to it (over the seeds that reached it) and of the FPS."""
+    """Across the finished seeds (an interrupted run, to be resumed, counts only as unfinished): final reward mean,
+    sample std, min, max; how many reached the threshold; medians of the env steps / wall seconds to it (over the
+    seeds that reached it) and of the FPS."""
+    unfinished = [r for r in runs if not r.get("complete", True)]
+    runs = [r for r in runs if r.get("complete", True)]
     finals = [r["final_reward"] for r in runs if r["final_reward"] is not None]
     hits = [r for r in runs if r["reached"]]
     fps = [r["fps"] for r in runs if r["fps"]]
     return {
         "seeds": len(runs),
+        "unfinished": len(unfinished),
         "with_reward": len(finals),
         "final_mean": statistics.fmean(finals) if finals else None,
         "final_std": statistics.stdev(finals) if len(finals) > 1 else (0.0 if finals else None),
@@ -404,7 +408,7 @@ def render_markdown(doc: dict, pngs: dict[str, str]) -> str:
         lines.append(
             _row(
                 env,
-                s["seeds"],
+                f"{s['seeds']} (+{s['unfinished']} unfinished)" if s["unfinished"] else s["seeds"],
                 _budget_text(info["budget"], info.get("passthrough_flags")),
                 final,
                 _fmt(thr, "g"),

@@ -231,6 +231,18 @@ def test_render_markdown_table():
     assert "Passed with `--extra`" not in md
 
 
+def test_an_interrupted_run_is_left_out_of_the_statistics():
+    """A run stopped by a signal (rerunning the suite resumes it) must not pull the seeds' final reward toward its
+    unfinished value: the table counts it as unfinished; its own row still shows where it stopped."""
+    doc = _doc()
+    stopped = {**_record("E-v0", 2, 1.0, None), "rc": 130, "stop_reason": "SIGINT received", "complete": False}
+    doc["runs"]["E-v0/s2"] = stopped
+    md = bl.render_markdown(doc, {})
+    row = next(line for line in md.splitlines() if line.startswith("| E-v0 |"))
+    assert "| 2 (+1 unfinished) |" in row and "| 10.0 ± 2.8 (8.0..12.0) |" in row and "| 1/2 |" in row
+    assert any(line.startswith("| 2 | 130 | SIGINT received |") for line in md.splitlines())
+
+
 def test_render_markdown_names_the_extra_flags_and_a_budget_they_override():
     doc = _doc()
     doc["envs"]["E-v0"]["passthrough_flags"] = ["--train_for_env_steps=5000", "--lr_schedule=linear_decay"]
