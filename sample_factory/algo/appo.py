@@ -298,8 +298,10 @@ class APPOAlgorithm(Algorithm):
         cfg, T, model = self.cfg, self.cfg.rollout, self.model
         M = is_first.shape[0]
         out = torch.empty((M, T), device=self.device)  # [M, T]
-        for rows in torch.arange(M, device=self.device).split(max(cfg.batch_size // T, 1)):
-            B = rows.numel()
+        chunk = max(cfg.batch_size // T, 1)
+        for lo in range(0, M, chunk):
+            rows = slice(lo, min(lo + chunk, M))  # views, not gathered copies of the frames
+            B = rows.stop - rows.start
             with forward_autocast(self):
                 params, _ = model.forward_sequence(
                     {k: v[rows] for k, v in obs.items()}, rnn_states[rows], is_first[rows], cfg.recurrence
