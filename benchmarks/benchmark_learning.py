@@ -6,8 +6,9 @@ Trains every env of a suite (table in benchmarks/learning_suites.py) for several
 (env steps, wall seconds, mean reward). Every finished run is recorded in `<output>/<suite>.json.gz` (gzipped
 JSON, rewritten atomically after each run; a `<suite>.json` of an older version is read when there is no .gz), so
 an interrupted suite resumes: rerunning the same command skips recorded runs and relaunches the others, and
-train.py resumes their checkpoints. `<output>/<suite>.md` (tables, command, machine)
-and `<output>/<suite>_<env>.png` (curves) are regenerated from the json after every run, or by `--plot_only`.
+train.py resumes their checkpoints. `--parallel=N` trains N runs at once (each recorded as it ends).
+`<output>/<suite>.md` (tables, command, machine) and `<output>/<suite>_<env>.png` (curves) are regenerated from
+the json after every run, or by `--plot_only`.
 
 Wall seconds are progress.csv's `time_s` (from the start of the worker processes, interpreter start and imports
 excluded), summed over the sessions of a resumed run. Final reward: mean of the last FINAL_POINTS progress rows,
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
 import gzip
 import io
@@ -44,6 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FINAL_POINTS = 5
 LOG_NAME = "benchmark.log"
 MARKER_NAME = "benchmark_learning.json"  # in each experiment folder: the budget it was started with
+POLL_S = 0.5  # how often the runs in flight are checked for an exit
 _DONE = re.compile(r"done: (\d+) env (?:steps|frames) in ([\d.]+) s")
 _STOPPING = re.compile(r"stopping: (.+)")
 
@@ -149,42 +152,62 @@ def train_command(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespac
 
 
 def _terminate_on_sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # same path as Ctrl+C: stop the child cleanly, record nothing
+    raise KeyboardInterrupt  # same path as Ctrl+C: stop the children cleanly, record nothing
 
 
-def launch(cmd: list[str], log_path: Path) -> tuple[int, float]:
-    """Run `cmd` from the repository root with stdout+stderr appended to `log_path`; (exit code, wall seconds).
-    On Ctrl+C / SIGTERM the child gets SIGINT (a normal shutdown that saves a checkpoint), is waited for, and
-    KeyboardInterrupt is re-raised; a second interrupt kills it."""
+def launch(cmd: list[str], log_path: Path) -> subprocess.Popen:
+    """Start `cmd` from the repository root with stdout+stderr appended to `log_path`."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    t0 = time.monotonic()
     with open(log_path, "a") as log:
         log.write(f"# {datetime.datetime.now().isoformat(timespec='seconds')} {shlex.join(cmd)}\n")
         log.flush()
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            rc = proc.wait()
-        except KeyboardInterrupt:
-            try:
+        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop_runs(procs: Sequence[subprocess.Popen]) -> None:
+    """On Ctrl+C / SIGTERM: every child gets SIGINT (a normal shutdown that saves a checkpoint) and is waited for;
+    a second interrupt kills them."""
+    try:
+        for proc in procs:
+            if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
-                proc.wait()
-            except KeyboardInterrupt:
-                proc.kill()
-                proc.wait()
-            raise
-    return rc, time.monotonic() - t0
+        for proc in procs:
+            proc.wait()
+    except KeyboardInterrupt:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
 
 
-def run_one(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespace) -> dict:
-    """Train one (env, seed) and return its record."""
+@dataclasses.dataclass
+class Run:
+    """One (env, seed) being trained."""
+
+    spec: SuiteEnv
+    seed: int
+    exp_dir: Path
+    cmd: list[str]
+    proc: subprocess.Popen
+    t0: float  # time.monotonic() at launch
+
+
+def start_run(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespace) -> Run:
+    """Launch train.py for one (env, seed) in its experiment folder."""
     exp_dir = Path(args.train_dir) / experiment_name(args.suite, spec.env, seed, args.extra)
     exp_dir.mkdir(parents=True, exist_ok=True)
-    b = spec.budget(level)
-    (exp_dir / MARKER_NAME).write_text(json.dumps({"suite": args.suite, "budget": level, **vars(b)}))
-    log_path = exp_dir / LOG_NAME
+    (exp_dir / MARKER_NAME).write_text(json.dumps({"suite": args.suite, "budget": level, **vars(spec.budget(level))}))
     cmd = train_command(spec, seed, level, args)
-    rc, launch_s = launch(cmd, log_path)
+    t0 = time.monotonic()
+    return Run(spec, seed, exp_dir, cmd, launch(cmd, exp_dir / LOG_NAME), t0)
+
+
+def finish_run(run: Run, level: str) -> dict:
+    """The record of a run whose process has exited."""
+    spec, exp_dir, rc = run.spec, run.exp_dir, run.proc.returncode
+    b = spec.budget(level)
+    log_path = exp_dir / LOG_NAME
     csv_path = exp_dir / "progress.csv"
     rows = parse_progress_csv(csv_path.read_text()) if csv_path.exists() else []
     logged = parse_log(log_path.read_text(errors="replace"))
@@ -193,10 +216,10 @@ def run_one(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespace) -> 
     stop = logged["stop_reason"] or ""
     return {
         "env": spec.env,
-        "seed": seed,
+        "seed": run.seed,
         "experiment": str(exp_dir),
         "log": str(log_path),
-        "command": shlex.join(cmd),
+        "command": shlex.join(run.cmd),
         "rc": rc,
         "stop_reason": stop,
         "complete": rc == 0 and "received" not in stop,  # a signal stop (someone interrupted it) is unfinished
@@ -204,7 +227,7 @@ def run_one(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespace) -> 
         "budget_env_steps": b.env_steps,
         "budget_seconds": b.seconds,
         "threshold": spec.threshold,
-        "launch_wall_s": launch_s,
+        "launch_wall_s": time.monotonic() - run.t0,
         "fps": fps,
         "finished_at": datetime.datetime.now().isoformat(timespec="seconds"),
         **summary,
@@ -535,10 +558,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--train_dir", default="train_dir/learning", help="Experiment folders.")
     p.add_argument("--output", default="benchmarks/results", help="Folder of <suite>.json.gz, <suite>.md, the PNGs.")
     p.add_argument("--extra", default="", help='More train.py flags for every run, e.g. --extra="--lr=1e-3".')
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="Runs trained at once (default 1); each still gets the cores --num_workers gives it.",
+    )
     p.add_argument("--stop_when_solved", action="store_true", help="Pass --stop_at_reward=<threshold>.")
     p.add_argument("--dry_run", action="store_true", help="Print the commands, run nothing, write nothing.")
     p.add_argument("--plot_only", action="store_true", help="Regenerate the md and PNGs from the json.")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.parallel < 1:
+        p.error(f"--parallel must be at least 1, not {args.parallel}")
     args.train_dir = str(Path(args.train_dir).resolve())  # train.py runs from the repository root
     return args
 
@@ -581,17 +612,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc.setdefault("runs", runs)
     ok = True
     old_handler = signal.signal(signal.SIGTERM, _terminate_on_sigterm)
+    pending, running, started = list(todo), [], 0
     try:
-        for i, (spec, seed) in enumerate(todo, 1):
-            print(f"run {i}/{len(todo)}: {spec.env} seed {seed} ...", flush=True)
-            record = run_one(spec, seed, args.budget, args)
-            runs[run_key(spec.env, seed)] = record
-            ok &= record["complete"]
-            doc["updated"] = record["finished_at"]
-            save_doc(doc, json_path)
-            write_report(doc, Path(args.output))
-            print(describe_run(record), flush=True)
+        while pending or running:
+            while pending and len(running) < args.parallel:
+                spec, seed = pending.pop(0)
+                started += 1
+                print(f"run {started}/{len(todo)}: {spec.env} seed {seed} ...", flush=True)
+                running.append(start_run(spec, seed, args.budget, args))
+            done = [r for r in running if r.proc.poll() is not None]
+            if not done:
+                time.sleep(POLL_S)
+            for run in done:
+                running.remove(run)
+                record = finish_run(run, args.budget)
+                runs[run_key(run.spec.env, run.seed)] = record
+                ok &= record["complete"]
+                doc["updated"] = record["finished_at"]
+                save_doc(doc, json_path)
+                write_report(doc, Path(args.output))
+                print(describe_run(record), flush=True)
     except KeyboardInterrupt:
+        stop_runs([r.proc for r in running])
         print(f"interrupted: rerun the same command to resume ({json_path})", file=sys.stderr)
         return 130
     finally:

@@ -124,19 +124,22 @@ def _doom(env: str, short: Budget) -> SuiteEnv:
 # The MinAtar paper's DQN (Young & Tian 2019, arXiv:1903.03176; NUM_FRAMES = 5,000,000 in the MinAtar repository's
 # examples/dqn.py) is published as learning curves only: the values below are its DQN curve (30 seeds, moving average
 # over 100 episodes) read off the repository's img/learning_curves.gif as the mean over 4.75M-5M frames by
-# benchmarks/minatar_reference_curves.py. The paper's games had all 6 actions (our `-v0` ids), the suite trains the
-# `-v1` ids (each game's minimal action set); its Seaquest curve predates MinAtar 1.0.11's oxygen fix.
+# benchmarks/minatar_reference_curves.py. The paper's games had all 6 actions: the `minatar_v0` suite trains them so
+# (the `-v0` ids), the `minatar` suite each game's minimal action set (`-v1`, what a user's first run gets); its
+# Seaquest curve predates MinAtar 1.0.11's oxygen fix.
+MINATAR_GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 MINATAR_DQN_AT_5M = {"Asterix": 16.8, "Breakout": 10.0, "Freeway": 50.2, "Seaquest": 20.0, "SpaceInvaders": 43.6}
 MINATAR_DQN_SOURCE = (
     "the MinAtar paper's DQN curve at 4.75M-5M frames, read off github.com/kenjyoung/MinAtar img/learning_curves.gif "
-    "(commit 4241f24) by benchmarks/minatar_reference_curves.py; all 6 actions, where the suite's -v1 ids have the "
-    "minimal set"
+    "(commit 4241f24) by benchmarks/minatar_reference_curves.py; all 6 actions"
 )
 
 
-def _minatar(game: str) -> SuiteEnv:
+def _minatar(game: str, version: str) -> SuiteEnv:
+    """`version` v1: the game's minimal action set; v0: all 6 actions, the paper's protocol."""
+    protocol = "" if version == "v0" else ", where these -v1 ids have the minimal set"
     return SuiteEnv(
-        env=f"MinAtar/{game}-v1",
+        env=f"MinAtar/{game}-{version}",
         threshold=None,
         threshold_source=_NO_TARGET,
         # MinAtar has no frame skip: one env step is one frame. short: APPO ran ~680k env steps in 180 s on 2
@@ -149,7 +152,9 @@ def _minatar(game: str) -> SuiteEnv:
             Reference(
                 "MinAtar paper DQN (Young & Tian 2019)",
                 MINATAR_DQN_AT_5M[game],
-                MINATAR_DQN_SOURCE + ("; Seaquest before MinAtar 1.0.11's oxygen fix" if game == "Seaquest" else ""),
+                MINATAR_DQN_SOURCE
+                + protocol
+                + ("; Seaquest before MinAtar 1.0.11's oxygen fix" if game == "Seaquest" else ""),
             ),
         ),
     )
@@ -242,7 +247,9 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
         _atari("atari_spaceinvaders", None, _NO_TARGET, Reference("published PPO", None, NOT_FILLED)),
     ),
     # APPO by default; --extra=--algo=DQN for the minatar_dqn preset (give it its own --output and --train_dir)
-    "minatar": tuple(_minatar(game) for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")),
+    "minatar": tuple(_minatar(game, "v1") for game in MINATAR_GAMES),
+    # the MinAtar paper's protocol (all 6 actions): the comparison with its DQN
+    "minatar_v0": tuple(_minatar(game, "v0") for game in MINATAR_GAMES),
     "doom": (
         _doom("doom_basic", Budget(200_000, 450, 2)),
         _doom("doom_defend_the_center", Budget(500_000, 900, 2)),

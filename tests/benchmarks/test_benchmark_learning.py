@@ -130,42 +130,48 @@ def test_train_command():
     assert bl.experiment_name("atari", "ALE/Pong-v5", 1, "--algo APPO --seed=2") == "atari_ALE_Pong-v5_s1"
 
 
-def test_minatar_suite_is_the_five_games_at_the_papers_5m_frames():
-    specs = suite_envs("minatar")
+@pytest.mark.parametrize("suite,version,minimal", [("minatar", "v1", True), ("minatar_v0", "v0", False)])
+def test_minatar_suites_are_the_five_games_at_the_papers_5m_frames(suite, version, minimal):
+    specs = suite_envs(suite)
     games = ["Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"]
-    assert [s.env for s in specs] == [f"MinAtar/{g}-v1" for g in games]
+    assert [s.env for s in specs] == [f"MinAtar/{g}-{version}" for g in games]
     for spec in specs:
-        assert unknown_env_message(spec.env) is None and parse_minatar_id(spec.env)[1]  # minimal action set
+        assert unknown_env_message(spec.env) is None and parse_minatar_id(spec.env)[1] == minimal
         assert preset_name_for_env(spec.env) == "minatar"
         full = spec.budget("full")
         assert (full.env_steps, full.seeds) == (5_000_000, 3)  # no frame skip: 5M env steps = 5M frames
         assert "1903.03176" in spec.budget_source and spec.threshold is None
         assert spec.references and all(r.source and "Young & Tian 2019" in r.label for r in spec.references)
-    args = Namespace(suite="minatar", train_dir="/td", num_workers=None, device=None, stop_when_solved=True)
+        # the reference says where the protocol differs from the paper's (all 6 actions)
+        assert all(("minimal set" in r.source) == minimal for r in spec.references)
+    args = Namespace(suite=suite, train_dir="/td", num_workers=None, device=None, stop_when_solved=True)
     cmd = bl.train_command(specs[1], 2, "full", Namespace(**vars(args), extra="--algo=DQN"))
-    assert "--env=MinAtar/Breakout-v1" in cmd and "--train_for_env_steps=5000000" in cmd and cmd[-1] == "--algo=DQN"
+    assert f"--env=MinAtar/Breakout-{version}" in cmd and "--train_for_env_steps=5000000" in cmd
+    assert cmd[-1] == "--algo=DQN"
     assert not any(a.startswith("--stop_at_reward") for a in cmd)  # no threshold: the return at 5M is the result
 
 
 def test_the_minatar_study_commands_of_the_results_page():
-    """docs/results.md's MinAtar commands: all five games, 3 seeds, 5M env steps; APPO and DQN into folders of
-    their own (their runs have the same names, so a shared train_dir would resume one algorithm's checkpoints with
-    the other)."""
+    """docs/results.md's MinAtar commands: all five games, 3 seeds, 5M env steps; APPO on both suites, DQN on the
+    paper's protocol; APPO and DQN into folders of their own (their runs have the same names, so a shared train_dir
+    would resume one algorithm's checkpoints with the other)."""
     text = (REPO_ROOT / "docs" / "results.md").read_text()
     section = text[text.index("## MinAtar (first checks)") :]
     block = re.search(r"```bash\n(.*?)```", section[: section.index("\n## ", 3)], re.S).group(1)
     commands = [shlex.split(c) for c in block.replace("\\\n", " ").splitlines() if c.strip()]
-    assert len(commands) == 2 and all(c[:3] == ["python", "-m", "benchmarks.benchmark_learning"] for c in commands)
+    assert all(c[:3] == ["python", "-m", "benchmarks.benchmark_learning"] for c in commands)
     parsed = [bl.parse_args(c[3:]) for c in commands]
-    algos = []
     for args in parsed:
-        assert (args.suite, args.budget, args.seeds, args.envs) == ("minatar", "full", 3, "")
+        assert (args.budget, args.seeds, args.envs) == ("full", 3, "")
         for spec in suite_envs(args.suite):
             cmd = bl.train_command(spec, 0, args.budget, args)
             assert "--train_for_env_steps=5000000" in cmd
-        algos.append(shlex.split(args.extra))
-    assert algos == [[], ["--algo=DQN"]]
-    assert len({a.train_dir for a in parsed}) == 2 and len({bl.results_path(a.output, "minatar") for a in parsed}) == 2
+    runs = sorted((a.suite, a.extra) for a in parsed)
+    assert runs == [("minatar", ""), ("minatar_v0", ""), ("minatar_v0", "--algo=DQN")]
+    appo = {(a.train_dir, a.output) for a in parsed if not a.extra}
+    dqn = {(a.train_dir, a.output) for a in parsed if a.extra}
+    assert len(appo) == 1 and len(dqn) == 1 and not {d for d, _ in appo} & {d for d, _ in dqn}
+    assert not {o for _, o in appo} & {o for _, o in dqn}
 
 
 # ---- report ------------------------------------------------------------------------------------------------
@@ -405,3 +411,66 @@ def test_the_recorded_suites_load():
         assert doc["suite"] == path.name.split(".")[0] and doc["runs"], path
         assert all("curve" in r for r in doc["runs"].values()), path
     assert not list((REPO_ROOT / "benchmarks" / "results").rglob("*.json")), "raw data stays compact: gzip it"
+
+
+# ---- several runs at once ----------------------------------------------------------------------------------
+_FAKE_RUN = """
+import pathlib, signal, sys, time
+out = pathlib.Path(sys.argv[1])
+def interrupted(*_):
+    (out / "interrupted").write_text("")
+    sys.exit(130)
+signal.signal(signal.SIGINT, interrupted)
+(out / "started").write_text(str(time.monotonic()))
+time.sleep(float(sys.argv[2]))
+(out / "ended").write_text(str(time.monotonic()))
+"""
+
+
+def _fake_runs(monkeypatch, tmp_path, seconds: float) -> list[str]:
+    """train.py replaced by a script that writes when it starts and ends (or is interrupted) into a folder per seed;
+    returns the argv of a 3-seed suite run into tmp_path."""
+
+    def fake_command(spec, seed, level, args):
+        (tmp_path / f"seed{seed}").mkdir(exist_ok=True)
+        return [sys.executable, "-c", _FAKE_RUN, str(tmp_path / f"seed{seed}"), str(seconds)]
+
+    monkeypatch.setattr(bl, "train_command", fake_command)
+    monkeypatch.setattr(bl, "POLL_S", 0.05)
+    return ["--suite=classic", "--budget=ci", "--envs=CartPole-v1", "--seeds=3"] + [
+        f"--train_dir={tmp_path / 'td'}",
+        f"--output={tmp_path / 'out'}",
+    ]
+
+
+@pytest.mark.timeout(120)
+def test_parallel_trains_at_most_n_runs_at_once_and_records_each(monkeypatch, tmp_path):
+    argv = _fake_runs(monkeypatch, tmp_path, seconds=1.0)
+    assert bl.main([*argv, "--parallel=2"]) == 0
+    spans = [
+        tuple(float((tmp_path / f"seed{s}" / name).read_text()) for name in ("started", "ended")) for s in range(3)
+    ]
+    at_start = [sum(a <= start < b for a, b in spans) for start, _ in spans]  # runs in flight when each began
+    assert max(at_start) == 2, spans
+    assert spans[2][0] >= min(spans[0][1], spans[1][1])  # the third waited for a free slot
+    doc = bl.load_doc(tmp_path / "out" / "classic.json.gz")
+    assert sorted(doc["runs"]) == [f"CartPole-v1/s{s}" for s in range(3)]
+    assert all(r["rc"] == 0 and r["complete"] and r["launch_wall_s"] >= 1.0 for r in doc["runs"].values())
+    with pytest.raises(SystemExit):
+        bl.parse_args([*argv, "--parallel=0"])
+
+
+@pytest.mark.timeout(120)
+def test_an_interrupt_stops_every_run_in_flight_and_records_none(monkeypatch, tmp_path):
+    argv = _fake_runs(monkeypatch, tmp_path, seconds=60.0)
+
+    def interrupt_once_both_started(seconds):
+        if all((tmp_path / f"seed{s}" / "started").exists() for s in range(2)):
+            raise KeyboardInterrupt
+        time.sleep(seconds)
+
+    monkeypatch.setattr(bl, "time", Namespace(monotonic=time.monotonic, sleep=interrupt_once_both_started))
+    assert bl.main([*argv, "--parallel=2"]) == 130
+    assert all((tmp_path / f"seed{s}" / "interrupted").exists() for s in range(2))  # SIGINT: each saves and exits
+    assert not (tmp_path / "seed2").exists()  # never started
+    assert bl.load_doc(tmp_path / "out" / "classic.json.gz") == {}
