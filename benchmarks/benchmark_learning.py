@@ -203,6 +203,21 @@ def start_run(spec: SuiteEnv, seed: int, level: str, args: argparse.Namespace) -
     return Run(spec, seed, exp_dir, cmd, launch(cmd, exp_dir / LOG_NAME), t0)
 
 
+def read_evaluations(exp_dir: Path) -> list[list[float]]:
+    """The run's periodic evaluations of policy 0 (train.py --eval_every_env_steps: eval/eval_<env steps>_p0.json):
+    [[env steps, mean return, episodes]] in env-step order."""
+    evals = []
+    for path in (exp_dir / "eval").glob("eval_*_p0.json"):
+        m = re.fullmatch(r"eval_(\d+)_p0\.json", path.name)
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # an evaluation cut off while writing: it has no result
+        if m and result.get("episodes"):
+            evals.append([int(m.group(1)), float(result["reward_mean"]), int(result["episodes"])])
+    return sorted(evals)
+
+
 def finish_run(run: Run, level: str) -> dict:
     """The record of a run whose process has exited."""
     spec, exp_dir, rc = run.spec, run.exp_dir, run.proc.returncode
@@ -230,6 +245,7 @@ def finish_run(run: Run, level: str) -> dict:
         "launch_wall_s": time.monotonic() - run.t0,
         "fps": fps,
         "finished_at": datetime.datetime.now().isoformat(timespec="seconds"),
+        "evals": read_evaluations(exp_dir),
         **summary,
     }
 
@@ -340,12 +356,14 @@ def _fmt(value: float | None, spec: str = ",.1f") -> str:
 def summarize_env(runs: Sequence[dict]) -> dict:
     """Across the finished seeds (an interrupted run, to be resumed, counts only as unfinished): final reward mean,
     sample std, min, max; how many reached the threshold; medians of the env steps / wall seconds to it (over the
-    seeds that reached it) and of the FPS."""
+    seeds that reached it) and of the FPS; the mean and std of the seeds' last periodic evaluations and the fewest
+    env steps among them."""
     unfinished = [r for r in runs if not r.get("complete", True)]
     runs = [r for r in runs if r.get("complete", True)]
     finals = [r["final_reward"] for r in runs if r["final_reward"] is not None]
     hits = [r for r in runs if r["reached"]]
     fps = [r["fps"] for r in runs if r["fps"]]
+    last_evals = [r["evals"][-1] for r in runs if r.get("evals")]
     return {
         "seeds": len(runs),
         "unfinished": len(unfinished),
@@ -358,7 +376,25 @@ def summarize_env(runs: Sequence[dict]) -> dict:
         "median_env_steps_to_threshold": statistics.median(r["env_steps_to_threshold"] for r in hits) if hits else None,
         "median_wall_s_to_threshold": statistics.median(r["wall_s_to_threshold"] for r in hits) if hits else None,
         "median_fps": statistics.median(fps) if fps else None,
+        "with_eval": len(last_evals),
+        "eval_mean": statistics.fmean(e[1] for e in last_evals) if last_evals else None,
+        "eval_std": statistics.stdev(e[1] for e in last_evals) if len(last_evals) > 1 else None,
+        "eval_env_steps": min(e[0] for e in last_evals) if last_evals else None,
     }
+
+
+def _evaluations_text(s: dict) -> str:
+    if not s["with_eval"]:
+        return "n/a"
+    spread = "" if s["eval_std"] is None else f" ± {s['eval_std']:.1f}"
+    return f"{s['eval_mean']:.1f}{spread} ({s['with_eval']} seed(s), at {s['eval_env_steps']:,}+ env steps)"
+
+
+def _evaluation_text(evals: Sequence[Sequence[float]] | None) -> str:
+    if not evals:
+        return "n/a"
+    steps, reward, episodes = evals[-1]
+    return f"{reward:.1f} at {int(steps):,} env steps ({int(episodes)} episodes)"
 
 
 def _row(*cells: Any) -> str:
@@ -410,11 +446,12 @@ def render_markdown(doc: dict, pngs: dict[str, str]) -> str:
         "at or above it, median over the seeds that reached it. Minutes: training wall time from progress.csv "
         "(worker start to the row, summed over the sessions of a resumed run). FPS: env steps collected / seconds, "
         "from the run's final summary line(s). Each run stops at its env-step budget or its wall-time cap, "
-        "whichever comes first.",
+        "whichever comes first. Last evaluation: the mean return of a run's last periodic evaluation (train.py "
+        "`--eval_every_env_steps`, in the protocol its flags give, e.g. `--eval_epsilon`), mean ± std over seeds.",
         "",
         "| env | seeds | budget per run | final reward | threshold | reached | median env steps to threshold "
-        "| median minutes to threshold | median FPS | published |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| median minutes to threshold | median FPS | published | last evaluation |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_env = runs_by_env(doc)
     for env, info in doc.get("envs", {}).items():
@@ -440,6 +477,7 @@ def render_markdown(doc: dict, pngs: dict[str, str]) -> str:
                 _fmt(None if minutes is None else minutes / 60, ".2f"),
                 _fmt(s["median_fps"], ",.0f"),
                 _reference_text(info["references"], with_source=False),
+                _evaluations_text(s),
             )
         )
     for env, info in doc.get("envs", {}).items():
@@ -461,8 +499,8 @@ def render_markdown(doc: dict, pngs: dict[str, str]) -> str:
         lines += [
             "",
             "| seed | exit | stopped because | env steps | minutes | final reward | best reward "
-            "| env steps to threshold | minutes to threshold | FPS |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| env steps to threshold | minutes to threshold | FPS | last evaluation |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in by_env[env]:
             to_min = None if r["wall_s_to_threshold"] is None else r["wall_s_to_threshold"] / 60
@@ -478,6 +516,7 @@ def render_markdown(doc: dict, pngs: dict[str, str]) -> str:
                     _fmt(r["env_steps_to_threshold"], ",.0f"),
                     _fmt(to_min, ".2f"),
                     _fmt(r["fps"], ",.0f"),
+                    _evaluation_text(r.get("evals")),
                 )
             )
         if env in pngs:

@@ -218,7 +218,7 @@ def test_render_markdown_table():
     assert "--suite=demo" in md and "Test CPU" in md and "GPU: none" in md
     row = next(line for line in md.splitlines() if line.startswith("| E-v0 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # env, seeds, budget, final, threshold, reached, median steps, median minutes, fps, published
+    # env, seeds, budget, final, threshold, reached, median steps, median minutes, fps, published, last evaluation
     assert cells == [
         "E-v0",
         "2",
@@ -230,11 +230,35 @@ def test_render_markdown_table():
         "1.00",
         "500",
         "paper: not filled",
+        "n/a",
     ]
     assert "src-thr" in md and "src-budget" in md and "![E-v0" in md and "(demo_E-v0.png)" in md
     seed_rows = [line for line in md.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
     assert len(seed_rows) == 2 and "| 800 | 1.00 |" in seed_rows[0] and "| n/a | n/a |" in seed_rows[1]
     assert "Passed with `--extra`" not in md
+
+
+def test_periodic_evaluations_are_read_into_the_record_and_the_tables(tmp_path):
+    """train.py's eval/eval_<env steps>_p0.json files (--eval_every_env_steps) become the record's `evals`; the
+    tables show each seed's last one and their mean over seeds (a protocol such as --eval_epsilon=0.1 can differ
+    from the training episodes')."""
+    (tmp_path / "eval").mkdir()
+    for steps, reward in ((1_000_000, 4.0), (500_000, 2.0)):
+        result = {"episodes": 100, "reward_mean": reward, "reward_std": 1.0, "rewards": [reward] * 100}
+        (tmp_path / "eval" / f"eval_{steps}_p0.json").write_text(json.dumps(result))
+    (tmp_path / "eval" / "eval_1500000_p0.json").write_text('{"episo')  # cut off while being written
+    (tmp_path / "eval" / "eval_1000000_p1.json").write_text(json.dumps({"episodes": 5, "reward_mean": 99.0}))
+    assert bl.read_evaluations(tmp_path) == [[500_000, 2.0, 100], [1_000_000, 4.0, 100]]
+    assert bl.read_evaluations(tmp_path / "none") == []
+    doc = _doc()
+    doc["runs"]["E-v0/s0"]["evals"] = [[500_000, 2.0, 100], [1_000_000, 4.0, 100]]
+    doc["runs"]["E-v0/s1"]["evals"] = [[990_000, 6.0, 100]]
+    md = bl.render_markdown(doc, {})
+    row = next(line for line in md.splitlines() if line.startswith("| E-v0 |"))
+    assert row.endswith("| 5.0 ± 1.4 (2 seed(s), at 990,000+ env steps) |")
+    seed_rows = [line for line in md.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
+    assert seed_rows[0].endswith("| 4.0 at 1,000,000 env steps (100 episodes) |")
+    assert seed_rows[1].endswith("| 6.0 at 990,000 env steps (100 episodes) |")
 
 
 def test_an_interrupted_run_is_left_out_of_the_statistics():
