@@ -221,6 +221,7 @@ MINATAR_DQN: Preset = {
     "max_grad_norm": 10.0,  # DQN's larger TD errors need a looser clip than PPO's 0.5
     "dueling": True,  # Ape-X's (the paper's DQN has none)
     "double_q": True,  # Ape-X's (the paper's DQN has none)
+    "save_replay_buffer": True,  # 100k MinAtar transitions are 0.04-0.1 GB: a resume continues replaying exactly
 }
 
 # MuJoCo locomotion (HalfCheetah, Hopper, Walker2d): PPO as in the PPO paper and CleanRL, run synchronously: small
