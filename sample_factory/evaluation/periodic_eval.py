@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,18 @@ from sample_factory.experiment.summaries import unit_name
 CHECKPOINT_TIMEOUT_SEC = 300.0
 # The evaluations due when training ends get this long in all (a long Atari evaluation is cut off, with a log line).
 FINAL_EVAL_TIMEOUT_SEC = 300.0
+_RESULT_NAME = re.compile(r"eval_(\d+)_p(\d+)\.json")
+
+
+def eval_result_name(env_frames: int, policy: int) -> str:
+    """The file, in the experiment's eval/ folder, of `policy`'s evaluation at `env_frames`."""
+    return f"eval_{env_frames}_p{policy}.json"
+
+
+def parse_eval_result_name(name: str) -> tuple[int, int] | None:
+    """(env frames, policy) of an eval_result_name(), None for any other file name."""
+    m = _RESULT_NAME.fullmatch(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def video_interval(cfg: Config) -> int:
@@ -133,7 +146,7 @@ class PeriodicEvaluator:
         self.evaluated[policy] = env_frames
         out_dir = self.exp_dir / "eval"
         out_dir.mkdir(exist_ok=True)
-        result_file = out_dir / f"eval_{env_frames}_p{policy}.json"
+        result_file = out_dir / eval_result_name(env_frames, policy)
         cmd = self.command(policy, result_file)
         stderr = tempfile.TemporaryFile("w+")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, text=True)

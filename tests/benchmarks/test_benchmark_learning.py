@@ -1,6 +1,6 @@
-"""benchmarks.benchmark_learning: curve parsing and the report from synthetic data, the suite table, and
-one real `ci` run of a 1-env suite (CartPole-v1, 1 seed) in its own process group, followed by a resume that must
-not launch train.py again and a `--plot_only` regeneration."""
+"""benchmarks.benchmark_learning: curve, log and evaluation parsing, the suite table, the scheduler with stand-in
+runs, and one real `ci` run of a 1-env suite (CartPole-v1, 1 seed) in its own process group, followed by a resume
+that must not launch train.py again and a `--plot_only` regeneration."""
 
 from __future__ import annotations
 
@@ -82,12 +82,6 @@ def test_parse_log_sums_sessions():
     )
     assert bl.parse_log(log) == {"fps": 1250.0, "stop_reason": "reached 5000 env steps"}
     assert bl.parse_log("Traceback ...") == {"fps": None, "stop_reason": None}
-
-
-def test_mean_curve_over_the_common_range():
-    x, y = bl.mean_curve([([0, 10], [0, 10]), ([0, 5, 20], [10, 10, 10])], n=3)
-    assert x == [0, 5, 10] and y == [5, 7.5, 10]
-    assert bl.mean_curve([([0, 1], [1, 1]), ([2, 3], [1, 1])]) == ([], [])
 
 
 # ---- suite table and command -------------------------------------------------------------------------------
@@ -177,124 +171,25 @@ def test_the_minatar_study_commands_of_the_results_page():
     assert not {o for _, o in appo} & {o for _, o in dqn}
 
 
-# ---- report ------------------------------------------------------------------------------------------------
-def _record(env: str, seed: int, final: float, reached_at: int | None) -> dict:
-    return {
-        "env": env,
-        "seed": seed,
-        "rc": 0,
-        "stop_reason": "reached 1000 env steps",
-        "complete": True,
-        "final_reward": final,
-        "best_reward": final + 1,
-        "env_steps": 1000,
-        "wall_s": 120.0,
-        "reached": reached_at is not None,
-        "env_steps_to_threshold": reached_at,
-        "wall_s_to_threshold": None if reached_at is None else 60.0,
-        "fps": 500.0,
-        "curve": [[100, 1.0, 1.0], [1000, 120.0, final]],
-    }
-
-
-def _doc() -> dict:
-    env = {
-        "threshold": 10.0,
-        "threshold_source": "src-thr",
-        "budget": {"env_steps": 1000, "seconds": 60, "seeds": 2},
-        "budget_source": "src-budget",
-        "extra_flags": [],
-        "references": [{"label": "paper", "value": None, "source": NOT_FILLED}],
-    }
-    return {
-        "suite": "demo",
-        "budget": "ci",
-        "commands": ["python -m benchmarks.benchmark_learning --suite=demo"],
-        "machine": {"cpu": "Test CPU", "cpu_count": 2, "ram_gib": 4.0, "torch": "t", "gymnasium": "g"},
-        "envs": {"E-v0": env},
-        "runs": {"E-v0/s0": _record("E-v0", 0, 12.0, 800), "E-v0/s1": _record("E-v0", 1, 8.0, None)},
-    }
-
-
-def test_render_markdown_table():
-    md = bl.render_markdown(_doc(), {"E-v0": "demo_E-v0.png"})
-    assert "--suite=demo" in md and "Test CPU" in md and "GPU: none" in md
-    row = next(line for line in md.splitlines() if line.startswith("| E-v0 |"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    # env, seeds, budget, final, threshold, reached, median steps, median minutes, fps, published, last evaluation
-    assert cells == [
-        "E-v0",
-        "2",
-        "1,000 env steps or 60 s",
-        "10.0 ± 2.8 (8.0..12.0)",
-        "10",
-        "1/2",
-        "800",
-        "1.00",
-        "500",
-        "paper: not filled",
-        "n/a",
-    ]
-    assert "src-thr" in md and "src-budget" in md and "![E-v0" in md and "(demo_E-v0.png)" in md
-    seed_rows = [line for line in md.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
-    assert len(seed_rows) == 2 and "| 800 | 1.00 |" in seed_rows[0] and "| n/a | n/a |" in seed_rows[1]
-    assert "Passed with `--extra`" not in md
-
-
-def test_periodic_evaluations_are_read_into_the_record_and_the_tables(tmp_path):
-    """train.py's eval/eval_<env steps>_p0.json files (--eval_every_env_steps) become the record's `evals`; the
-    tables show each seed's last one and their mean over seeds (a protocol such as --eval_epsilon=0.1 can differ
-    from the training episodes')."""
-    (tmp_path / "eval").mkdir()
-    for steps, reward in ((1_000_000, 4.0), (500_000, 2.0)):
-        result = {"episodes": 100, "reward_mean": reward, "reward_std": 1.0, "rewards": [reward] * 100}
-        (tmp_path / "eval" / f"eval_{steps}_p0.json").write_text(json.dumps(result))
-    (tmp_path / "eval" / "eval_1500000_p0.json").write_text('{"episo')  # cut off while being written
-    (tmp_path / "eval" / "eval_1000000_p1.json").write_text(json.dumps({"episodes": 5, "reward_mean": 99.0}))
-    assert bl.read_evaluations(tmp_path) == [[500_000, 2.0, 100], [1_000_000, 4.0, 100]]
-    assert bl.read_evaluations(tmp_path / "none") == []
-    doc = _doc()
-    doc["runs"]["E-v0/s0"]["evals"] = [[500_000, 2.0, 100], [1_000_000, 4.0, 100]]
-    doc["runs"]["E-v0/s1"]["evals"] = [[990_000, 6.0, 100]]
-    md = bl.render_markdown(doc, {})
-    row = next(line for line in md.splitlines() if line.startswith("| E-v0 |"))
-    assert row.endswith("| 5.0 ± 1.4 (2 seed(s), at 990,000+ env steps) |")
-    seed_rows = [line for line in md.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
-    assert seed_rows[0].endswith("| 4.0 at 1,000,000 env steps (100 episodes) |")
-    assert seed_rows[1].endswith("| 6.0 at 990,000 env steps (100 episodes) |")
-
-
-def test_an_interrupted_run_is_left_out_of_the_statistics():
-    """A run stopped by a signal (rerunning the suite resumes it) must not pull the seeds' final reward toward its
-    unfinished value: the table counts it as unfinished; its own row still shows where it stopped."""
-    doc = _doc()
-    stopped = {**_record("E-v0", 2, 1.0, None), "rc": 130, "stop_reason": "SIGINT received", "complete": False}
-    doc["runs"]["E-v0/s2"] = stopped
-    md = bl.render_markdown(doc, {})
-    row = next(line for line in md.splitlines() if line.startswith("| E-v0 |"))
-    assert "| 2 (+1 unfinished) |" in row and "| 10.0 ± 2.8 (8.0..12.0) |" in row and "| 1/2 |" in row
-    assert any(line.startswith("| 2 | 130 | SIGINT received |") for line in md.splitlines())
-
-
-def test_render_markdown_names_the_extra_flags_and_a_budget_they_override():
-    doc = _doc()
-    doc["envs"]["E-v0"]["passthrough_flags"] = ["--train_for_env_steps=5000", "--lr_schedule=linear_decay"]
-    md = bl.render_markdown(doc, {})
-    row = next(line for line in md.splitlines() if line.startswith("| E-v0 |"))
-    assert "| 1,000 env steps or 60 s, overridden by --train_for_env_steps=5000 |" in row
-    assert (
-        "- Passed with `--extra` (after the flags above): --train_for_env_steps=5000 --lr_schedule=linear_decay" in md
-    )
+def test_env_table_entry_keeps_the_passthrough_flags_split_as_a_shell_would():
     assert bl.env_table_entry(bl.SUITES["classic"][0], "short", "--seed=3 --x='a b'")["passthrough_flags"] == [
         "--seed=3",
         "--x=a b",
     ]
 
 
-def test_write_report_plots(tmp_path):
-    paths = bl.write_report(_doc(), tmp_path)
-    assert sorted(p.name for p in paths) == ["demo.md", "demo_E-v0.png"]
-    assert (tmp_path / "demo_E-v0.png").read_bytes()[:8] == PNG_SIGNATURE
+def test_periodic_evaluations_are_read_into_the_record(tmp_path):
+    """train.py's eval/eval_<env steps>_p0.json files (--eval_every_env_steps) become the record's `evals`: policy 0's,
+    in env-step order, a file cut off while being written left out."""
+    (tmp_path / "eval").mkdir()
+    for steps, reward in ((1_000_000, 4.0), (500_000, 2.0)):
+        result = {"episodes": 100, "reward_mean": reward, "reward_std": 1.0, "rewards": [reward] * 100}
+        (tmp_path / "eval" / f"eval_{steps}_p0.json").write_text(json.dumps(result))
+    (tmp_path / "eval" / "eval_1500000_p0.json").write_text('{"episo')  # cut off while being written
+    (tmp_path / "eval" / "notes.json").write_text("{}")
+    (tmp_path / "eval" / "eval_1000000_p1.json").write_text(json.dumps({"episodes": 5, "reward_mean": 99.0}))
+    assert bl.read_evaluations(tmp_path) == [[500_000, 2.0, 100], [1_000_000, 4.0, 100]]
+    assert bl.read_evaluations(tmp_path / "none") == []
 
 
 # ---- a real run --------------------------------------------------------------------------------------------

@@ -79,6 +79,14 @@ def _finish(ev: PeriodicEvaluator, steps: list[int], timeout: float = 30) -> dic
     return None
 
 
+def test_result_file_names_round_trip():
+    """Readers of eval/ (the learning benchmark) parse the names the evaluator writes, and nothing else."""
+    name = periodic_eval.eval_result_name(1_000_000, 3)
+    assert name == "eval_1000000_p3.json" and periodic_eval.parse_eval_result_name(name) == (1_000_000, 3)
+    for other in ("eval_1000000_p3.json.tmp", "eval_x_p0.json", "results.json", "eval_96_p0.mp4"):
+        assert periodic_eval.parse_eval_result_name(other) is None
+
+
 def test_schedule_one_at_a_time_per_policy_without_piling_up(tmp_path):
     cfg = _cfg(tmp_path, "--num_policies=3", "--eval_policies=0,2", "--eval_every_env_steps=100")
     rec = Recorder()
