@@ -215,7 +215,7 @@ MINATAR_DQN: Preset = {
     "adam_eps": 3.125e-4,  # Rainbow's 0.01 / 32: damps steps as the paper's RMSProp eps of 0.01 does
     "training_intensity": 32.0,  # one minibatch of 32 per sampled transition: the paper's ratio
     "target_network_update_freq": 1000,  # the paper's 1,000 agent steps (= 1,000 SGD steps here)
-    "n_step": 3,  # Ape-X's (the paper's DQN has none)
+    "n_step": 1,  # the paper's one-step target: Ape-X's 3 steps collapsed Freeway (notebook, MinAtar DQN per frame)
     "replay_buffer_capacity": 100_000,  # the paper's
     "learning_starts": 5_000,  # the paper's
     "max_grad_norm": 10.0,  # DQN's larger TD errors need a looser clip than PPO's 0.5
