@@ -140,8 +140,10 @@ def test_presets_use_the_minatar_papers_network():
     for cfg in (appo, dqn):
         assert cfg.encoder_conv_architecture == "convnet_minatar" and cfg.encoder_mlp_layers == [128]
         assert not cfg.use_rnn
-    # the paper's DQN: minibatches of 32, one per sampled transition, target copied every 1,000, replay of 100k
-    assert (dqn.batch_size, dqn.training_intensity, dqn.target_network_update_freq) == (32, 32.0, 1000)
+    # the paper's DQN (minibatches of 32, target copied every 1,000, replay of 100k, one-step targets) at the Nature
+    # DQN's replay ratio, one minibatch per 4 sampled transitions
+    assert (dqn.batch_size, dqn.training_intensity, dqn.target_network_update_freq) == (32, 8.0, 1000)
+    assert dqn.n_step == 1
     assert (dqn.replay_buffer_capacity, dqn.learning_starts) == (100_000, 5_000)
     assert appo.learning_rate == 2.5e-4 and appo.batch_size == 256
     m = ActorCritic(dqn, gym.spaces.Box(0, 1, (4, 10, 10), bool), gym.spaces.Discrete(5))
