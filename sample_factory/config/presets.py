@@ -216,7 +216,7 @@ MINATAR_DQN: Preset = {
     # one minibatch of 32 per 4 sampled transitions (the Nature DQN's ratio): per frame level with the paper's one per
     # transition at 1M frames, 3.4x the frames a minute on 2 cores (notebook, MinAtar DQN per frame)
     "training_intensity": 8.0,
-    "target_network_update_freq": 1000,  # the paper's 1,000 agent steps (= 1,000 SGD steps here)
+    "target_network_update_freq": 1000,  # the paper's 1,000 frames (250 SGD steps at intensity 8)
     "n_step": 1,  # the paper's one-step target: Ape-X's 3 steps collapsed Freeway (notebook, MinAtar DQN per frame)
     "replay_buffer_capacity": 100_000,  # the paper's
     "learning_starts": 5_000,  # the paper's
