@@ -163,7 +163,7 @@ CLASSIC_CONTROL_DQN: Preset = {
 }
 
 # DQN on Atari, Ape-X / Rainbow style: the atari table's env side, the published setups' learning side in this
-# framework's units; starting values (benchmarks/notebook.md#atari_dqn-preset;
+# framework's units; starting values, the learning rate measured (benchmarks/notebook.md#atari_dqn-preset;
 # docs/results.md#ape-x-dqn-atari_dqn-learns-breakout-on-2-cpu-cores).
 ATARI_DQN: Preset = {
     # the atari table's env side, network body, precision and learner threads
@@ -185,7 +185,9 @@ ATARI_DQN: Preset = {
         )
     },
     "encoder_conv_architecture": "convnet_nature",  # the Nature DQN network that Rainbow and Ape-X use
-    "learning_rate": 6.25e-5,  # Rainbow's Adam (Ape-X's lr too)
+    # Rainbow's Adam rate (6.25e-5, for minibatches of 32) x 4 for minibatches of 256: Breakout at 2.64M frames
+    # 12.4 and 15.0 against 4.7 (notebook, "The atari_dqn learning rate for minibatches of 256")
+    "learning_rate": 2.5e-4,
     "lr_schedule": "constant",  # Rainbow's and Ape-X's
     "adam_eps": 1.5e-4,  # Rainbow's 0.01 / 32: keeps early steps small while the moment estimates are noisy
     "batch_size": 256,  # between Rainbow's 32 and Ape-X's 512: amortizes a conv net step's overhead

@@ -437,7 +437,7 @@ def test_atari_dqn_preset_applies_and_typed_flags_win(env):
     # Sanity: these differ from the plain defaults and from the APPO atari preset, so the checks above can fail.
     defaults, appo = _defaults(), parse_cfg([f"--env={env}"])
     assert appo.preset == "atari" and appo.max_grad_norm != preset["max_grad_norm"]
-    assert appo.learning_rate != preset["learning_rate"] and appo.encoder_conv_architecture != "convnet_nature"
+    assert appo.adam_eps != preset["adam_eps"] and appo.encoder_conv_architecture != "convnet_nature"
     for k in ("learning_rate", "adam_eps", "target_network_update_freq", "replay_buffer_capacity", "learning_starts"):
         assert defaults[k] != preset[k], k
     typed = {"learning_rate": 1e-4, "replay_buffer_capacity": 100_000, "training_intensity": 8.0, "dueling": False}
