@@ -16,6 +16,15 @@ import pytest
 CPUS_PER_NODE = 2
 
 
+@pytest.fixture(autouse=True)
+def _close_run_log():
+    """The runner's log is a module global: a test that set up an experiment folder leaves its sf_log.txt open."""
+    yield
+    from sample_factory.experiment.run_log import log
+
+    log.close()
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A LoopbackCluster: .address (for --ray_address), .env (what a driver of it needs), .cluster."""

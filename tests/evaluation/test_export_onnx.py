@@ -19,6 +19,8 @@ from sample_factory.evaluation.policy_api import Policy, load_policy
 from tests.policy_helpers import fake_experiment, one_torch_thread, train_tiny
 
 onnx, ort = pytest.importorskip("onnx"), pytest.importorskip("onnxruntime")  # `make venv` installs the [onnx] extra
+# a tracer warning means the exported graph fixed a Python-side decision (a size test, a branch) at the traced input
+pytestmark = pytest.mark.filterwarnings("error::torch.jit.TracerWarning")
 
 CARTPOLE = (gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
 PENDULUM = (gym.spaces.Box(-8.0, 8.0, (3,), np.float32), gym.spaces.Box(-2.0, 2.0, (1,), np.float32))
