@@ -114,7 +114,7 @@ def experiment_name_problem(name: str) -> str | None:
     return None
 
 
-def run_name(cfg: Config) -> str:
+def run_name(cfg: Config | argparse.Namespace) -> str:
     """The folder name of a run that names no --experiment: CleanRL's run name (env__exp_name__seed) without its
     start time, so that a run on another env or seed gets a folder of its own and the same command resumes it."""
     env = re.sub(r"[/:\0]", "_", cfg.env or "")[:120]

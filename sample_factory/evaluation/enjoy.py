@@ -49,8 +49,9 @@ from sample_factory.config.options import EVAL_GROUPS
 from sample_factory.config.parse import normalize_flags
 from sample_factory.envs.env_group import EnvGroup, env_num_agents
 from sample_factory.envs.env_utils import make_env
-from sample_factory.evaluation.policy_api import load_policy
+from sample_factory.evaluation.policy_api import State, load_policy
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_best_checkpoints, list_checkpoints
+from sample_factory.experiment.folder import experiment_dir
 from sample_factory.runner import Runner
 from sample_factory.runtime.device import torch_device
 from sample_factory.runtime.messages import Report
@@ -129,11 +130,7 @@ def load_experiment_cfg(argv: Sequence[str]) -> Config:
 
 
 def is_parallel(cfg: Config) -> bool:
-    return "num_workers" in cfg.cli_flags and cfg.num_workers > 1
-
-
-def experiment_path(cfg: Config) -> Path:
-    return Path(cfg.train_dir) / cfg.experiment
+    return "num_workers" in cfg.cli_flags and (cfg.num_workers or 1) > 1
 
 
 def check_checkpoint_exists(cfg: Config) -> None:
@@ -197,7 +194,7 @@ def open_eval_env(cfg: Config) -> tuple[gym.Env, str | None, Any]:
             obs, _ = env.reset(seed=cfg.seed)  # human: the window opens here
             if wanted == "rgb_array":
                 frame = env.render()
-                shape = getattr(frame, "shape", ())
+                shape: tuple[int, ...] = getattr(frame, "shape", ())
                 if not (len(shape) == 2 or (len(shape) == 3 and shape[2] in (3, 4))):
                     raise EnjoyError(f"render() returned {type(frame).__name__} {shape}, not an image")
             return env, wanted, obs
@@ -217,6 +214,11 @@ def open_eval_env(cfg: Config) -> tuple[gym.Env, str | None, Any]:
 
 
 # ---- video ---------------------------------------------------------------------------------------------------
+def render_frame(env: gym.Env) -> np.ndarray:
+    """The frame of an env opened with render_mode="rgb_array" (open_eval_env has checked it returns an image)."""
+    return np.asarray(env.render())
+
+
 def _video_frame(frame: np.ndarray) -> np.ndarray:
     """HxWx3 uint8 with even H and W (libx264 with yuv420p needs even sizes; the last row/column is repeated)."""
     f = np.asarray(frame)
@@ -235,7 +237,7 @@ class _Mp4:
 
     def __init__(self, imageio: Any, path: Path, max_frames: int, fps: float):
         self._imageio, self.path, self.max_frames, self.fps = imageio, path, max_frames, fps
-        self.writer = None
+        self.writer: Any = None  # imageio's writer, opened at the first frame
         self.frames = 0
 
     @property
@@ -338,7 +340,7 @@ def _play(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
     try:
         # The spaces of the env evaluated on; a checkpoint that does not fit them fails to load.
         policy = load_policy(
-            experiment_path(cfg),
+            experiment_dir(cfg),
             device=torch_device(cfg.device),
             checkpoint=cfg.load_checkpoint_kind,
             policy_id=cfg.policy_index,
@@ -360,15 +362,15 @@ def _play(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
         if render_mode == "rgb_array":
             fps = cfg.fps if cfg.fps > 0 else float(env.metadata.get("render_fps") or 30)
             video = VideoRecorder(
-                experiment_path(cfg), cfg.video_name, cfg.video_per_episode, int(cfg.video_frames), fps
+                experiment_dir(cfg), cfg.video_name, cfg.video_per_episode, int(cfg.video_frames), fps
             )
-            video.add(env.render())
+            video.add(render_frame(env))
         frame_period = 1.0 / cfg.fps if render_mode == "human" and cfg.fps > 0 else 0.0
         next_frame = time.monotonic() + frame_period
         if env_num_agents(env) > 1:
             return _play_multi_agent(cfg, env, policy, video, frame_period), info
         episodes: list[tuple[float, int]] = []
-        state = policy.initial_state()
+        state: State = policy.initial_state()
         ret, length, frames = 0.0, 0, 0
         try:
             while len(episodes) < cfg.max_num_episodes and frames < cfg.max_num_frames:
@@ -379,7 +381,7 @@ def _play(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
                     time.sleep(max(0.0, next_frame - time.monotonic()))
                     next_frame = max(next_frame + frame_period, time.monotonic())
                 if video is not None and video.wants_frame:
-                    video.add(env.render())
+                    video.add(render_frame(env))
                 if term or trunc:
                     episodes.append((ret, length))
                     print(f"episode {len(episodes)}: reward {ret:.2f}, length {length}", flush=True)
@@ -391,7 +393,7 @@ def _play(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
                     obs, _ = env.reset()
                     state = policy.initial_state()
                     if video is not None and video.wants_frame:
-                        video.add(env.render())
+                        video.add(render_frame(env))
         except KeyboardInterrupt:
             notice(f"interrupted after {len(episodes)} finished episodes")
     finally:
@@ -428,7 +430,7 @@ def _play_multi_agent(cfg: Config, env: gym.Env, policy: Any, video: Any, frame_
                 if group.env_reset[0]:
                     video.end_episode()
                 if video.wants_frame:
-                    video.add(env.render())
+                    video.add(render_frame(env))
     except KeyboardInterrupt:
         notice(f"interrupted after {len(episodes)} finished episodes")
     return episodes[: cfg.max_num_episodes]
@@ -470,6 +472,7 @@ def evaluate_parallel(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
     rc = runner.run()
     if rc != 0:
         raise EnjoyError("parallel evaluation failed (see the log above)")
+    assert runner.parts is not None  # a run that returned 0 has built its parts
     # The first episodes to finish: with many envs running at once they are biased toward short episodes
     # (a long episode is still running when the short ones have finished and the count is reached).
     # With several policies every one plays (envs pass between them as in training); the chosen one's episodes count.
@@ -511,7 +514,7 @@ def summarize(episodes: list[tuple[float, int]], cfg: Config, info: dict) -> dic
 
 
 def write_results(results: dict, cfg: Config) -> Path:
-    path = Path(cfg.eval_results_file) if cfg.eval_results_file else experiment_path(cfg) / "eval_results.json"
+    path = Path(cfg.eval_results_file) if cfg.eval_results_file else experiment_dir(cfg) / "eval_results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(results, indent=2) + "\n")

@@ -49,12 +49,15 @@ class DeterministicPolicy(nn.Module):
     """forward(*observation inputs [B, ...], rnn_state [B, H]?) -> (actions, values [B], new_rnn_state [B, H]?)
     for tracing; the observation inputs come in the order of `keys`."""
 
+    low: Tensor  # [D] buffers, registered for a Box action space with --action_bounds clip or tanh
+    high: Tensor
+
     def __init__(self, model: ActorCritic, keys: list[str], action_bounds: str = "none"):
         super().__init__()
         self.model, self.keys = model, keys
         space = model.action_space
         self.bounds = action_bounds if isinstance(space, gym.spaces.Box) else "none"
-        if self.bounds != "none":
+        if isinstance(space, gym.spaces.Box) and self.bounds != "none":
             self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32))
 

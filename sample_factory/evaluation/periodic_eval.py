@@ -57,7 +57,7 @@ def video_interval(cfg: Config) -> int:
     """--capture_video without --eval_every_env_steps: ten recordings over the run's budget (--train_for_env_steps,
     or --total_timesteps once the runner has converted it), else one every 100,000 agent steps."""
     if cfg.train_for_env_steps < option_defaults()["train_for_env_steps"]:
-        return max(1, cfg.train_for_env_steps // 10)
+        return max(1, int(cfg.train_for_env_steps) // 10)
     return 100_000 * cfg.frames_per_env_step
 
 
@@ -248,6 +248,7 @@ class PeriodicEvaluator:
     def _wait(self, deadline: float, cancel: Callable[[], bool]) -> None:
         """Until the running evaluation ends (then it is reported) or the deadline or `cancel` (then it is stopped)."""
         ev = self.running
+        assert ev is not None, "_wait follows _launch"
         while ev.proc.poll() is None and self.clock() < deadline and not cancel():
             time.sleep(0.05)
         if self.poll() is None and self.running is not None:

@@ -98,6 +98,7 @@ class Policy:
             {k: f.shape for k, f in self.fields.items()} if is_dict_space(obs_space) else self.fields[OBS_KEY].shape
         )
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.num_actions = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else 0
         # A Q-network's policy head holds Q-values (or advantages): its only policy is the greedy one.
         self.greedy = getattr(cfg, "algo", "APPO") == "DQN"
         self.eval_epsilon = float(getattr(cfg, "eval_epsilon", 0.0)) if self.greedy else 0.0  # DQN: --eval_epsilon
@@ -128,8 +129,8 @@ class Policy:
         if isinstance(state, torch.Tensor):
             done = torch.as_tensor(np.asarray(done_mask), dtype=torch.bool, device=state.device)
             return state.masked_fill(done.view(-1, *([1] * (state.dim() - 1))), 0.0)
-        done = np.asarray(done_mask, dtype=bool)
-        return np.where(done.reshape(-1, *([1] * (state.ndim - 1))), 0.0, state).astype(state.dtype, copy=False)
+        rows = np.asarray(done_mask, dtype=bool)
+        return np.where(rows.reshape(-1, *([1] * (state.ndim - 1))), 0.0, state).astype(state.dtype, copy=False)
 
     def _is_single(self, obs: Any) -> bool:
         """One observation (not a batch)?"""
@@ -195,7 +196,7 @@ class Policy:
         dist = self.model.distribution(params, o.get(ACTION_MASK_KEY))
         actions = dist.mode() if deterministic or self.greedy else dist.sample()  # [B] or [B, D]
         if self.eval_epsilon > 0 and not deterministic:  # DQN's epsilon-greedy evaluation (Discrete actions)
-            actions = epsilon_greedy(actions, self.eval_epsilon, int(self.action_space.n), o.get(ACTION_MASK_KEY))
+            actions = epsilon_greedy(actions, self.eval_epsilon, self.num_actions, o.get(ACTION_MASK_KEY))
         return actions.cpu().numpy(), self._state_out(new_state, state)
 
     def act(self, obs: Any, state: State = None, deterministic: bool = False) -> tuple[int | np.ndarray, State]:

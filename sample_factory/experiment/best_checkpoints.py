@@ -28,8 +28,8 @@ class BestCheckpoints:
         if self.cfg.evaluation_run or progress.total_env_frames() < self.cfg.save_best_after:
             return
         for p in range(self.cfg.num_policies):
-            value = progress.metric(p, self.cfg.save_best_metric)
-            if value is not None and (self.best[p] is None or value > self.best[p]):
+            value, best = progress.metric(p, self.cfg.save_best_metric), self.best[p]
+            if value is not None and (best is None or value > best):
                 self.best[p] = value
                 self.request_save(p, value)
 

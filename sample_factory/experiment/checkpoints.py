@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from sample_factory.config import Config
-from sample_factory.experiment.folder import UNSAFE_ON_RESUME, fsync_dir
+from sample_factory.experiment.folder import UNSAFE_ON_RESUME, experiment_dir, fsync_dir
 
 _NAME = re.compile(r"^checkpoint_(\d+)_(\d+)\.pth$")
 
@@ -57,7 +57,7 @@ def load_checkpoint_file(path: Path, map_location: Any = "cpu", mmap: bool = Fal
 
 
 def checkpoint_dir(cfg: Config, policy_id: int) -> Path:
-    return Path(cfg.train_dir) / cfg.experiment / f"checkpoint_p{policy_id}"
+    return experiment_dir(cfg) / f"checkpoint_p{policy_id}"
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
@@ -145,7 +145,10 @@ def list_best_checkpoints(directory: Path) -> list[Path]:
 
 
 def best_metric_of(path: Path) -> float:
-    return float(_BEST.match(path.name).group(3))
+    m = _BEST.match(path.name)
+    if m is None:
+        raise ValueError(f"{path.name} is not the name of a best checkpoint")
+    return float(m.group(3))
 
 
 # Where the model's parameters differ from a checkpoint's, the flags among these that changed are named.
@@ -161,7 +164,8 @@ def check_model_fits(cfg: Config, model: torch.nn.Module, state: dict, path: Pat
         value = state.get(key)
         if type(value) is not int or value < 0:  # the learner names its next checkpoint after them
             raise CheckpointError(f"{path}: {key} is {value!r}, not a count: not a checkpoint of this project")
-    trained = state.get("cfg") if isinstance(state.get("cfg"), dict) else {}
+    saved_cfg = state.get("cfg")
+    trained: dict[str, Any] = saved_cfg if isinstance(saved_cfg, dict) else {}
     now = vars(cfg)
     for key in UNSAFE_ON_RESUME if resuming else ():
         if key in trained and key in now and trained[key] != now[key]:

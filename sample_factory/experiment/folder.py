@@ -54,6 +54,7 @@ class ExperimentError(RuntimeError):
 
 
 def experiment_dir(cfg: Config) -> Path:
+    assert cfg.experiment is not None, "finalize_cfg names the experiment"
     return Path(cfg.train_dir) / cfg.experiment
 
 
@@ -316,7 +317,7 @@ def remove_created(d: Path, before: set[str] | None) -> None:
 def prepare_experiment_dir(cfg: Config, log: Callable[[str], None] | None = None) -> tuple[Path, str, ExperimentLock]:
     """Lock the folder, apply --restart_behavior, merge a resumed cfg, write cfg.json.
     Returns (folder, what happened, the held lock)."""
-    why = experiment_name_problem(cfg.experiment)
+    why = experiment_name_problem(cfg.experiment or "")
     if why:  # parse_cfg refuses it already; a Config built in code must not reach rmtree either
         raise ExperimentError(f"experiment name {cfg.experiment!r} {why}")
     d = experiment_dir(cfg)

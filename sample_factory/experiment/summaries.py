@@ -16,7 +16,7 @@ import socket
 import struct
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 from tensorboardX.proto.event_pb2 import Event, SessionLog
@@ -52,7 +52,7 @@ class ProgressTracker:
         # sync mode: the env frames every learner has trained on (the least of the policies'), per learner; the
         # budget stop waits for them, so that no STOP cuts the last iteration's training short
         self.trained_frames: list[int] | None = None
-        self.episodes = [collections.deque(maxlen=cfg.stats_avg) for _ in range(P)]
+        self.episodes: list[collections.deque] = [collections.deque(maxlen=cfg.stats_avg) for _ in range(P)]
         self.num_episodes = [0] * P
         self.all_episodes: list[list[tuple[float, int]]] = [[] for _ in range(P)]  # kept for evaluation runs
         self.train_stats: list[dict] = [{} for _ in range(P)]
@@ -65,7 +65,7 @@ class ProgressTracker:
         self.window_history = [WindowHistory() for _ in range(P)]  # saved beside each checkpoint
         # (time.monotonic(), env frames this session): the rates' windows
         self.history: collections.deque = collections.deque([(self.start, 0)], maxlen=2000)
-        self.inference = collections.Counter()
+        self.inference: collections.Counter = collections.Counter()
         self.discarded_rollouts = 0  # half-finished or orphaned by a worker crash
         self.last_checkpoint: dict[int, str] = {}
         self.timing: dict[str, list[dict]] = collections.defaultdict(list)
@@ -479,15 +479,16 @@ class SummaryWriters:
         self.failed: str | None = None  # why writing failed: nothing more is written
         self.exp_dir = exp_dir
         self.event_files: list[EventFile] = []
+        self.writers: list[Any] = []  # per policy: the event file, or a tee into it and W&B
+        self.csv: IO[str] | None = None  # progress.csv, open while writing is enabled
         if not enabled:  # evaluation runs leave the training summaries alone
-            self.writers, self.csv = [], None
             return
         # Event file names carry only seconds: a unique suffix keeps a quick resume from overwriting the last file.
         suffix = f".{os.getpid()}.{time.time_ns()}"
         self.event_files = [
             EventFile(exp_dir / ".summary" / str(p), flush_secs=10, filename_suffix=suffix) for p in range(num_policies)
         ]
-        self.writers: list[Any] = list(self.event_files)
+        self.writers = list(self.event_files)
         if cfg is not None and cfg.with_wandb:
             self.wandb = WandbLogger(cfg, exp_dir, num_policies)
             self.writers = [self.wandb.tee(w, p) for p, w in enumerate(self.writers)]
@@ -567,6 +568,10 @@ class SummaryWriters:
         if self.wandb is not None:
             self.wandb.flush()
 
+    def _table(self) -> IO[str]:
+        assert self.csv is not None, "progress.csv is open while writing is enabled"
+        return self.csv
+
     def progress_row(self, progress: ProgressTracker) -> None:
         if not self.enabled:
             return
@@ -588,21 +593,30 @@ class SummaryWriters:
         new = [c for c in row if c not in self.columns]
         if new:
             self._add_columns(new)
-        self.csv.write(",".join(row.get(c, "") for c in self.columns) + "\n")
-        self.csv.flush()
+        csv = self._table()
+        csv.write(",".join(row.get(c, "") for c in self.columns) + "\n")
+        csv.flush()
 
     def _add_columns(self, new: list[str]) -> None:
         """Rewrite progress.csv with more columns (empty in the rows written before): a statistic appears when
         the first episode reports it."""
-        self.csv.seek(0)
-        rows = self.csv.read().splitlines()[1:]
+        rows = self._read_table()[1:]
         pad = "," * len(new)
         self.columns += sorted(new)
+        self._rewrite_table([",".join(self.columns), *(r + pad for r in rows)])
+
+    def _read_table(self) -> list[str]:
+        csv = self._table()
+        csv.seek(0)
+        return csv.read().splitlines()
+
+    def _rewrite_table(self, lines: list[str]) -> None:
+        """progress.csv becomes `lines` (the header first), through a temporary file; then it is open to append."""
         tmp = self.csv_path.with_suffix(".csv.tmp")
-        tmp.write_text("".join(line + "\n" for line in [",".join(self.columns), *(r + pad for r in rows)]))
-        self.csv.close()
+        tmp.write_text("".join(line + "\n" for line in lines))
+        self._table().close()
         os.replace(tmp, self.csv_path)
-        self.csv = open(self.csv_path, "a+")
+        self.csv = open(self.csv_path, "a+")  # noqa: SIM115 - closed in close()
 
     def resume_at(self, env_frames: list[int]) -> int:
         """The run resumes from these env frames per policy: progress.csv's rows past their total, and the curves'
@@ -614,16 +628,11 @@ class SummaryWriters:
         try:
             for f, frames in zip(self.event_files, env_frames, strict=True):
                 f.session_start(frames)
-            self.csv.seek(0)
-            header, *rows = self.csv.read().splitlines()
-            kept = [r for r in rows if _counter(r) is not None and _counter(r) <= sum(env_frames)]
+            header, *rows = self._read_table()
+            kept = [r for r in rows if (c := _counter(r)) is not None and c <= sum(env_frames)]
             if len(kept) < len(rows):
-                tmp = self.csv_path.with_suffix(".csv.tmp")
-                tmp.write_text("".join(line + "\n" for line in [header, *kept]))
-                self.csv.close()
-                os.replace(tmp, self.csv_path)
-                self.csv = open(self.csv_path, "a+")  # noqa: SIM115 - closed in close()
-            self.csv.seek(0, os.SEEK_END)
+                self._rewrite_table([header, *kept])
+            self._table().seek(0, os.SEEK_END)
         except OSError as e:
             raise self._failure(e) from None
         return len(rows) - len(kept)

@@ -10,6 +10,7 @@ train.py, which saves and exits)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -68,11 +69,12 @@ def render(template: str, values: dict[str, str]) -> str:
         if directive and any(values[n] == "" for n in names):
             continue
 
-        out.append(PLACEHOLDER.sub(lambda m, raw=directive: _fill(values, m.group(1), raw), line))
+        out.append(PLACEHOLDER.sub(functools.partial(_fill, values, raw=directive), line))
     return "\n".join(out) + "\n"
 
 
-def _fill(values: dict[str, str], name: str, raw: bool) -> str:
+def _fill(values: dict[str, str], match: re.Match[str], raw: bool) -> str:
+    name = match.group(1)
     return values[name] if raw or name == "command" else shlex.quote(values[name])
 
 

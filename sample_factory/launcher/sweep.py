@@ -283,6 +283,8 @@ def load_module(spec: str) -> RunDescription:
         if not path.exists():
             raise SweepError(f"no such sweep file: {spec}")
         module_spec = importlib.util.spec_from_file_location(f"_sf_sweep_{path.stem}", path)
+        if module_spec is None or module_spec.loader is None:
+            raise SweepError(f"{spec}: not a Python file Python can load")
         module = importlib.util.module_from_spec(module_spec)
         try:
             module_spec.loader.exec_module(module)

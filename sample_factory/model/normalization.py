@@ -13,6 +13,10 @@ from torch import Tensor, nn
 class RunningMeanStd(nn.Module):
     """Per-feature mean and variance over every sample seen (Chan et al.'s parallel update), in float64."""
 
+    mean: Tensor  # [*shape]
+    var: Tensor  # [*shape], biased
+    count: Tensor  # [] samples seen
+
     def __init__(self, shape: tuple[int, ...], clip: float = 5.0, eps: float = 1e-8):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
@@ -26,6 +30,7 @@ class RunningMeanStd(nn.Module):
         by weights rather than by indexing, so the count stays on the device (no host read: boolean indexing asks
         the GPU how many rows it kept), and an empty selection leaves the statistics as they were."""
         x = x.reshape(-1, *self.mean.shape).double()
+        n: Tensor | int
         if mask is None:
             n = x.shape[0]
             if n == 0:

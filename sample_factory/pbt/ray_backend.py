@@ -84,6 +84,7 @@ class RayPopulation:
         save_pbt_state(pop_dir, self.pbt.states)
         self.members = [Member(i, member_dir(pop_dir, i)) for i in range(n)]
         self.budget = int(cfg.train_for_env_steps)
+        assert cfg.num_workers is not None, "parse_cfg resolves --num_workers"
         self.cpus = cfg.pbt_cpus_per_member if cfg.pbt_cpus_per_member > 0 else cfg.num_workers + 1
         self.env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
         # A resumed population: each member is taken up where its files are (all read before any decision).
@@ -125,7 +126,9 @@ class RayPopulation:
                 src_file, new_file = copy_member_weights(
                     self.members[d.source].exp_dir, m.exp_dir, self.cfg.keep_checkpoints
                 )
-                m.version = int(latest_checkpoint_info(m.exp_dir)[1])
+                info = latest_checkpoint_info(m.exp_dir)
+                assert info is not None  # copy_member_weights has just written one
+                m.version = info[1]
                 origin = f" from member {d.source} ({src_file.name} -> {m.exp_dir.name}/{new_file.name})"
             write_member_state(m.exp_dir, state)
             save_pbt_state(self.pop_dir, [state])

@@ -71,6 +71,7 @@ def cache_path(cache_dir: str, key: dict[str, Any]) -> Path:
 def pick_flags(argv: Sequence[str], cfg: Config, log: Callable[[str], None]) -> list[str]:
     """The flags of the cached or newly searched pick for the run `argv` (only those that differ from the
     defaults)."""
+    assert cfg.env is not None, "parse_cfg requires --env"
     speed_flags = strip_flags(argv, SPEED_NEUTRAL)
     key = cache_key(cfg.env, speed_flags)
     path = cache_path(cfg.auto_tune_cache_dir, key)
