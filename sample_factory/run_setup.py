@@ -161,6 +161,7 @@ def build_run(
     algorithm_class(cfg).check_spaces(cfg, env_info[0], env_info[1])
     obs_space, action_space, num_agents, reward_shaping, left_out = env_info
     if left_out:
+        assert isinstance(obs_space, gym.spaces.Dict), "only a Dict observation has keys to leave out"
         reads = ", ".join(obs_space.spaces)
         log(f"observation keys left out: {', '.join(left_out)}; the model reads {reads} (--obs_keys chooses)")
     # The initial weights are made once here, so policy workers and learners start identical.
@@ -200,8 +201,9 @@ def build_run(
             progress.load_lag(exp_dir)
         iteration_samples, stop_between = None, None
         if not cfg.async_rl and not cfg.evaluation_run:
+            assert cfg.num_workers is not None, "parse_cfg resolves --num_workers"
             iteration_samples = IterationSamples(
-                cfg.num_workers, cfg.worker_num_splits, spec.slots_per_split, cfg.train_for_env_steps
+                cfg.num_workers, cfg.worker_num_splits, spec.slots_per_split, int(cfg.train_for_env_steps)
             )
             progress.trained_frames = [0] * cfg.num_policies
             if reproducible(cfg) and not cfg.serial_mode and cfg.sampler_nodes == 0:

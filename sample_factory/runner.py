@@ -39,8 +39,8 @@ class Runner:
         self.interrupted_by: int | None = None  # the signal that stopped the run before its stop condition
         self.best = BestCheckpoints(cfg, lambda p, value: self.parts.channels.learner[p].put(SaveBest.wire(value)))
         # Made by `setup` (run_setup.py); None until then (shutdown releases only what exists).
-        self.folder: ExperimentFolder | None = None
-        self.parts: RunParts | None = None
+        self._folder: ExperimentFolder | None = None
+        self._parts: RunParts | None = None
         # Set by `_start` and the main loop.
         self.driver: SerialDriver | None = None  # serial mode: steps every component in this thread
         self.start_time: float | None = None  # time.monotonic() when the components were started
@@ -75,8 +75,18 @@ class Runner:
         enable_stack_dumps()
         # --device is never taken from cfg.json: check it before creating anything
         self.cfg.device = resolve_device_name(self.cfg.device)
-        self.folder = open_experiment(self.cfg)
-        self.parts = build_run(self.cfg, self.folder.path, self.folder.lock, self._on_worker_restarted)
+        self._folder = open_experiment(self.cfg)
+        self._parts = build_run(self.cfg, self._folder.path, self._folder.lock, self._on_worker_restarted)
+
+    @property
+    def folder(self) -> ExperimentFolder:
+        assert self._folder is not None, "setup opens the experiment folder"
+        return self._folder
+
+    @property
+    def parts(self) -> RunParts:
+        assert self._parts is not None, "setup builds the run's parts"
+        return self._parts
 
     # ---- running ------------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -101,7 +111,7 @@ class Runner:
 
     def _on_signal(self, signum, frame) -> None:
         self.signals_received += 1
-        stop_between = self.parts.stop_between if self.parts is not None else None
+        stop_between = self._parts.stop_between if self._parts is not None else None
         if self.stop_reason is None:
             if stop_between is not None and stop_between.request(signum):
                 return  # the main loop stops the run between two iterations
@@ -110,7 +120,7 @@ class Runner:
 
     def _hurry(self) -> bool:
         """A second Ctrl+C (a third where the first was deferred to the end of an iteration) skips the waits."""
-        stop_between = self.parts.stop_between if self.parts is not None else None
+        stop_between = self._parts.stop_between if self._parts is not None else None
         deferred = stop_between is not None and stop_between.signum is not None
         return self.signals_received > 1 + deferred
 
@@ -133,8 +143,10 @@ class Runner:
             self._experiment_started()
             return
         self._resume_records()
+        supervisor = self.parts.supervisor
+        assert supervisor is not None, "build_run makes a supervisor for a run that is not serial"
         for c in self.parts.components:
-            self.parts.supervisor.start(c)
+            supervisor.start(c)
         self._experiment_started()
 
     def _resume_records(self) -> None:
@@ -160,7 +172,10 @@ class Runner:
 
     def _restore_serial_snapshot(self) -> bool:
         latest = list_checkpoints(checkpoint_dir(self.cfg, 0))
-        key = tuple(int(x) for x in latest[-1].stem.split("_")[1:3]) if latest else None
+        key = None
+        if latest:  # checkpoint_<version>_<env frames>
+            version, frames = latest[-1].stem.split("_")[1:3]
+            key = (int(version), int(frames))
         state, why = load_snapshot(self.folder.path, self.cfg, key)
         if state is None:
             if key is not None:
@@ -194,7 +209,7 @@ class Runner:
         cfg = self.cfg
         last_print = last_summary = last_best = time.monotonic()
         per_iteration = self.parts.iteration_samples is not None
-        self.points = ProgressPoints(cfg.progress_every_env_steps, self.parts.summaries, last_print, per_iteration)
+        self.points = ProgressPoints(int(cfg.progress_every_env_steps), self.parts.summaries, last_print, per_iteration)
         while self.stop_reason is None:
             if self.driver is not None:
                 for _ in range(20):
@@ -248,13 +263,18 @@ class Runner:
 
     def _on_split_samples(self, report: Report) -> None:
         split, rollout, reports = report.payload
-        self.parts.iteration_samples.add(report.index, split, rollout, reports)
-        if self.stop_reason is None:  # after the stop, the counts stay those of the iterations trained on
-            for _ in range(self.parts.iteration_samples.apply(self.parts.progress)):
+        samples = self.parts.iteration_samples
+        assert samples is not None, "split samples are reported in sync mode, where build_run counts iterations"
+        samples.add(report.index, split, rollout, reports)
+        # after the stop, the counts stay those of the iterations trained on; no points before the main loop's
+        if self.stop_reason is None and self.points is not None:
+            for _ in range(samples.apply(self.parts.progress)):
                 self.points.update(self.parts.progress, time.monotonic())
 
     def _on_sync_trained(self, report: Report) -> None:
-        self.parts.progress.trained_frames[report.index], iterations = report.payload
+        trained = self.parts.progress.trained_frames
+        assert trained is not None, "sync mode: build_run counts the frames each learner trained on"
+        trained[report.index], iterations = report.payload
         if self.parts.stop_between is not None:
             self.parts.stop_between.iterations[report.index] = iterations
 
@@ -282,7 +302,7 @@ class Runner:
         progress.last_checkpoint[report.index] = report.payload
         frames = checkpoint_env_frames(report.payload)
         window = None if frames is None else progress.window_history[report.index].at(frames)
-        if window is not None:
+        if frames is not None and window is not None:
             try:
                 save_window(checkpoint_dir(self.cfg, report.index), frames, window)
             except OSError as e:  # the checkpoint itself is written; a resume would start an empty window
@@ -318,6 +338,7 @@ class Runner:
             and self.stop_reason is None
         ):
             self.stop_reason, self.exit_code = why, 1
+        assert self.start_time is not None, "_start has started the components"
         self.stop_reason = self.parts.progress.stop_condition(now - self.start_time) or self.stop_reason
         stop_between = self.parts.stop_between
         if self.stop_reason is None and stop_between is not None and (signum := stop_between.poll(log)):
@@ -333,7 +354,7 @@ class Runner:
     def _shutdown(self) -> None:
         if self.stop_reason:
             log(f"stopping: {self.stop_reason}")
-        if self.parts is None:  # set-up failed (build_run released what it made)
+        if self._parts is None:  # set-up failed (build_run released what it made)
             self._release_folder()
             return
         # STOPs go to actors first so no new rollouts arrive, then policy workers, then learners (which save
@@ -364,9 +385,10 @@ class Runner:
             self.parts.supervisor.stop_all(order, self._drain_reports, self.cfg.shutdown_timeout_sec, hurry=self._hurry)
             self.parts.progress.discarded_rollouts += self.parts.supervisor.discarded_rollouts
         try:
-            interrupted = self.interrupted_by is not None and self.exit_code == 0
-            if interrupted:  # saved, but not finished: told apart from a run that reached its stop condition
-                self.exit_code = interrupted_exit_code(self.interrupted_by)
+            interrupted = False
+            if self.interrupted_by is not None and self.exit_code == 0:
+                # saved, but not finished: told apart from a run that reached its stop condition
+                interrupted, self.exit_code = True, interrupted_exit_code(self.interrupted_by)
             # Only a run whose components started has a final state: one that failed before (set-up, the sampler
             # nodes) adds no row to a resumed run's progress.csv and calls no on_experiment_end without a start.
             if self.start_time is not None:
@@ -387,7 +409,7 @@ class Runner:
         own behind, a resumed one puts its cfg.json back as it was. Otherwise the next command would resume with
         the flags that failed (a refused resume's, a bad --callbacks) although the user no longer types them. Then
         the lock goes."""
-        folder = self.folder
+        folder = self._folder
         if folder is None or folder.lock is None:
             return
         if not self.started_ok and self.exit_code != 0 and folder.lock.fd is not None:
@@ -444,6 +466,7 @@ class Runner:
 
     def _final_report(self) -> None:
         """Called only for a run whose components started (start_time set)."""
+        assert self.start_time is not None
         elapsed = time.monotonic() - self.start_time
         if not self.cfg.evaluation_run:
             started = time.time() - elapsed  # the summary names the newest checkpoint on disk, not the last report

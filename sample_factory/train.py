@@ -35,7 +35,7 @@ def check_before_start(cfg: Config) -> None:
     from sample_factory.envs.env_utils import unknown_env_message
     from sample_factory.experiment.folder import ExperimentError, ExperimentLock, experiment_dir
 
-    why = unknown_env_message(cfg.env)
+    why = unknown_env_message(cfg.env or "")
     if why is None and not (cfg.with_pbt and cfg.pbt_backend == "ray"):  # ray members have folders of their own
         try:
             ExperimentLock(experiment_dir(cfg)).check_free()

@@ -472,7 +472,6 @@ def evaluate_parallel(cfg: Config) -> tuple[list[tuple[float, int]], dict]:
     rc = runner.run()
     if rc != 0:
         raise EnjoyError("parallel evaluation failed (see the log above)")
-    assert runner.parts is not None  # a run that returned 0 has built its parts
     # The first episodes to finish: with many envs running at once they are biased toward short episodes
     # (a long episode is still running when the short ones have finished and the count is reached).
     # With several policies every one plays (envs pass between them as in training); the chosen one's episodes count.

@@ -45,7 +45,9 @@ def _niceness_by_role(run) -> dict[str, int]:
 
 def _check_niceness(run, learner: int, actor: int) -> None:
     base = os.getpriority(os.PRIO_PROCESS, 0)  # the runner inherits this test's niceness
-    if os.geteuid() != 0:  # --default_niceness is absolute (as in SF2), but only root may set it below the runner's
+    # --default_niceness=0 keeps the runner's; another value is absolute (as in SF2), and only root may set it below
+    # the runner's
+    if learner == 0 or os.geteuid() != 0:
         learner = max(learner, base)
     actor = max(min(actor, 19), base)  # the actors' is never below the runner's
     assert run.wait_until(lambda: len(_niceness_by_role(run)) == len(COMPONENT_NAMES), 30), run.describe()
