@@ -5,6 +5,7 @@ is not encoded but masks the discrete actions of the policy's distribution."""
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import gymnasium as gym
 import torch
@@ -14,7 +15,7 @@ from sample_factory.algo.distributions import gaussian_dims, make_distribution, 
 from sample_factory.algo.sde import initial_sde_log_std, sde_log_std, sde_noise
 from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY, OBS_KEY, obs_subspaces
-from sample_factory.model.encoders import ConvEncoder, make_encoder
+from sample_factory.model.encoders import ConvEncoder, encoder_out_size, make_encoder
 from sample_factory.model.normalization import RunningMeanStd
 
 
@@ -57,19 +58,22 @@ class LstmCore(nn.Module):
         return x, torch.cat(new, dim=1)
 
 
-CORES = {"gru": GruCore, "lstm": LstmCore}
+CORES: dict[str, type[GruCore] | type[LstmCore]] = {"gru": GruCore, "lstm": LstmCore}
 
 
 class _Tower(nn.Module):
     """Encoder + optional core: one for both heads when weights are shared, one each otherwise."""
 
+    core: GruCore | LstmCore | None
+
     def __init__(self, cfg: Config, obs_space: gym.Space):
         super().__init__()
         self.encoder = make_encoder(cfg, obs_space)
+        encoded = encoder_out_size(self.encoder)
         core_type = CORES[cfg.rnn_type]
-        self.core = core_type(self.encoder.out_size, cfg.rnn_size, cfg.rnn_num_layers) if cfg.use_rnn else None
-        self.out_size = cfg.rnn_size if cfg.use_rnn else self.encoder.out_size
-        self.state_size = self.core.state_size if self.core else 0
+        self.core = core_type(encoded, cfg.rnn_size, cfg.rnn_num_layers) if cfg.use_rnn else None
+        self.out_size: int = cfg.rnn_size if cfg.use_rnn else encoded
+        self.state_size: int = self.core.state_size if self.core is not None else 0
 
 
 def as_obs_tensors(obs: Tensor | dict[str, Tensor]) -> dict[str, Tensor]:
@@ -94,9 +98,10 @@ class ActorCritic(nn.Module):
         self.dict_obs = isinstance(obs_space, gym.spaces.Dict)
         enc_space = encoded_space(obs_space)
         self.encoded_keys = list(obs_subspaces(enc_space))
-        self.towers = nn.ModuleList([_Tower(cfg, enc_space)])
-        if not cfg.actor_critic_share_weights:
-            self.towers.append(_Tower(cfg, enc_space))
+        towers = [_Tower(cfg, enc_space) for _ in range(1 if cfg.actor_critic_share_weights else 2)]
+        # a ModuleList registers their parameters; typed as the list of towers it is read as
+        self.towers = cast(list[_Tower], nn.ModuleList(towers))
+        self.cores = [t.core for t in towers if t.core is not None]  # one per tower with --use_rnn, else none
         self.recurrent = cfg.use_rnn
         # Only float observations are normalized (per key); image frames are scaled by their encoder.
         float_keys = {
@@ -104,8 +109,11 @@ class ActorCritic(nn.Module):
             for k, sp in obs_subspaces(enc_space).items()
             if isinstance(sp, gym.spaces.Box) and sp.dtype.kind == "f"
         }
-        self.obs_normalizers = (
-            nn.ModuleDict({k: RunningMeanStd(tuple(sp.shape)) for k, sp in float_keys.items()})
+        self.obs_normalizers = (  # a ModuleDict (buffers in the state dict), typed as the dict it is read as
+            cast(
+                dict[str, RunningMeanStd],
+                nn.ModuleDict({k: RunningMeanStd(tuple(sp.shape)) for k, sp in float_keys.items()}),
+            )
             if cfg.normalize_input and float_keys
             else None
         )
@@ -158,7 +166,8 @@ class ActorCritic(nn.Module):
                     nn.init.orthogonal_(m.weight, gain=math.sqrt(2))
                 else:
                     nn.init.xavier_uniform_(m.weight)
-                nn.init.zeros_(m.bias)
+                if m.bias is not None:  # a custom encoder's layer may have none
+                    nn.init.zeros_(m.bias)
             elif isinstance(m, (nn.GRUCell, nn.LSTMCell)):
                 nn.init.orthogonal_(m.weight_hh)
                 nn.init.xavier_uniform_(m.weight_ih)
@@ -171,18 +180,22 @@ class ActorCritic(nn.Module):
     @property
     def sde_shape(self) -> tuple[int, int] | None:
         """[L, D] of an agent's exploration matrix with --use_sde, else None."""
-        return None if self.sde_log_sigma is None else tuple(self.sde_log_sigma.shape)
+        if self.sde_log_sigma is None:
+            return None
+        L, D = self.sde_log_sigma.shape
+        return L, D
 
     def heads(self, feats: list[Tensor]) -> tuple[Tensor, Tensor]:
         """feats [B, F] per tower -> (action params [B, P], values [B])."""
         # forward, not __call__: ~4 us a call (encoders.run_layers)
         params = self.policy_head.forward(feats[0])
-        if self.use_sde:
+        if self.sde_log_sigma is not None:  # --use_sde
             params = torch.cat([params.float(), sde_log_std(feats[0], self.sde_log_sigma)], dim=1)
         return params, self.value_head.forward(feats[-1]).squeeze(-1)
 
     def sde_noise(self, policy_features: Tensor, eps: Tensor) -> Tensor:
         """policy_features [B, L] (feats[0] of `features`), eps [B, L, D] each row's matrix -> [B, D] noise."""
+        assert self.sde_log_sigma is not None, "sde_noise is for a model with --use_sde"
         return sde_noise(policy_features, eps, self.sde_log_sigma)
 
     def _encoder_input(self, obs: dict[str, Tensor]) -> Tensor | dict[str, Tensor]:
@@ -202,15 +215,15 @@ class ActorCritic(nn.Module):
     def features(self, obs: Tensor | dict[str, Tensor], rnn_state: Tensor | None) -> tuple[list[Tensor], Tensor | None]:
         """`forward_step` before the heads: (features [B, F] per tower, new rnn_state [B, H] or None)."""
         x_in = self._encoder_input(as_obs_tensors(obs))
-        feats, new_states = [], []
-        states = rnn_state.split(self.state_sizes, dim=1) if self.recurrent else [None] * len(self.towers)
-        for tower, h in zip(self.towers, states, strict=True):
-            x = tower.encoder(x_in)
-            if tower.core is not None:
-                x, h = tower.core(x, h)
-                new_states.append(h)
-            feats.append(x)
-        return feats, torch.cat(new_states, dim=1) if self.recurrent else None
+        feats = [tower.encoder(x_in) for tower in self.towers]
+        if not self.cores:
+            return feats, None
+        assert rnn_state is not None, "a recurrent model steps from its state"
+        new_states = []
+        for i, (core, h) in enumerate(zip(self.cores, rnn_state.split(self.state_sizes, dim=1), strict=True)):
+            feats[i], h = core(feats[i], h)
+            new_states.append(h)
+        return feats, torch.cat(new_states, dim=1)
 
     def forward_sequence(
         self, obs: Tensor | dict[str, Tensor], rnn_states: Tensor | None, is_first: Tensor, recurrence: int
@@ -223,18 +236,19 @@ class ActorCritic(nn.Module):
         if not self.recurrent:
             params, values, _ = self.forward_step(flat, None)
             return params.view(B, L, -1), values.view(B, L)
+        assert rnn_states is not None, "a recurrent model trains from the stored states"
         keep = (~is_first).float().unsqueeze(-1)  # [B, L, 1]
         x_in = self._encoder_input(flat)
         encoded = [t.encoder(x_in).view(B, L, -1) for t in self.towers]
         feats_seq: list[list[Tensor]] = [[] for _ in self.towers]
-        h = None
+        h: Tensor
         for t in range(L):
             if t % recurrence == 0:
                 h = rnn_states[:, t]
             h = h * keep[:, t]
             new_states = []
-            for i, (tower, hi) in enumerate(zip(self.towers, h.split(self.state_sizes, dim=1), strict=True)):
-                x, hi = tower.core(encoded[i][:, t], hi)
+            for i, (core, hi) in enumerate(zip(self.cores, h.split(self.state_sizes, dim=1), strict=True)):
+                x, hi = core(encoded[i][:, t], hi)
                 feats_seq[i].append(x)
                 new_states.append(hi)
             h = torch.cat(new_states, dim=1)
@@ -267,7 +281,7 @@ class ActorCritic(nn.Module):
 
     def distribution(self, params: Tensor, action_mask: Tensor | None = None):
         """params [B, P]; action_mask [B, A] (nonzero = allowed) for masked discrete actions."""
-        log_std = self.log_std
+        log_std: Tensor | None = self.log_std
         if self.adaptive_stddev or self.use_sde:
             params, log_std = params[:, : self.num_params], params[:, self.num_params :]
         if self.tanh_scale > 0:

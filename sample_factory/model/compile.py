@@ -20,9 +20,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from sample_factory.config import Config
+from sample_factory.model.actor_critic import ActorCritic
 
 
 class GuardedCompile:
@@ -48,7 +49,7 @@ class GuardedCompile:
 
 
 def compile_encoders(
-    model: nn.Module,
+    model: ActorCritic,
     log: Callable[[str], None],
     *,
     backend: str = "inductor",
@@ -82,7 +83,7 @@ def _raiser(error: Exception) -> Callable:
     return fail
 
 
-def compile_for_role(model: nn.Module, cfg: Config, role: str, log: Callable[[str], None]) -> list[GuardedCompile]:
+def compile_for_role(model: ActorCritic, cfg: Config, role: str, log: Callable[[str], None]) -> list[GuardedCompile]:
     """Compile `model`'s encoders if the option for `role` ("learner" or "worker") asks for it."""
     if not getattr(cfg, f"torch_compile_{role}"):
         return []
@@ -96,13 +97,17 @@ def compile_for_role(model: nn.Module, cfg: Config, role: str, log: Callable[[st
 
 def zero_obs(obs_space: gym.Space, n: int) -> Tensor | dict[str, Tensor]:
     """A batch of n all-zero observations of `obs_space` ({key: [n, *shape]} for Dict spaces, else [n, *shape])."""
-    if isinstance(obs_space, gym.spaces.Dict):
-        return {k: zero_obs(sub, n) for k, sub in obs_space.spaces.items()}
-    return torch.from_numpy(np.zeros((n, *obs_space.shape), dtype=obs_space.dtype))
+    if isinstance(obs_space, gym.spaces.Dict):  # one level of keys (envs/spaces.py)
+        return {k: _zeros(sub, n) for k, sub in obs_space.spaces.items()}
+    return _zeros(obs_space, n)
+
+
+def _zeros(space: gym.Space, n: int) -> Tensor:
+    return torch.from_numpy(np.zeros((n, *(space.shape or ())), dtype=space.dtype))
 
 
 def warm_up(
-    model: nn.Module,
+    model: ActorCritic,
     obs_space: gym.Space,
     device: torch.device,
     rows: int,

@@ -17,10 +17,10 @@ from collections.abc import Callable
 
 import gymnasium as gym
 import torch
-from torch import nn
 
 from sample_factory.algo.base import reduced_precision_dtype
 from sample_factory.config import Config, reproducible
+from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.compile import zero_obs
 
 MIN_SPEEDUP = 1.1  # bf16 must be at least this much faster: near a tie, fp32's accuracy (and stable choice) wins
@@ -37,13 +37,13 @@ def _timed(fn: Callable[[], None], repeats: int) -> float:
     return statistics.median(times)
 
 
-def _inputs(model: nn.Module, obs_space: gym.Space, rows: int):
+def _inputs(model: ActorCritic, obs_space: gym.Space, rows: int):
     obs = zero_obs(obs_space, rows)
     h = torch.zeros(rows, sum(model.state_sizes)) if model.recurrent else None
     return obs, h
 
 
-def time_training_pass(model: nn.Module, obs_space: gym.Space, dtype: torch.dtype | None, repeats: int = 3) -> float:
+def time_training_pass(model: ActorCritic, obs_space: gym.Space, dtype: torch.dtype | None, repeats: int = 3) -> float:
     """Median seconds of one forward and backward pass of a copy of `model` on TRAIN_ROWS zero observations,
     under autocast to `dtype` (None: fp32), as the learner runs it."""
     model = copy.deepcopy(model).train()
@@ -60,7 +60,7 @@ def time_training_pass(model: nn.Module, obs_space: gym.Space, dtype: torch.dtyp
 
 
 def time_inference(
-    model: nn.Module, obs_space: gym.Space, rows: int, dtype: torch.dtype | None, repeats: int = 7
+    model: ActorCritic, obs_space: gym.Space, rows: int, dtype: torch.dtype | None, repeats: int = 7
 ) -> float:
     """Median seconds of one forward pass of a copy of `model` on `rows` zero observations, its conv encoders in
     `dtype` (None: fp32), as a policy worker runs it."""
@@ -80,7 +80,7 @@ def bf16_pays(t_fp32: float, t_bf16: float) -> bool:
     return t_bf16 * MIN_SPEEDUP <= t_fp32
 
 
-def resolve_auto_precision(cfg: Config, model: nn.Module, obs_space: gym.Space, log: Callable[[str], None]) -> None:
+def resolve_auto_precision(cfg: Config, model: ActorCritic, obs_space: gym.Space, log: Callable[[str], None]) -> None:
     """Replace `auto` in cfg.learner_precision / cfg.inference_precision by what runs faster here (fp32 or bf16),
     timed on `model` with one thread (a policy worker's; per thread the ratio is what matters). Does nothing on a
     GPU or where neither option is auto; on a CPU without native bf16, and in serial mode, auto is fp32 untimed."""

@@ -411,3 +411,39 @@ def test_sde_params_carry_the_per_state_std_and_act_adds_the_held_matrix_noise(s
     # training scores the stored actions with the per-state Gaussian, and its gradient reaches sigma
     m.distribution(m.forward_step(obs, None)[0]).log_prob(out.actions).sum().backward()
     assert m.sde_log_sigma.grad is not None and m.sde_log_sigma.grad.abs().sum() > 0
+
+
+class _NoBiasEncoder(torch.nn.Module):
+    """A custom encoder as register_encoder documents it, with a layer that has no bias."""
+
+    def __init__(self, cfg, obs_space, out_size=8):
+        super().__init__()
+        self.net = torch.nn.Linear(int(np.prod(obs_space.shape)), 8, bias=False)
+        if out_size is not None:
+            self.out_size = out_size
+
+    def forward(self, obs):
+        return self.net(obs)
+
+
+@pytest.fixture
+def custom_encoders(monkeypatch):
+    from sample_factory.model import encoders
+
+    monkeypatch.setattr(encoders, "_CUSTOM_ENCODERS", {})
+    encoders.register_encoder("no_bias", _NoBiasEncoder)
+    encoders.register_encoder("no_out_size", lambda cfg, space: _NoBiasEncoder(cfg, space, out_size=None))
+    encoders.register_encoder("float_out_size", lambda cfg, space: _NoBiasEncoder(cfg, space, out_size=8.0))
+
+
+@pytest.mark.parametrize("init", ["orthogonal", "xavier_uniform"])
+def test_a_custom_encoder_without_biases_is_initialized(custom_encoders, init):
+    m = _model("--encoder_custom=no_bias", f"--policy_initialization={init}")
+    params, values, _ = m.forward_step(_obs(B, 4), None)
+    assert params.shape == (B, 2) and values.shape == (B,)
+
+
+@pytest.mark.parametrize("name, shown", [("no_out_size", "None"), ("float_out_size", "8.0")])
+def test_a_custom_encoder_needs_an_int_out_size(custom_encoders, name, shown):
+    with pytest.raises(TypeError, match=f"_NoBiasEncoder has out_size {shown}: it needs an int"):
+        _model(f"--encoder_custom={name}")
