@@ -35,8 +35,9 @@ from sample_factory.experiment.folder import (
     remove_created,
     write_cfg_json,
 )
+from sample_factory.experiment.progress import IterationSamples, ProgressTracker
 from sample_factory.experiment.run_log import log
-from sample_factory.experiment.summaries import IterationSamples, ProgressTracker, SummaryWriteError, SummaryWriters
+from sample_factory.experiment.summaries import SummaryWriteError, SummaryWriters
 from sample_factory.model import activations
 from sample_factory.model.actor_critic import ActorCritic
 from sample_factory.model.precision import resolve_auto_precision

@@ -18,8 +18,9 @@ from sample_factory.experiment.callbacks import call_hook
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints, newest_checkpoint_since
 from sample_factory.experiment.episode_windows import checkpoint_env_frames, load_windows, save_window
 from sample_factory.experiment.exit_codes import interrupted_exit_code
+from sample_factory.experiment.progress import unit_name
 from sample_factory.experiment.run_log import log
-from sample_factory.experiment.summaries import ProgressPoints, SummaryWriteError, unit_name
+from sample_factory.experiment.summaries import ProgressPoints, SummaryWriteError
 from sample_factory.run_setup import ExperimentFolder, RunParts, build_run, open_experiment
 from sample_factory.runtime.component import TERMINATED, ComponentKey, SerialDriver
 from sample_factory.runtime.device import resolve_device_name

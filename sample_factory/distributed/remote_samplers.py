@@ -37,7 +37,7 @@ import numpy as np
 
 from sample_factory.config import Config
 from sample_factory.distributed.rollouts import decode, policy_lags, stale_rollouts, write_rollout
-from sample_factory.experiment.summaries import ProgressTracker, unit_name
+from sample_factory.experiment.progress import ProgressTracker, unit_name
 from sample_factory.launcher.ray_init import init_ray
 from sample_factory.runtime.messages import FREE_SLOTS, Channels, Rollout
 from sample_factory.runtime.shared_buffers import BufferSpec, SharedWeights, SlotPool, TrajectoryBuffers

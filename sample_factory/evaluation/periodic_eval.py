@@ -2,7 +2,7 @@
 is queued; in turn, the runner asks that policy's learner for a fresh checkpoint and, once it is written, evaluates
 it with `python -m sample_factory.evaluation.enjoy` in a separate process (training never waits for it). The result
 goes to eval/eval_<env frames>_p<policy>.json, a log line and the policy's TensorBoard writer at the checkpoint's env
-frames (the run's counter: experiment/summaries.py, "Units").
+frames (the run's counter: experiment/progress.py, "Units").
 
 Which policies (--eval_policies), sampled or most likely actions (--eval_deterministic) and env options changed for
 evaluation only (--eval_env_overrides) are passed on to enjoy. One evaluation runs at a time and a policy is queued
@@ -32,7 +32,7 @@ from typing import Any
 from sample_factory.config import Config, parse_eval_policies
 from sample_factory.config.cfg import option_defaults
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints
-from sample_factory.experiment.summaries import unit_name
+from sample_factory.experiment.progress import unit_name
 
 # A checkpoint asked for but not reported within this time (a learner that never answers): give up on it, so one
 # lost request does not end periodic evaluation for the rest of the run.

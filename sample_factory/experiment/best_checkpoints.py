@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 
 from sample_factory.config import Config
+from sample_factory.experiment.progress import ProgressTracker
 from sample_factory.experiment.run_log import log
-from sample_factory.experiment.summaries import ProgressTracker
 
 # A run's reward climbs for a long time, so nearly every check writes a new best checkpoint: the console gets the
 # first of each policy and then at most one a minute (the latest); sf_log.txt gets every one.

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sample_factory.config import Config
-from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
+from sample_factory.experiment.progress import ProgressTracker
+from sample_factory.experiment.summaries import SummaryWriters
 from sample_factory.pbt.population import (
     REWARD_SHAPING_PREFIX,
     PopulationBasedTraining,

@@ -8,7 +8,7 @@ weights, whatever the process scheduling. What each component does for it:
 - learners: the slots of an iteration in (worker, split, rollout) order, and no iteration past the env-step budget
   (`Learner`);
 - the runner: samples counted and progress rows written per complete iteration
-  (experiment/summaries.py::IterationSamples);
+  (experiment/progress.py::IterationSamples);
 - every process that runs the model: kernels picked without timing, torch's deterministic algorithms on a GPU
   (model/activations.py::pin_kernels);
 - at a stop, the actor workers' envs and counters are saved, so that a resumed run continues the same trajectory

@@ -559,7 +559,7 @@ class ActorWorker(Component):
     def _report_progress(self, split: Split) -> None:
         """Sent once per finished rollout of the split (not on a timer), so serial runs stop at the same point every
         time. Sync mode: one report per rollout, tagged (split, rollout number), which the runner counts one whole
-        iteration at a time (experiment/summaries.py::IterationSamples)."""
+        iteration at a time (experiment/progress.py::IterationSamples)."""
         s = split.index
         agent_steps, episodes, stats = self.agent_steps[s], self.episodes[s], self.episode_stats[s]
         reports = []

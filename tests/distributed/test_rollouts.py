@@ -31,7 +31,7 @@ from sample_factory.distributed.rollouts import (
     wire_bytes,
     write_rollout,
 )
-from sample_factory.experiment.summaries import ProgressTracker
+from sample_factory.experiment.progress import ProgressTracker
 from sample_factory.runtime.messages import Channels, FreeSlots
 from sample_factory.runtime.messages import decode as decode_msg
 from sample_factory.runtime.shared_buffers import SharedWeights, TrajectoryBuffers, make_buffer_spec

@@ -24,7 +24,8 @@ from sample_factory.experiment.callbacks import (
     hook_stats,
     overrides,
 )
-from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
+from sample_factory.experiment.progress import ProgressTracker
+from sample_factory.experiment.summaries import SummaryWriters
 from tests.experiment.hooks import HOOK_DIR_VAR, RAISE_IN_VAR, RecordingCallbacks, read_hook_calls
 from tests.integration.conftest import TrainRun, tensorboard_tags
 

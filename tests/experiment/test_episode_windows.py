@@ -11,7 +11,7 @@ from sample_factory.experiment.episode_windows import (
     load_windows,
     save_window,
 )
-from sample_factory.experiment.summaries import ProgressTracker
+from sample_factory.experiment.progress import ProgressTracker
 
 
 def test_the_window_as_of_a_checkpoint_behind_the_tracker():

@@ -12,7 +12,7 @@ import pytest
 from sample_factory.config import parse_cfg
 from sample_factory.envs.env_utils import frames_per_env_step
 from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints
-from sample_factory.experiment.summaries import fps_tag, unit_name
+from sample_factory.experiment.progress import fps_tag, unit_name
 from tests.integration.conftest import tensorboard_tags
 
 

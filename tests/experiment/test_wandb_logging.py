@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from sample_factory.config import ConfigError, finalize_cfg, parse_cfg
-from sample_factory.experiment.summaries import ProgressTracker, SummaryWriters
+from sample_factory.experiment.progress import ProgressTracker
+from sample_factory.experiment.summaries import SummaryWriters
 from sample_factory.experiment.wandb_logging import WANDB_ID_FILE, import_wandb
 from tests.experiment.wandb_files import history_rows, offline_runs, run_records
 from tests.integration.conftest import tensorboard_tags
