@@ -35,30 +35,30 @@ import queue
 import select
 import socket
 import time
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 import faster_fifo
 
-REQUEST = 0
-ACTIONS_READY = 1
-ROLLOUT = 2
-FREE_SLOTS = 3
-REPORT = 4
-STOP = 5
-RESEND = 6
-SAVE_BEST = 7
-SAVE_NOW = 8
-PBT_UPDATE = 9
-SET_REWARD_SHAPING = 10
-RANK_WORK = 11
-RANK_DONE = 12
-PARK_AFTER = 13
+REQUEST: Final = 0
+ACTIONS_READY: Final = 1
+ROLLOUT: Final = 2
+FREE_SLOTS: Final = 3
+REPORT: Final = 4
+STOP: Final = 5
+RESEND: Final = 6
+SAVE_BEST: Final = 7
+SAVE_NOW: Final = 8
+PBT_UPDATE: Final = 9
+SET_REWARD_SHAPING: Final = 10
+RANK_WORK: Final = 11
+RANK_DONE: Final = 12
+PARK_AFTER: Final = 13
 
 
 class Request(NamedTuple):
     """Compute actions (and values) for the split's columns at [slot, t]."""
 
-    kind: int
+    kind: Literal[0]  # REQUEST
     actor_idx: int
     split_idx: int
     slot: int
@@ -75,7 +75,7 @@ class Request(NamedTuple):
 class ActionsReady(NamedTuple):
     """The requests (split_idx, seq) of one actor that this policy has answered."""
 
-    kind: int
+    kind: Literal[1]  # ACTIONS_READY
     splits: list[tuple[int, int]]
     gen: int
     policy_id: int
@@ -89,7 +89,7 @@ class ActionsReady(NamedTuple):
 class Rollout(NamedTuple):
     """A finished slot for the learner; it goes back to the actor with FreeSlots."""
 
-    kind: int
+    kind: Literal[2]  # ROLLOUT
     actor_idx: int
     slot: int
     gen: int
@@ -100,7 +100,7 @@ class Rollout(NamedTuple):
 
 
 class FreeSlots(NamedTuple):
-    kind: int
+    kind: Literal[3]  # FREE_SLOTS
     slots: list[int]
     gen: int
 
@@ -110,7 +110,7 @@ class FreeSlots(NamedTuple):
 
 
 class SaveBest(NamedTuple):
-    kind: int
+    kind: Literal[7]  # SAVE_BEST
     metric_value: float
 
     @staticmethod
@@ -119,7 +119,7 @@ class SaveBest(NamedTuple):
 
 
 class SaveNow(NamedTuple):
-    kind: int
+    kind: Literal[8]  # SAVE_NOW
 
     @staticmethod
     def wire() -> tuple:
@@ -130,7 +130,7 @@ class ParkAfter(NamedTuple):
     """A reproducible run stopping on Ctrl+C: the learner keeps the slots of its `iteration`-th iteration of this
     session (counted from 1), as at the end of its budget, so that the stop lands between two iterations."""
 
-    kind: int
+    kind: Literal[13]  # PARK_AFTER
     iteration: int
 
     @staticmethod
@@ -139,7 +139,7 @@ class ParkAfter(NamedTuple):
 
 
 class PbtUpdate(NamedTuple):
-    kind: int
+    kind: Literal[9]  # PBT_UPDATE
     hyperparams: dict[str, float]
     source_policy: int | None  # a replacement: the policy whose published weights the learner loads
 
@@ -149,7 +149,7 @@ class PbtUpdate(NamedTuple):
 
 
 class SetRewardShaping(NamedTuple):
-    kind: int
+    kind: Literal[10]  # SET_REWARD_SHAPING
     policy_id: int
     coefficients: dict[str, float]
 
@@ -159,7 +159,7 @@ class SetRewardShaping(NamedTuple):
 
 
 class Resend(NamedTuple):
-    kind: int
+    kind: Literal[6]  # RESEND
 
     @staticmethod
     def wire() -> tuple:
@@ -170,7 +170,7 @@ class RankWork(NamedTuple):
     """One iteration of a data-parallel learner group: this rank's slot columns ([] for none) of `rows` trajectories,
     the policy version and env frames the iteration starts from."""
 
-    kind: int
+    kind: Literal[11]  # RANK_WORK
     slots: list[int]
     columns: list[list[int]]  # per slot, the columns this rank copies
     rows: int
@@ -183,7 +183,7 @@ class RankWork(NamedTuple):
 
 
 class RankDone(NamedTuple):
-    kind: int
+    kind: Literal[12]  # RANK_DONE
 
     @staticmethod
     def wire() -> tuple:
@@ -191,7 +191,7 @@ class RankDone(NamedTuple):
 
 
 class Report(NamedTuple):
-    kind: int
+    kind: Literal[4]  # REPORT
     role: str
     index: Any  # the sender's index: an int, or (policy_id, worker_idx) for policy workers
     report_kind: str  # "heartbeat", "samples", "train", ... (Runner lists them all)
@@ -203,7 +203,7 @@ class Report(NamedTuple):
 
 
 class Stop(NamedTuple):
-    kind: int
+    kind: Literal[5]  # STOP
 
     @staticmethod
     def wire() -> tuple:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import typing
 
 import pytest
 
@@ -21,6 +22,9 @@ SENT = [
     (m.Resend, {}),
     (m.Report, dict(role="policy", index=(0, 1), report_kind="heartbeat", payload="inference")),
     (m.Stop, {}),
+    (m.RankWork, dict(slots=[2], columns=[[0, 1]], rows=4, version=7, env_frames=1024)),
+    (m.RankDone, {}),
+    (m.ParkAfter, dict(iteration=3)),
 ]
 
 
@@ -36,6 +40,12 @@ def test_wire_is_a_plain_tuple_read_back_by_name(record, fields):
 def test_every_kind_has_one_record():
     kinds = [record.wire(**fields)[0] for record, fields in SENT]
     assert sorted(kinds) == list(range(len(SENT)))
+
+
+@pytest.mark.parametrize("record,fields", SENT, ids=[r.__name__ for r, _ in SENT])
+def test_kind_annotation_is_the_kind_sent(record, fields):
+    """`kind: Literal[N]` lets the type checker narrow `msg.kind == KIND` to the record: N must be what is sent."""
+    assert typing.get_args(typing.get_type_hints(record)["kind"]) == (record.wire(**fields)[0],)
 
 
 def test_reporter_sends_a_report():
