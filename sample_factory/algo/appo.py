@@ -172,7 +172,7 @@ class APPOAlgorithm(Algorithm):
         self.optimizer.state.clear()  # Adam's moment estimates belong to the old weights
 
     def train(
-        self, batch: dict[str, Any], policy_version: int, policy_id: int | None = None
+        self, batch: dict[str, Any] | None, policy_version: int, policy_id: int | None = None
     ) -> tuple[dict[str, float], int]:
         """batch: trajectories [M, T(+1), ...] as produced by TrajectoryBuffers.gather. With `policy_id`, steps
         another policy acted on (multi-agent envs shared by several policies) are masked out. With replay, the
@@ -183,6 +183,7 @@ class APPOAlgorithm(Algorithm):
         self.iteration_unused = self.should_stop()
         if self.iteration_unused:  # a stop before the batch changed anything (replay, normalizer, weights)
             return {}, policy_version
+        assert batch is not None, "every rank of a group gets rows (LeaderBatches.too_few_rows drops the iteration)"
         fresh = None
         if self.replay is not None:
             batch, fresh = self.mix_replay(batch)

@@ -220,9 +220,10 @@ class Algorithm(ABC):
 
     @abstractmethod
     def train(
-        self, batch: dict[str, Any], policy_version: int, policy_id: int | None = None
+        self, batch: dict[str, Any] | None, policy_version: int, policy_id: int | None = None
     ) -> tuple[dict[str, float], int]:
-        """One iteration on `batch`; steps another policy acted on (policy_id differs) are not trained on.
+        """One iteration on `batch`; steps another policy acted on (policy_id differs) are not trained on. None: a
+        rank of a data-parallel group with no share of the iteration (workers/batch_sources.py).
         Returns (stats, new policy version): the version is what the learner publishes with the weights and what
         samples acted with them carry, so the algorithm decides how versions advance. Should return early once
         `should_stop()` is true (checked between SGD steps)."""

@@ -13,7 +13,7 @@ the episode ends (its action is ignored).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -32,6 +32,39 @@ def env_num_agents(env: gym.Env) -> int:
         return int(env.get_wrapper_attr("num_agents") or 1)
     except AttributeError:
         return 1
+
+
+class SplitEnvs(Protocol):
+    """What an actor worker steps for one split: `EnvGroup`, or a batched env's group (envpool_group.py,
+    vector_group.py). Arrays have one row per column (agent) unless named per env."""
+
+    n: int  # columns: num_envs * num_agents
+    num_envs: int
+    num_agents: int
+    env_ids: list[int]  # global env ids (also the seed offsets)
+    obs: dict[str, np.ndarray]  # key -> [n, *shape]: what each column acts on next
+    final_obs: dict[str, np.ndarray]  # key -> [n, *shape]: the final observation of a truncated episode
+    rewards: np.ndarray  # [n] float32
+    dones: np.ndarray  # [n] bool
+    truncated: np.ndarray  # [n] bool
+    active: np.ndarray  # [n] bool: took part in the last step
+    first: np.ndarray  # [n] bool: obs starts an episode
+    env_reset: np.ndarray  # [num_envs] bool: reset at the last step
+    finished_columns: list[int]  # the column of each episode the last step returned
+    finished_infos: list[dict]  # ... and the info of its last step
+    episode_return: np.ndarray  # [n] float64
+    episode_len: np.ndarray  # [n] int64
+    unreported: np.ndarray  # [n] bool: the episode began with random decorrelation steps
+
+    def reset(self) -> object: ...
+
+    def random_steps(self, counts: list[int]) -> None: ...
+
+    def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
+        """The (return, length) of each episode that ended, in `finished_columns` order."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class EnvGroup:

@@ -24,14 +24,16 @@ import os
 import time
 from dataclasses import dataclass, field
 
+import gymnasium as gym
 import numpy as np
 import psutil
 
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.config import Config, reproducible
-from sample_factory.envs.env_group import EnvGroup
+from sample_factory.envs.env_group import EnvGroup, SplitEnvs
 from sample_factory.envs.env_utils import env_backend, make_env
 from sample_factory.experiment.callbacks import (
+    Callbacks,
     EpisodeEnd,
     call_hook,
     episode_stats,
@@ -67,7 +69,7 @@ class Split:
     the worker (serial-mode snapshots)."""
 
     index: int  # within the worker (request_seq[worker, index]; final_obs row worker * num_splits + index)
-    group: EnvGroup  # the envs, stepped together
+    group: SplitEnvs  # the envs, stepped together
     col_policy: np.ndarray  # [n] policy of every column (what policy_id[slot, t] gets at each request)
     slot: int | None = None  # the slot being filled; None while waiting for the learner to return one
     t: int = 0  # position in the slot of the latest request
@@ -85,6 +87,13 @@ class Split:
 class ActorWorker(Component):
     role = "actor"
     flushes_denormals = False  # the envs' own arithmetic, exactly (runtime/component.py::flush_denormals)
+    # Set by `init` in the worker's own process (or restored with the envs' state):
+    rng: np.random.Generator
+    callbacks: Callbacks | None  # the user's hooks (--callbacks)
+    # numpy views of the shared tensors (bind_views): {name: array}, {obs key: array}, {obs key: array}
+    arrays: dict[str, np.ndarray]
+    obs_arrays: dict[str, np.ndarray]
+    final_obs_arrays: dict[str, np.ndarray]
 
     def __init__(
         self,
@@ -123,7 +132,6 @@ class ActorWorker(Component):
         self.base_env_frames = resume_point[1] if resume_point else 0  # env frames trained before this session
         # Everything below is set up by `init`, in the worker's own process.
         self.pools: list[SlotPool] = []  # per split: one shared pool (async), or each split's own slots (sync)
-        self.rng: np.random.Generator | None = None
         self.splits: list[Split] = []
         # draws each agent's policy where an env's agents play different policies; None: rotation per env
         self.mapping: PolicyMapping | None = None
@@ -137,17 +145,12 @@ class ActorWorker(Component):
         self.agent_steps = [[0] * P for _ in splits]
         self.episodes: list[list[list[tuple[float, int]]]] = [[[] for _ in range(P)] for _ in splits]
         self.episode_stats: list[list[dict[str, list[float]]]] = [[{} for _ in range(P)] for _ in splits]
-        self.callbacks = None  # the user's hooks (--callbacks), built in init
         self.episode_hook = False  # on_episode_end is overridden
         # the algorithm's rank from which agents report the training return (DQN: the least-exploring third, see
         # _exploring_episodes); None: every agent does, as in evaluation runs
         self.reported_rank = None if cfg.evaluation_run else algorithm_class(cfg).reported_rank
         # per split, [n] bool: the column reports the training return (set in init where reported_rank is set)
         self.reported_columns: list[np.ndarray] | None = None
-        # numpy views of the shared tensors (bind_views): {name: array}, {obs key: array}, {obs key: array}
-        self.arrays: dict[str, np.ndarray] | None = None
-        self.obs_arrays: dict[str, np.ndarray] | None = None
-        self.final_obs_arrays: dict[str, np.ndarray] | None = None
 
     def init(self) -> None:
         cfg = self.cfg
@@ -220,6 +223,7 @@ class ActorWorker(Component):
         spec = self.buffers.spec
         iteration_frames = spec.num_slots * spec.samples_per_slot * self.cfg.frames_per_env_step  # all policies
         env_frames = self.base_env_frames + rollouts.pop() // spec.slots_per_split * iteration_frames
+        assert self.weights is not None  # saves_state: a run with published weights
         point = (tuple(w.version for w in self.weights), env_frames)
         state = {"splits": self.splits, "rng": self.rng, "shaping": self.shaping}
         try:
@@ -240,11 +244,12 @@ class ActorWorker(Component):
         """[n] bool: columns of the split whose global agent index i (as the policy workers number agents)
         has rank i / (N - 1) >= reported_rank (DQN: the smallest Ape-X epsilons); every column when there is one
         agent."""
+        assert self.reported_rank is not None and self.cfg.num_workers is not None, "parse_cfg resolves --num_workers"
         total = self.cfg.num_workers * self.num_splits * n
         agents = (self.index * self.num_splits + split_idx) * n + np.arange(n)
         return agents / max(total - 1, 1) >= self.reported_rank if total > 1 else np.ones(n, dtype=bool)
 
-    def _make_group(self, s: int, base_seed: int | None) -> EnvGroup:
+    def _make_group(self, s: int, base_seed: int | None) -> SplitEnvs:
         """The envs of split s: env ids (global, also the seed offsets) are consecutive per split."""
         cfg, n = self.cfg, self.cfg.num_envs_per_worker // self.num_splits
         first = (self.index * self.num_splits + s) * n
@@ -259,7 +264,8 @@ class ActorWorker(Component):
             from sample_factory.envs.vector_group import make_vector_group
 
             return make_vector_group(cfg, n, base_seed, ids)
-        envs, seeds = [], []
+        envs: list[gym.Env] = []
+        seeds: list[int | None] = []
         try:
             for env_idx in ids:
                 if envs:
@@ -285,11 +291,16 @@ class ActorWorker(Component):
     def _start_split(self, split: Split, delay: float = 0.0) -> None:
         group = split.group
         # Start-up: STOP is read between two envs here too (a VizDoom env starts its engine on its first reset).
-        between = {"between": self.raise_if_stopped} if isinstance(group, EnvGroup) else {}
-        group.reset(**between)
+        if isinstance(group, EnvGroup):
+            group.reset(between=self.raise_if_stopped)
+        else:
+            group.reset()
         if self.decorrelate:
             counts = [int(self.rng.integers(0, 2 * self.rollout)) for _ in range(group.num_envs)]
-            group.random_steps(counts, **between)
+            if isinstance(group, EnvGroup):
+                group.random_steps(counts, between=self.raise_if_stopped)
+            else:
+                group.random_steps(counts)
         slot = self.pools[split.index].acquire()
         assert slot is not None, "a fresh worker always has a slot per split"
         split.slot, split.t = slot, 0
@@ -310,6 +321,7 @@ class ActorWorker(Component):
         group, P = split.group, self.num_policies
         A = group.num_agents
         cols = slice(env * A, (env + 1) * A)
+        ids: np.ndarray | int
         if self.mapping is not None:
             ids = checked_mapping(self.mapping(group.env_ids[env], A, P, self.rng), A, P)
         else:  # rotation: envs start spread over the policies
@@ -322,6 +334,7 @@ class ActorWorker(Component):
         if not self.shaping:
             return
         group = split.group
+        assert isinstance(group, EnvGroup), "reward shaping is set on env objects; a batched env has none"
         A = group.num_agents
         for i in range(group.num_envs) if env is None else (env,):
             setter = group.envs[i].get_wrapper_attr("set_reward_shaping")
@@ -332,6 +345,7 @@ class ActorWorker(Component):
 
     def _request(self, split: Split, has_truncations: bool) -> None:
         slot, t, arrays = split.slot, split.t, self.arrays
+        assert slot is not None, "a request for a split between two slots"
         split.request_time = time.monotonic()
         split.seq += 1
         arrays["request_seq"][self.index, split.index] = split.seq
@@ -439,7 +453,7 @@ class ActorWorker(Component):
         if finished:
             self._episode_stats(split, finished)
         if self.reported_columns is not None and finished:
-            finished = self._exploring_episodes(split, finished)
+            finished = self._exploring_episodes(split, finished, self.reported_columns[split.index])
         agent_steps, episodes = self.agent_steps[split.index], self.episodes[split.index]
         if self.num_policies == 1:
             agent_steps[0] += group.n
@@ -455,13 +469,13 @@ class ActorWorker(Component):
         split.t = t + 1
         self._request(split, has_truncations)
 
-    def _exploring_episodes(self, split: Split, finished: list[tuple[float, int]]) -> list:
+    def _exploring_episodes(self, split: Split, finished: list[tuple[float, int]], reported: np.ndarray) -> list:
         """DQN (Ape-X): only the least-exploring third of the agents report the training return (as RLlib does);
         the others' returns go to the episode statistics as exploring_return. With several policies, excluded
         episodes stay in the list as None (it is matched with the finished columns)."""
         kept: list = []
         for episode, col in zip(finished, split.group.finished_columns, strict=True):
-            if self.reported_columns[split.index][col]:
+            if reported[col]:
                 kept.append(episode)
             else:
                 p = int(split.col_policy[col])
@@ -485,6 +499,7 @@ class ActorWorker(Component):
 
     def _finish_rollout(self, split: Split) -> None:
         slot, T = split.slot, self.rollout
+        assert slot is not None
         # Keep position T before the slot leaves: the learner may return it and it may be reused at once.
         carry = {k: getattr(self.buffers, k)[slot, T].clone() for k in (*_CARRY_INPUTS, *_CARRY_OUTPUTS)}
         carry["obs"] = {k: v[slot, T].clone() for k, v in self.buffers.obs.items()}
@@ -515,6 +530,7 @@ class ActorWorker(Component):
     def _continue_in_new_slot(self, split: Split) -> None:
         slot = self.pools[split.index].acquire()
         carry, buf = split.carry, self.buffers
+        assert carry is not None, "a new slot continues where a finished one left"
         split.slot, split.t, split.carry = slot, 0, None
         for k in _CARRY_INPUTS:
             getattr(buf, k)[slot, 0] = carry[k]

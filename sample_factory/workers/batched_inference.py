@@ -32,7 +32,7 @@ observable on a machine without CUDA (tests, the benchmark on CPU).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -40,6 +40,7 @@ from torch import Tensor
 from sample_factory.algo.base import ActResult, Algorithm
 from sample_factory.config import Config
 from sample_factory.envs.spaces import ACTION_MASK_KEY
+from sample_factory.model.actor_critic import ActorCritic
 
 MIN_BUCKET = 8
 MAX_BUCKET = 4096  # larger batches run eagerly (a few MB of frames per graph and its activations at most)
@@ -61,6 +62,13 @@ class Inputs(NamedTuple):
 
     def tensors(self) -> list[Tensor]:
         return [*self.obs.values(), *(t for t in self[1:] if t is not None)]
+
+    def to(self, device: torch.device) -> Inputs:
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
+        obs = {k: v.to(device, non_blocking=True) for k, v in self.obs.items()}
+        return Inputs(obs, move(self.rnn_states), move(self.is_first), move(self.agent_rank), move(self.sde_eps))
 
 
 def bucket_sizes(max_rows: int) -> list[int]:
@@ -106,7 +114,7 @@ class BatchedInference:
     def __init__(
         self,
         cfg: Config,
-        model: torch.nn.Module,
+        model: ActorCritic,
         algo_class: type[Algorithm],
         obs_spec: dict[str, tuple[tuple[int, ...], torch.dtype]],
         device: torch.device,
@@ -130,7 +138,7 @@ class BatchedInference:
         self._staging = self._alloc(self.capacity, torch.device("cpu"), pin=self.cuda)
         self._host_out: dict[str, Tensor] = {}  # pinned output buffers (CUDA), by ActResult field
         self._buckets: dict[tuple[int, bool], _Bucket] = {}
-        self._pool = None  # graph memory pool, shared by the buckets' graphs (they never run concurrently)
+        self._pool: Any = None  # graph memory pool, shared by the buckets' graphs (they never run concurrently)
         self.captures = 0  # graphs captured
         self.failure: str | None = None  # the note logged when graphs failed
 
@@ -159,7 +167,9 @@ class BatchedInference:
     # ---- inference -----------------------------------------------------------------------------------------------
 
     def _act(self, x: Inputs, deterministic: bool) -> ActResult:
-        h = x.rnn_states * (~x.is_first).unsqueeze(-1) if x.rnn_states is not None else None
+        h = None
+        if x.rnn_states is not None and x.is_first is not None:
+            h = x.rnn_states * (~x.is_first).unsqueeze(-1)
         mask = x.obs.get(ACTION_MASK_KEY)
         extra = {} if x.sde_eps is None else {"sde_eps": x.sde_eps}  # (an algorithm may not know the argument)
         return self.algo_class.act(
@@ -178,8 +188,7 @@ class BatchedInference:
         rows = self.bucket_for(n)
         bucket = self._bucket(rows, deterministic) if rows is not None else None
         if bucket is None:
-            x = Inputs(*(self._to_device(t) for t in src))
-            return self._to_host(self._act(x, deterministic), n)
+            return self._to_host(self._act(src.to(self.device), deterministic), n)
         for dst, s in zip(bucket.inputs.head(n).tensors(), src.tensors(), strict=True):
             dst.copy_(s, non_blocking=True)
         if bucket.graph is None:
@@ -190,20 +199,16 @@ class BatchedInference:
             except Exception as e:  # noqa: BLE001 - as for a failed capture: run eagerly from now on
                 self._fail("replaying", e)
                 return self.run(n, deterministic)
+        assert bucket.outputs is not None  # captured, or the eager call above
         return self._to_host(bucket.outputs, n)
-
-    def _to_device(self, t: Tensor | dict[str, Tensor] | None) -> Tensor | dict[str, Tensor] | None:
-        if isinstance(t, dict):
-            return {k: v.to(self.device, non_blocking=True) for k, v in t.items()}
-        return None if t is None else t.to(self.device, non_blocking=True)
 
     def _to_host(self, out: ActResult, n: int) -> ActResult:
         """The first n rows of each output, on the host, in its `out_dtypes` dtype."""
         if not self.cuda:
-            return ActResult(
-                *(None if t is None else t[:n].to(self.out_dtypes.get(f, t.dtype)) for f, t in _items(out))
+            return ActResult._make(
+                None if t is None else t[:n].to(self.out_dtypes.get(f, t.dtype)) for f, t in _items(out)
             )
-        host = []
+        host: list[Tensor | None] = []
         for f, t in _items(out):
             if t is None:
                 host.append(None)
@@ -214,7 +219,7 @@ class BatchedInference:
                 buf = self._host_out[f] = torch.empty((self.capacity, *t.shape[1:]), dtype=dtype, pin_memory=True)
             host.append(buf[:n].copy_(t[:n], non_blocking=True))
         torch.cuda.current_stream(self.device).synchronize()  # once, for every output
-        return ActResult(*host)
+        return ActResult._make(host)
 
     # ---- buckets and graphs --------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from sample_factory.algo.base import forward_autocast
 from sample_factory.algo.ranks import Ranks, SingleRank
 from sample_factory.algo.registry import make_algorithm
 from sample_factory.config import Config, reproducible
-from sample_factory.experiment.callbacks import call_hook, make_callbacks
+from sample_factory.experiment.callbacks import Callbacks, call_hook, make_callbacks
 from sample_factory.experiment.checkpoints import (
     CheckpointError,
     best_metric_of,
@@ -64,6 +64,12 @@ if TYPE_CHECKING:  # torch.distributed is imported by data-parallel learners onl
     from sample_factory.algo.data_parallel import DataParallel
 
 
+class GroupFailedError(RuntimeError):
+    """A data-parallel group's collective failed: one line in the log (SF_DEBUG=1: with the traceback)."""
+
+    user_facing = True
+
+
 class Learner(Component):
     role = "learner"
     # the policy's learners: this one alone, or with --learners_per_policy > 1 this rank's collectives
@@ -72,6 +78,7 @@ class Learner(Component):
     source: BatchSource | None = None  # where batches come from (set in init)
     group_failed = False  # a collective failed: the weights may be mid-step, no final checkpoint
     sync = False  # sync mode's whole iterations (set in __init__)
+    generation: np.ndarray  # view of the actors' generations [num_workers] (bind_views)
     held: tuple[PendingRollout, ...] = ()  # sync: the slots kept once the budget is spent
 
     def __init__(
@@ -86,7 +93,7 @@ class Learner(Component):
         all_weights: list[SharedWeights] | None = None,
         hyperparams: dict[str, float] | None = None,
         rank: int = 0,
-        group: tuple[int, str] | None = None,
+        group: tuple[str, str] | None = None,
     ):
         """rank, group: this learner's rank in its policy's data-parallel group (--learners_per_policy) and the
         group's (rendezvous file, torch.distributed backend); ranks >= 1 are `LearnerRank`s
@@ -109,9 +116,10 @@ class Learner(Component):
         self.all_columns = torch.arange(buffers.spec.agents_per_split)
         # Never hold more than a 1/P share of the slots that are not being filled: if every slot is held by some
         # learner, one of them then trains on what it has, so the actors always get slots back.
+        assert cfg.num_workers is not None, "parse_cfg resolves --num_workers"
         filling = cfg.num_workers * cfg.worker_num_splits
         self.max_held_slots = max(1, (buffers.spec.num_slots - filling) // cfg.num_policies)
-        self.callbacks = None  # the user's hooks (--callbacks), built in init
+        self.callbacks: Callbacks | None = None  # the user's hooks (--callbacks), built in init
         self.pending: list[PendingRollout] = []  # oldest first
         # Sync mode: an iteration is every slot (each learner gets each slot, with several policies too), trained in
         # slot order, i.e. (worker, split, rollout), and none past the env-step budget: the same batches in every run.
@@ -120,7 +128,6 @@ class Learner(Component):
         self.sync_iterations = 0  # sync: iterations trained (or passed, with none of this policy's steps) this session
         self.park_after: int | None = None  # sync: keep the slots after this iteration (ParkAfter: a Ctrl+C stop)
         self.discarded_rollouts = 0
-        self.generation: np.ndarray | None = None  # view of the actors' generations [num_workers] (bind_views)
         self.early: list[tuple] = []  # messages taken from the inbox during an iteration, handled after it
         self.stop_arrived = False  # a STOP is among them
         # (version, env frames) of a checkpoint that could not be written (a full disk): not tried again at the stop
@@ -146,6 +153,7 @@ class Learner(Component):
         if cfg.learners_per_policy > 1:  # torch.distributed is imported by data-parallel learners only
             from sample_factory.algo.data_parallel import init_group
 
+            assert self.group is not None, "a data-parallel learner is given its group (runtime/placement.py)"
             store, backend = self.group
             with self._alive_while("joining the learner group"):
                 n, timeout = cfg.learners_per_policy, cfg.collective_timeout_sec
@@ -293,7 +301,9 @@ class Learner(Component):
         return None
 
     def _iteration(self, taken: list[PendingRollout]) -> None:
-        if self.source.too_few_rows(taken):  # several policies' small batch: a rank of a group would get none
+        source = self.source
+        assert source is not None  # set by init
+        if source.too_few_rows(taken):  # several policies' small batch: a rank of a group would get none
             self._return_slots(taken)
             self.report("discarded_rollouts", len(taken))
             return
@@ -324,7 +334,7 @@ class Learner(Component):
             return
         with self.timing.add("copy_batch"):
             # (in a data-parallel group the other ranks copy their shares meanwhile; all have copied when it returns)
-            batch = self.source.take(taken, self.version, env_frames)
+            batch = source.take(taken, self.version, env_frames)
             if self.cfg.async_rl or self.cfg.sampler_only:
                 self._return_slots(taken)  # collection continues while we train
         if self.cfg.sampler_only:
@@ -360,8 +370,9 @@ class Learner(Component):
         stats.update(env_steps=self.env_frames, version=self.version, train_time=train_time)
         call_hook(self.callbacks, "on_training_result", self.policy_id, stats)
         self.report("train", stats)
-        if getattr(self.algo, "lag_counts", None) is not None:  # (an algorithm that measures lag)
-            self.report("lag_counts", self.algo.lag_counts.tolist())
+        lag_counts = getattr(self.algo, "lag_counts", None)  # (an algorithm that measures lag)
+        if lag_counts is not None:
+            self.report("lag_counts", lag_counts.tolist())
             self.algo.lag_counts = None
         if self.sync:
             self._report_sync()
@@ -398,12 +409,11 @@ class Learner(Component):
             if self.dp.world == 1:
                 raise
             self.group_failed = True
-            error = RuntimeError(
+            error = GroupFailedError(
                 f"learner rank {self.rank} of policy {self.policy_id}: the data-parallel group failed "
                 f"(a rank died or stalled past --collective_timeout_sec={self.cfg.collective_timeout_sec:g}); "
                 f"resume from the last checkpoint: {type(e).__name__}: {e}"
             )
-            error.user_facing = True  # one line in the log (SF_DEBUG=1: with the traceback)
             raise error from e
 
     def _pbt_update(self, hyperparams: dict[str, float], source: int | None) -> None:

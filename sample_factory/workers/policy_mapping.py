@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-PolicyMapping = Callable[[int, int, int, np.random.Generator], Sequence[int]]
+PolicyMapping = Callable[[int, int, int, np.random.Generator], Sequence[int] | np.ndarray]
 _MAPPINGS: dict[str, PolicyMapping] = {}
 
 
@@ -34,7 +34,7 @@ def get_policy_mapping(name: str | None) -> PolicyMapping:
     return _MAPPINGS[name]
 
 
-def checked_mapping(ids: Sequence[int], num_agents: int, num_policies: int) -> np.ndarray:
+def checked_mapping(ids: Sequence[int] | np.ndarray, num_agents: int, num_policies: int) -> np.ndarray:
     out = np.asarray(ids, dtype=np.int64).reshape(-1)
     if out.shape != (num_agents,) or out.min() < 0 or out.max() >= num_policies:
         raise ValueError(f"policy mapping returned {list(out)}: expected {num_agents} ids in [0, {num_policies})")

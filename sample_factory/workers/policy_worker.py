@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from sample_factory.algo.base import reduced_precision_dtype, sde_period
+from sample_factory.algo.base import Algorithm, reduced_precision_dtype, sde_period
 from sample_factory.algo.registry import algorithm_class
 from sample_factory.algo.sde import ExplorationMatrices, matrices_seed
 from sample_factory.config import Config, reproducible
@@ -35,6 +35,15 @@ from sample_factory.workers.batched_inference import BatchedInference, obs_spec_
 
 class PolicyWorker(Component):
     role = "policy"
+    # Set up by `init`, in the worker's own process:
+    device: torch.device
+    model: ActorCritic
+    _algo_class: type[Algorithm]  # the algorithm class (`algo_class`)
+    sampling_generator: torch.Generator  # the device's default generator
+    # Shared views (bind_views): actor generations [num_workers], latest request numbers [num_workers, splits]
+    generation: np.ndarray
+    request_seq: np.ndarray
+    answer_version_np: np.ndarray  # [W, splits] versions of the answers
 
     def __init__(
         self,
@@ -62,23 +71,14 @@ class PolicyWorker(Component):
         self.num_agents = buffers.spec.num_workers * buffers.spec.splits_per_worker * buffers.spec.agents_per_split
         self.requests_served = 0  # since the last "inference" report
         self.batches = 0  # since the last "inference" report
-        # Set up by `init`, in the worker's own process.
-        self.device: torch.device | None = None
-        self.model: ActorCritic | None = None
         self.version = -1  # of the weights in self.model
         self.deterministic = False
         self.agent_ranks = False  # set from the algorithm class in init
         self.inference: BatchedInference | None = None  # the inference step (staging buffers, CUDA graphs): init
-        self.sampling_generator: torch.Generator | None = None  # the device's default generator: init
         # --use_sde: each agent's exploration matrix, kept by this worker (with several workers per policy an agent
         # served by two holds one in each: its noise changes more often, its distribution is the same)
         self.sde: ExplorationMatrices | None = None
-        self._algo_class: type | None = None  # the algorithm class (`algo_class`): init
-        # Shared views (bind_views): actor generations [num_workers], latest request numbers [num_workers, splits]
-        self.generation: np.ndarray | None = None
-        self.request_seq: np.ndarray | None = None
         self.answer_np: dict[str, np.ndarray] = {}  # this worker's area [splits, n, ...] of each answer tensor
-        self.answer_version_np: np.ndarray | None = None  # [W, splits] versions of the answers
 
     def init(self) -> None:
         self.device = torch_device(self.cfg.device)
@@ -133,13 +133,13 @@ class PolicyWorker(Component):
             )
 
     @property
-    def algo_class(self) -> type | None:
+    def algo_class(self) -> type[Algorithm]:
         """The algorithm class whose `act` and `values` this worker calls; replacing it (a test's recorder, say)
         replaces it in the batched inference too."""
         return self._algo_class
 
     @algo_class.setter
-    def algo_class(self, cls: type) -> None:
+    def algo_class(self, cls: type[Algorithm]) -> None:
         self._algo_class = cls
         if self.inference is not None:
             self.inference.algo_class = cls
@@ -207,17 +207,21 @@ class PolicyWorker(Component):
         rows = [r.actor_idx * self.num_splits + r.split_idx for r in requests]  # [R] split rows of the answers
         N = sum(len(c) for c in cols)
         if N:
+            inference = self.inference
+            assert inference is not None  # made by bind_views
             # gathered from the slots straight into the inference's staging rows (pinned on CUDA)
-            x = self.inference.staging(N)
+            x = inference.staging(N)
             for k, v in b.obs.items():
                 self._rows(v, requests, cols, out=x.obs[k])
             if self.model.recurrent:  # reset where is_first: inside the inference step
                 self._rows(b.rnn_states, requests, cols, out=x.rnn_states)
                 self._rows(b.is_first, requests, cols, out=x.is_first)
             if self.agent_ranks:
+                assert x.agent_rank is not None  # staged for an algorithm that uses_agent_rank
                 x.agent_rank.copy_(self._agent_rank(rows, cols))
             if self.reproducible:  # one request here: its own random streams (sampling, exploration, gSDE)
                 r = requests[0]
+                assert self.cfg.seed is not None  # a reproducible run has one
                 seed = request_seed(self.cfg.seed, self.policy_id, r.actor_idx, r.split_idx, r.seq)
                 # the generator sampling draws from; not torch.manual_seed, which also visits every device type
                 # (160 us a call against 5)
@@ -227,7 +231,7 @@ class PolicyWorker(Component):
             if self.sde is not None:
                 self.sde.draw(self._agents(rows, cols), out=x.sde_eps)
             # host tensors; values: real scale, as the buffers hold them
-            actions, log_probs, values, h_new = self.inference.run(N, self.deterministic)
+            actions, log_probs, values, h_new = inference.run(N, self.deterministic)
             answers = {
                 "answer_actions": actions.view(N, *b.answer_actions.shape[3:]),
                 "answer_log_probs": log_probs,

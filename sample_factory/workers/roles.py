@@ -36,12 +36,14 @@ class RunComponents:
     resume_point: tuple[tuple[int, ...], int] | None = None
 
     def keys(self) -> list[tuple[str, Any]]:
-        cfg, keys = self.cfg, []
+        cfg = self.cfg
+        keys: list[tuple[str, Any]] = []
         for p in range(cfg.num_policies):
             keys.append(("learner", p))
             keys += [("learner", (p, r)) for r in range(1, cfg.learners_per_policy)]
             keys += [("policy", (p, i)) for i in range(cfg.policy_workers_per_policy)]
         local = cfg.local_samplers or cfg.evaluation_run  # evaluations of a run trained by sampler nodes play here
+        assert cfg.num_workers is not None, "parse_cfg resolves --num_workers"
         keys += [("actor", w) for w in range(cfg.num_workers if local else 0)]
         return keys
 
