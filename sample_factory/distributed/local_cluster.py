@@ -40,7 +40,11 @@ def loopback_cluster(num_nodes: int = 2, num_cpus: int = 2) -> Iterator[Loopback
         from ray.cluster_utils import Cluster
 
         loopback_only()
-        common = {"num_cpus": num_cpus, "node_ip_address": LOOPBACK, "temp_dir": os.path.join(tmp, "ray")}
+        common: dict[str, Any] = {
+            "num_cpus": num_cpus,
+            "node_ip_address": LOOPBACK,
+            "temp_dir": os.path.join(tmp, "ray"),
+        }
         cluster = Cluster(initialize_head=True, head_node_args={**common, "include_dashboard": False})
         for _ in range(num_nodes - 1):
             cluster.add_node(**common)

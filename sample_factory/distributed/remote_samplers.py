@@ -80,8 +80,9 @@ class RemoteSamplers:
     def __init__(self, cfg: Config, spec: BufferSpec, log: Callable[[str], None]):
         """Adds the import slots to `spec` (before the runner allocates the buffers)."""
         self.cfg, self.log = cfg, log
+        assert cfg.num_workers is not None, "parse_cfg resolves --num_workers"
         self.first_worker = spec.num_workers
-        self.workers_per_node = cfg.num_workers
+        self.workers_per_node: int = cfg.num_workers
         spec.num_workers += cfg.sampler_nodes * self.workers_per_node
         self.nodes: list[NodeState] = []
         self.lock = threading.Lock()
@@ -93,7 +94,8 @@ class RemoteSamplers:
         self.thread: threading.Thread | None = None
         self.broadcast_version = -1
         self.weight_calls: list = []
-        self.totals = collections.Counter()  # rollouts, raw/wire bytes, encode/decode/transfer seconds, broadcasts
+        # rollouts, raw/wire bytes, encode/decode/transfer seconds, broadcasts: a Counter holding floats too
+        self.totals: dict[str, Any] = collections.Counter()
         self.ray: Any = None
         # the periodic "sampler nodes:" line: (time, remote env frames, all env frames) at the last one
         self.last_line: tuple[float, int, int] | None = None
@@ -247,6 +249,7 @@ class RemoteSamplers:
         while node.backlog and node.pool.free:
             batch, i = node.backlog.popleft()
             slot = node.pool.acquire()
+            assert slot is not None  # the pool had a free slot
             write_rollout(self.buffers, slot, batch, i)
             self.channels.learner[0].put(Rollout.wire(self.buffers.worker_of_slot(slot), slot, 0))
             self.totals["imported"] += 1

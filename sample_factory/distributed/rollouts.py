@@ -91,7 +91,7 @@ def choose_compression(batch: dict[str, np.ndarray], mode: str, link_mbps: float
             out[name] = True
         else:
             t0 = time.perf_counter()
-            data = zlib.compress(memoryview(np.ascontiguousarray(arr)).cast("B"), 1)
+            data = zlib.compress(np.ascontiguousarray(arr).data.cast("B"), 1)
             t1 = time.perf_counter()
             zlib.decompress(data)
             t2 = time.perf_counter()
@@ -104,7 +104,7 @@ def encode(batch: dict[str, np.ndarray], compress: dict[str, bool]) -> dict:
     out: dict = {}
     for name, arr in batch.items():
         if compress.get(name):
-            data = zlib.compress(memoryview(np.ascontiguousarray(arr)).cast("B"), 1)
+            data = zlib.compress(np.ascontiguousarray(arr).data.cast("B"), 1)
             out[name] = Compressed(data, arr.dtype.str, arr.shape)
         else:
             out[name] = arr

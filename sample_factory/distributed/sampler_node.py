@@ -77,8 +77,18 @@ class SamplerNode:
         self.stopping = False
         self.compress: dict[str, bool] | None = None  # decided on the first batch
         self.thread: threading.Thread | None = None
-        self.supervisor: Supervisor | None = None
-        self.channels: Channels | None = None
+        self._supervisor: Supervisor | None = None
+        self._channels: Channels | None = None
+
+    @property
+    def supervisor(self) -> Supervisor:
+        assert self._supervisor is not None, "the node's components are made by start()"
+        return self._supervisor
+
+    @property
+    def channels(self) -> Channels:
+        assert self._channels is not None, "the node's channels are made by start()"
+        return self._channels
 
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] [sampler node {self.node_index}] {msg}", flush=True)
@@ -94,15 +104,16 @@ class SamplerNode:
         self.weights = SharedWeights.for_model(model)
         flat, version = self.initial_weights
         self.weights.publish_flat(torch.from_numpy(np.array(flat)), version)
-        self.channels = Channels(cfg.num_workers, 1, cfg.message_queue)
+        assert cfg.num_workers is not None, "parse_cfg resolves --num_workers"
+        self._channels = Channels(cfg.num_workers, 1, cfg.message_queue)
         self.max_pending = spec.num_slots  # copies held at most: one node's worth of slots
         # forkserver with the components' modules preloaded, as on the learner node (runtime/fork_server.py)
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(
             ["torch", "sample_factory.workers.actor_worker", "sample_factory.workers.policy_worker"]
         )
-        self.supervisor = Supervisor(cfg, ctx, self._make_component, self.buffers, self.channels, self.log)
-        keys = [("policy", (0, i)) for i in range(cfg.policy_workers_per_policy)]
+        self._supervisor = Supervisor(cfg, ctx, self._make_component, self.buffers, self.channels, self.log)
+        keys: list[tuple[str, Any]] = [("policy", (0, i)) for i in range(cfg.policy_workers_per_policy)]
         keys += [("actor", w) for w in range(cfg.num_workers)]
         for role, index in keys:
             self.supervisor.start(self._make_component(role, index))
@@ -139,7 +150,7 @@ class SamplerNode:
 
     def pids(self) -> list[int]:
         """Component processes (for tests: they must be gone after the node is stopped or killed)."""
-        if self.supervisor is None:
+        if self._supervisor is None:
             return []
         return [p.ps.pid for p in self.supervisor.processes.values() if p.ps is not None]
 
@@ -242,7 +253,7 @@ class SamplerNode:
             self.cond.notify_all()
         if self.thread is not None:
             self.thread.join(timeout=10)
-        if self.supervisor is not None:
+        if self._supervisor is not None:
 
             def drain(timeout: float) -> None:
                 for r in self.channels.report.get_many(block=timeout > 0, timeout=timeout):
