@@ -47,7 +47,7 @@ $(STAMP): $(VENV_PY) setup.py constraints.txt
 	$(VENV_PY) -m pip install $(PIP_FLAGS) -c constraints.txt -e '.[dev,onnx,plot,video,box2d,atari,mujoco,vizdoom,minatar,envpool,pettingzoo,minigrid,popgym,wandb,ray]'
 	touch $@
 
-# mypy type-checks the package but envs/ and distributed/ (pyproject.toml, [tool.mypy]).
+# mypy type-checks the whole package (pyproject.toml, [tool.mypy]).
 lint: venv
 	$(RUFF) format --check $(LINT_PATHS)
 	$(RUFF) check $(LINT_PATHS)

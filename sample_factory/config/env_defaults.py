@@ -45,6 +45,20 @@ MUJOCO_NAMES = {
         "inverteddoublependulum": "InvertedDoublePendulum",
     }.items()
 }
+
+
+def env_name(cfg: Any) -> str:
+    """--env as given (parse_cfg requires it)."""
+    assert cfg.env, "parse_cfg requires --env"
+    return str(cfg.env)
+
+
+def gym_env_name(cfg: Any) -> str:
+    """--env, a mujoco_<name> short name as its gymnasium id."""
+    name = env_name(cfg)
+    return MUJOCO_NAMES.get(name, name)
+
+
 # The locomotion envs the mujoco preset was measured on (benchmarks/results/mujoco.md); the other MuJoCo ids get the
 # defaults of their spaces (vector_continuous: the same PPO), measured on a sample of envs without a preset.
 MUJOCO_ENV_PATTERN = re.compile(r"^(mujoco_(halfcheetah|hopper|walker)|(HalfCheetah|Hopper|Walker2d)-v\d+)$")
@@ -236,7 +250,7 @@ def gymnasium_spaces(cfg: Any) -> tuple[Any, Any, int | None] | str:
     installs its own, which makes every env make_env makes (set_spaces_reader)."""
     import gymnasium as gym
 
-    name = MUJOCO_NAMES.get(cfg.env, cfg.env)
+    name = gym_env_name(cfg)
     if name not in gym.registry:
         return "not a gymnasium id"
     try:

@@ -51,6 +51,7 @@ class ActionConverter:
                 part, i = self._build(sub, row, i)
                 parts.append(part)
             return tuple(parts), i
+        assert isinstance(sp, gym.spaces.Box), f"no action converter for {sp}"  # _check_bounds checked the kinds
         k = int(sp.shape[0])
         return bound_box(row[i : i + k], sp, self.bounds), i + k
 

@@ -21,7 +21,7 @@ import gymnasium as gym
 from sample_factory.config import Config
 from sample_factory.config.env_defaults import ATARI_V4_ID
 from sample_factory.config.extras import install_hint
-from sample_factory.envs.atari_frames import AleFrameSkip, FrameStack
+from sample_factory.envs.atari_frames import AleFrameSkip, FrameStack, ale_env
 
 NOOP = 0  # ALE's minimal action sets start with NOOP (AtariPreprocessing checks it)
 
@@ -78,7 +78,7 @@ class EpisodicLife(gym.Wrapper):
         self.pending_reward = 0.0
 
     def _lives(self) -> int:
-        return int(self.env.unwrapped.ale.lives())
+        return int(ale_env(self.env).ale.lives())
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -118,7 +118,7 @@ class FireReset(gym.Wrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.fire = env.unwrapped.get_action_meanings().index("FIRE")
+        self.fire = ale_env(env).get_action_meanings().index("FIRE")
         self.pending_reward = 0.0
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -161,6 +161,6 @@ def make_atari_env(cfg: Config, ale_id: str, render_mode: str | None = None) -> 
     env = AleFrameSkip(env, frame_skip=cfg.env_frameskip, noop_max=30, size=84)
     if episodic_life_enabled(cfg):
         env = EpisodicLife(env)
-    if "FIRE" in env.unwrapped.get_action_meanings():
+    if "FIRE" in ale_env(env).get_action_meanings():
         env = FireReset(env)
     return FrameStack(env, cfg.env_framestack)

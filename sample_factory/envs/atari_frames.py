@@ -17,6 +17,11 @@ import gymnasium as gym
 import numpy as np
 
 
+def ale_env(env: gym.Env) -> Any:
+    """The ALE env under the wrappers (ale_py's AtariEnv, untyped: its `ale` emulator, `get_action_meanings`)."""
+    return env.unwrapped
+
+
 class AleFrameSkip(gym.Wrapper):
     """An ALE env made with frameskip=1 (grayscale observations make its resets cheaper) -> uint8 [size, size]
     observations, each the max of the last two of `frame_skip` emulator frames, resized with area interpolation;
@@ -34,9 +39,10 @@ class AleFrameSkip(gym.Wrapper):
         self.observation_space = gym.spaces.Box(0, 255, (size, size), np.uint8)
 
     def _bind_emulator(self) -> None:
-        self.ale = self.env.unwrapped.ale
+        self.ale = ale_env(self.env).ale
         # the env's action index -> ALE action: the game's minimal set, or all 18 (full_action_space=True)
         minimal = self.ale.getMinimalActionSet()
+        assert isinstance(self.env.action_space, gym.spaces.Discrete)
         self.actions = minimal if len(minimal) == self.env.action_space.n else self.ale.getLegalActionSet()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -102,6 +108,7 @@ class FrameStack(gym.Wrapper):
     def __init__(self, env: gym.Env, k: int):
         super().__init__(env)
         space = env.observation_space
+        assert isinstance(space, gym.spaces.Box), "FrameStack stacks Box observations"
         self.frames = np.zeros((k, *space.shape), dtype=space.dtype)
         self.observation_space = gym.spaces.Box(
             np.stack([space.low] * k), np.stack([space.high] * k), None, space.dtype

@@ -225,10 +225,14 @@ class DoomEnv(gym.Wrapper):
     def __init__(self, env: gym.Env, config_dir: str, height: int = SCREEN_HEIGHT, width: int = SCREEN_WIDTH):
         super().__init__(env)
         inner = env.observation_space
-        channels = inner["screen"].shape[2]  # 3 for RGB24, 1 for GRAY8 configs
+        assert isinstance(inner, gym.spaces.Dict), "vizdoom's observations are a Dict"
+        screen = inner["screen"]
+        assert isinstance(screen, gym.spaces.Box)
+        channels = screen.shape[2]  # 3 for RGB24, 1 for GRAY8 configs
         self.size = (height, width)
-        spaces = {"screen": gym.spaces.Box(0, 255, (channels, height, width), np.uint8)}
-        if "gamevariables" in inner.spaces:
+        spaces: dict[str, gym.Space] = {"screen": gym.spaces.Box(0, 255, (channels, height, width), np.uint8)}
+        self.gamevariables = "gamevariables" in inner.spaces
+        if self.gamevariables:
             spaces["gamevariables"] = inner["gamevariables"]
         self.observation_space = gym.spaces.Dict(spaces)
         self.last_obs: dict[str, np.ndarray] | None = None
@@ -236,14 +240,19 @@ class DoomEnv(gym.Wrapper):
         self.watchdog: EngineWatchdog | None = None
         self.engine: tuple[psutil.Process, str] | None = None  # the running engine process and its instance id
 
+    @property
+    def _vizdoom(self) -> Any:
+        """vizdoom's gymnasium env (untyped): its `game` (the engine) and `state`."""
+        return self.env.unwrapped
+
     def _convert(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
         out = {"screen": downscale_screen(obs["screen"], *self.size)}
-        if "gamevariables" in self.observation_space.spaces:
+        if self.gamevariables:
             out["gamevariables"] = np.asarray(obs["gamevariables"], dtype=np.float32)
         return out
 
     def reset(self, **kwargs: Any) -> tuple[dict[str, np.ndarray], dict]:
-        game = self.env.unwrapped.game
+        game = self._vizdoom.game
         # vizdoom starts its engine process on the first reset (and again if it stopped): watch the new one.
         starting = not game.is_running()
         known = {p.pid for p in psutil.Process().children()} if starting else set()
@@ -263,10 +272,10 @@ class DoomEnv(gym.Wrapper):
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if truncated and not self.env.unwrapped.game.is_player_dead():
+        if truncated and not self._vizdoom.game.is_player_dead():
             # vizdoom reports a timeout as terminated and truncated; only the latter is true for the agent.
             terminated = False
-        if (terminated or truncated) and self.env.unwrapped.state is None and self.last_obs is not None:
+        if (terminated or truncated) and self._vizdoom.state is None and self.last_obs is not None:
             # The engine has no frame after the episode ends; the last one seen beats black for bootstrapping.
             obs = {k: v.copy() for k, v in self.last_obs.items()}
         else:

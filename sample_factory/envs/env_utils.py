@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 
 from sample_factory.config import Config
-from sample_factory.config.env_defaults import ATARI_V4_ID, MUJOCO_NAMES, is_atari_name
+from sample_factory.config.env_defaults import ATARI_V4_ID, MUJOCO_NAMES, env_name, gym_env_name, is_atari_name
 from sample_factory.config.extras import install_hint
 from sample_factory.config.parse import set_spaces_reader
 from sample_factory.envs.atari import atari_env_id, make_atari_env, register_ale_envs
@@ -70,7 +70,7 @@ def make_env(cfg: Config, env_config: dict | None = None, render_mode: str | Non
     """`--env` is a registered custom name, a gymnasium id, or `module:EnvId` (the module is imported first, so
     envs registered by it exist in every worker process too). A render mode goes to gym.make, or to a custom
     env's factory as env_config["render_mode"]."""
-    name = MUJOCO_NAMES.get(cfg.env, cfg.env)
+    name = gym_env_name(cfg)
     ale_id = atari_env_id(name)
     if ale_id is not None:
         return make_atari_env(cfg, ale_id, render_mode)
@@ -216,7 +216,7 @@ def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space, int | None] | str:
     its spaces: a gymnasium id, `module:EnvId` (the module imported first) or a name given to register_env (in the
     script running this); the env families (Atari, VizDoom, PettingZoo) have presets of their own. Where the env
     cannot be made here, why (make_env then says it in full)."""
-    name = MUJOCO_NAMES.get(cfg.env, cfg.env)
+    name = gym_env_name(cfg)
     if atari_env_id(name) is not None or name.startswith(("doom_", "Vizdoom", "pettingzoo.")):
         return "an env family without a preset"
     try:
@@ -236,7 +236,7 @@ set_spaces_reader(env_spaces)  # the defaults chosen from an env's spaces apply 
 def episode_limit_note(cfg: Config) -> str | None:
     """A line for the log when `cfg.env` is a gymnasium id that registers no step limit and --max_episode_steps is
     not given: an agent that never reaches the end (CliffWalking-v1's goal) then plays one endless episode."""
-    name = MUJOCO_NAMES.get(cfg.env, cfg.env)
+    name = gym_env_name(cfg)
     if cfg.max_episode_steps or name in _ENV_REGISTRY or name not in gym.registry or atari_env_id(name) is not None:
         return None
     if gym.spec(name).max_episode_steps is not None:
@@ -257,7 +257,7 @@ def frames_per_env_step(cfg: Config) -> int:
     skip we apply (Atari, with gymnasium or EnvPool, and VizDoom), else 1."""
     if not cfg.summaries_use_frameskip:
         return 1
-    name = cfg.env
+    name = env_name(cfg)
     if atari_env_id(name) is not None:
         return cfg.env_frameskip
     if name.startswith(("doom_", "Vizdoom")):

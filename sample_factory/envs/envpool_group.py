@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from sample_factory.config import Config
-from sample_factory.config.env_defaults import MUJOCO_NAMES
+from sample_factory.config.env_defaults import MUJOCO_NAMES, env_name
 from sample_factory.config.extras import install_hint
 from sample_factory.envs.atari import atari_env_id, episodic_life_enabled
 from sample_factory.envs.env_group import BatchedEnvGroup, EnvError
@@ -42,7 +42,7 @@ def _import_envpool() -> Any:
 
 def envpool_task(cfg: Config) -> tuple[str, str, dict[str, Any]]:
     """(envpool task id, family "atari" or "mujoco", keyword arguments for envpool.make) for `cfg.env`."""
-    name = cfg.env
+    name = env_name(cfg)
     ale_id = atari_env_id(name)
     if ale_id is not None:
         task = ale_id[len("ALE/") :]
@@ -90,10 +90,12 @@ def envpool_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
     return spec.gymnasium_observation_space, _action_space(spec.gymnasium_action_space, family)
 
 
-def _action_space(space: gym.Space, family: str) -> gym.Space:
+def _action_space(space: gym.Space, family: str) -> gym.spaces.Discrete | gym.spaces.Box:
     if family == "mujoco":
+        assert isinstance(space, gym.spaces.Box)
         # envpool declares float64 actions, gymnasium's MuJoCo envs float32 (what the buffers and the model use).
         return gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)
+    assert isinstance(space, gym.spaces.Discrete)  # Atari
     return space
 
 
@@ -150,7 +152,9 @@ class EnvPoolGroup(BatchedEnvGroup):
         self.action_space = _action_space(env.action_space, family)
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
         # Placeholder actions of the resetting call (envpool ignores them).
-        self._idle_actions = np.zeros((n, *self.action_space.shape), dtype=np.int32 if self.discrete else np.float64)
+        self._idle_actions = np.zeros(
+            (n, *(self.action_space.shape or ())), dtype=np.int32 if self.discrete else np.float64
+        )
 
     def __getstate__(self) -> dict:
         raise TypeError("an EnvPool group cannot be pickled (serial-mode snapshots need --env_backend=gymnasium)")
@@ -167,20 +171,21 @@ class EnvPoolGroup(BatchedEnvGroup):
     def random_steps(self, counts: list[int]) -> None:
         """Env i takes counts[i] random actions (decorrelates episodes). Neither the episodes (games) that end on
         the way nor the ones left running are reported (random steps are not the policy's)."""
-        counts = np.asarray(counts, dtype=np.int64)
-        for k in range(int(counts.max(initial=0))):
-            ids = np.flatnonzero(counts > k).astype(np.int32)
+        steps = np.asarray(counts, dtype=np.int64)
+        for k in range(int(steps.max(initial=0))):
+            ids = np.flatnonzero(steps > k).astype(np.int32)
             self._step_ids(self._random_actions(len(ids)), ids)
         self._clear_step()
-        self.unreported[counts > 0] = True
+        self.unreported[steps > 0] = True
 
     def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
         """Step every env with actions [n, *act_shape]; return (return, length) of the episodes (whole games) that
         ended at this step."""
-        if self.discrete:
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
             actions = np.asarray(actions)
-            if actions.size and (actions.min() < 0 or actions.max() >= self.action_space.n):
-                bad = int(np.flatnonzero((actions < 0) | (actions >= self.action_space.n))[0])
+            if actions.size and (actions.min() < 0 or actions.max() >= space.n):
+                bad = int(np.flatnonzero((actions < 0) | (actions >= space.n))[0])
                 raise EnvError(f"env {self.env_ids[bad]}: action {actions[bad]} outside {self.action_space}")
         return self._step_ids(actions, None)
 
@@ -234,6 +239,6 @@ class EnvPoolGroup(BatchedEnvGroup):
 
     def _random_actions(self, k: int) -> np.ndarray:
         space = self.action_space
-        if self.discrete:
+        if isinstance(space, gym.spaces.Discrete):
             return self.rng.integers(0, space.n, size=k).astype(np.int32)
         return self.rng.uniform(space.low, space.high, size=(k, *space.shape))

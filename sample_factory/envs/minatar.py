@@ -112,7 +112,7 @@ class MinAtarEnv(gym.Env):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         cls = _game_class(state["game_module"])
-        game = cls.__new__(cls)
+        game: Any = object.__new__(cls)
         game.__dict__.update(state["game"])
         self.__dict__.update({**state, "game": game})
 

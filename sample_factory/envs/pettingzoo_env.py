@@ -18,7 +18,7 @@ import pkgutil
 import re
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import gymnasium as gym
 import numpy as np
@@ -38,7 +38,7 @@ def is_pettingzoo_name(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
-def _is_mask_dict(space: gym.Space) -> bool:
+def _is_mask_dict(space: gym.Space) -> TypeGuard[gym.spaces.Dict]:
     return isinstance(space, gym.spaces.Dict) and set(space.spaces) == {"observation", "action_mask"}
 
 
@@ -105,7 +105,12 @@ class PettingZooParallelEnv(gym.Env):
         if not isinstance(self.action_space, gym.spaces.Discrete):
             raise ValueError(f"an action_mask observation needs Discrete actions, got {self.action_space}")
         n = int(self.action_space.n)
-        if tuple(mask.shape) != (n,) or mask.dtype is None or np.dtype(mask.dtype).kind not in "biu":
+        if (
+            mask.shape is None
+            or tuple(mask.shape) != (n,)
+            or mask.dtype is None
+            or np.dtype(mask.dtype).kind not in "biu"
+        ):
             raise ValueError(
                 f"the action_mask space {mask} does not fit {self.action_space}: expected an integer or bool "
                 f"mask of shape ({n},)"
@@ -129,7 +134,10 @@ class PettingZooParallelEnv(gym.Env):
             return np.asarray(a, dtype=self.action_space.dtype).reshape(self.action_space.shape)
         return a
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list, list[dict]]:
+    # the multi-agent interface (docs/environments.md): lists of one entry per agent, not gymnasium's single values
+    def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list, list[dict]]:
         super().reset(seed=seed)
         obs_d, info_d = self.env.reset(seed=seed, options=options)
         self._live = set(self.env.agents)
@@ -145,7 +153,9 @@ class PettingZooParallelEnv(gym.Env):
                 infos.append(info)
         return obs, infos
 
-    def step(self, actions: Sequence[Any]) -> tuple[list, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+    def step(  # type: ignore[override]
+        self, actions: Sequence[Any]
+    ) -> tuple[list, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
         if len(actions) != self.num_agents:
             raise ValueError(f"expected {self.num_agents} actions (one per agent), got {len(actions)}")
         # the env wants actions exactly for the agents it still lists

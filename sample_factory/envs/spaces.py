@@ -10,7 +10,7 @@ observation space becomes a Dict keyed by position when the env is made (TupleAs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import gymnasium as gym
 import numpy as np
@@ -53,7 +53,7 @@ def obs_subspaces(space: gym.Space) -> dict[str, gym.Space]:
     return dict(space.spaces) if isinstance(space, gym.spaces.Dict) else {OBS_KEY: space}
 
 
-def is_dict_space(space: gym.Space) -> bool:
+def is_dict_space(space: gym.Space) -> TypeGuard[gym.spaces.Dict]:
     return isinstance(space, gym.spaces.Dict)
 
 
@@ -72,6 +72,7 @@ class TupleAsDict(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
+        assert isinstance(env.observation_space, gym.spaces.Tuple)
         parts = env.observation_space.spaces
         self._keys = [str(i).zfill(len(str(len(parts) - 1))) for i in range(len(parts))]
         self.observation_space = gym.spaces.Dict(dict(zip(self._keys, parts)))
@@ -88,9 +89,11 @@ class ObsKeys(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env, keys: list[str]):
         super().__init__(env)
+        space = env.observation_space
+        assert isinstance(space, gym.spaces.Dict)
         self.keys = keys
-        self.left_out = [k for k in env.observation_space.spaces if k not in keys]
-        self.observation_space = gym.spaces.Dict({k: env.observation_space.spaces[k] for k in keys})
+        self.left_out = [k for k in space.spaces if k not in keys]
+        self.observation_space = gym.spaces.Dict({k: space.spaces[k] for k in keys})
 
     def observation(self, observation: dict[str, Any]) -> dict[str, Any]:
         return {k: observation[k] for k in self.keys}
@@ -125,7 +128,8 @@ def left_out_keys(env: gym.Env) -> list[str]:
     """The observation keys with_dict_observations left out of `env`, with their spaces' kinds."""
     while isinstance(env, gym.Wrapper):
         if isinstance(env, ObsKeys):
-            parent = env.env.observation_space.spaces
+            parent = env.env.observation_space
+            assert isinstance(parent, gym.spaces.Dict)
             return [f"{k} ({type(parent[k]).__name__})" for k in env.left_out]
         env = env.env
     return []

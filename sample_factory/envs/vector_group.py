@@ -12,7 +12,7 @@ random_steps, step, close), so the actor worker can use either.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -38,10 +38,11 @@ class SameStepCartPole(CartPoleVectorEnv):
     def reset_envs(self, mask: np.ndarray) -> np.ndarray:
         """Start a new episode in the envs of `mask` [n] bool; return their first observations [k, 4]."""
         k = int(mask.sum())
-        self.state[:, mask] = self.np_random.uniform(low=self.low, high=self.high, size=(4, k))
+        state = cast(np.ndarray, self.state)  # set by the first reset (gymnasium declares it None)
+        state[:, mask] = self.np_random.uniform(low=self.low, high=self.high, size=(4, k))
         self.steps[mask] = 0
         self.prev_done[mask] = False
-        return self.state[:, mask].T.astype(np.float32)
+        return state[:, mask].T.astype(np.float32)
 
 
 # gymnasium id -> (class, keyword arguments): the registered spec's own time limit.
@@ -90,10 +91,11 @@ class VectorEnvGroup(BatchedEnvGroup):
 
     def __init__(self, env: SameStepCartPole, env_ids: list[int] | None = None, seed: int | None = None):
         self.env = env
-        space = env.single_observation_space
+        space, actions = env.single_observation_space, env.single_action_space
+        assert isinstance(space, gym.spaces.Box) and isinstance(actions, gym.spaces.Discrete)
         self._init_arrays(int(env.num_envs), space.shape, space.dtype, env_ids, seed)
         self.seed = seed
-        self.action_space = env.single_action_space
+        self.action_space = actions
 
     # --- the group's API --------------------------------------------------------------------------------------
 
@@ -107,12 +109,12 @@ class VectorEnvGroup(BatchedEnvGroup):
         max(counts) steps and is restarted at step max(counts) - counts[i], which leaves counts[i] random steps of
         one episode. Neither the episodes that end on the way nor the ones left running are reported (random steps
         are not the policy's)."""
-        counts = np.asarray(counts, dtype=np.int64)
-        k_max = int(counts.max(initial=0))
+        steps = np.asarray(counts, dtype=np.int64)
+        k_max = int(steps.max(initial=0))
         for k in range(k_max):
             actions = self.rng.integers(0, self.action_space.n, size=self.n)
             obs, rew, term, trunc, _ = self.env.step(actions)
-            restart = counts == k_max - k - 1  # its counts[i] steps begin with the next one
+            restart = steps == k_max - k - 1  # its counts[i] steps begin with the next one
             if restart.any():
                 obs[restart] = self.env.reset_envs(restart)
             self.episode_return += rew
@@ -122,7 +124,7 @@ class VectorEnvGroup(BatchedEnvGroup):
             self.episode_len[new_episode] = 0
             self._put_obs(None, obs, "step")
         self._clear_step()
-        self.unreported[counts > 0] = True
+        self.unreported[steps > 0] = True
 
     def step(self, actions: np.ndarray) -> list[tuple[float, int]]:
         """Step every env with actions [n]; return the (return, length) of the episodes that ended."""
