@@ -14,6 +14,7 @@ continues the game after a lost life.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -161,14 +162,14 @@ class EnvPoolGroup(BatchedEnvGroup):
 
     # --- the group's API --------------------------------------------------------------------------------------
 
-    def reset(self) -> None:
+    def reset(self, between: Callable[[], None] | None = None) -> None:
         """Start a new episode (a new game) in every env."""
         obs, info = self.env.reset()
         rows = info["env_id"]
         self._put_obs(rows, obs, "reset")
         self._clear_step(episodes=True)
 
-    def random_steps(self, counts: list[int]) -> None:
+    def random_steps(self, counts: list[int], between: Callable[[], None] | None = None) -> None:
         """Env i takes counts[i] random actions (decorrelates episodes). Neither the episodes (games) that end on
         the way nor the ones left running are reported (random steps are not the policy's)."""
         steps = np.asarray(counts, dtype=np.int64)

@@ -12,6 +12,7 @@ random_steps, step, close), so the actor worker can use either.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import gymnasium as gym
@@ -99,12 +100,12 @@ class VectorEnvGroup(BatchedEnvGroup):
 
     # --- the group's API --------------------------------------------------------------------------------------
 
-    def reset(self) -> None:
+    def reset(self, between: Callable[[], None] | None = None) -> None:
         obs, _ = self.env.reset(seed=self.seed)
         self._put_obs(None, obs, "reset")
         self._clear_step(episodes=True)
 
-    def random_steps(self, counts: list[int]) -> None:
+    def random_steps(self, counts: list[int], between: Callable[[], None] | None = None) -> None:
         """Env i takes counts[i] random actions (decorrelates episodes). The batch steps together: env i takes
         max(counts) steps and is restarted at step max(counts) - counts[i], which leaves counts[i] random steps of
         one episode. Neither the episodes that end on the way nor the ones left running are reported (random steps

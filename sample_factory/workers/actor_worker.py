@@ -291,16 +291,10 @@ class ActorWorker(Component):
     def _start_split(self, split: Split, delay: float = 0.0) -> None:
         group = split.group
         # Start-up: STOP is read between two envs here too (a VizDoom env starts its engine on its first reset).
-        if isinstance(group, EnvGroup):
-            group.reset(between=self.raise_if_stopped)
-        else:
-            group.reset()
+        group.reset(between=self.raise_if_stopped)
         if self.decorrelate:
             counts = [int(self.rng.integers(0, 2 * self.rollout)) for _ in range(group.num_envs)]
-            if isinstance(group, EnvGroup):
-                group.random_steps(counts, between=self.raise_if_stopped)
-            else:
-                group.random_steps(counts)
+            group.random_steps(counts, between=self.raise_if_stopped)
         slot = self.pools[split.index].acquire()
         assert slot is not None, "a fresh worker always has a slot per split"
         split.slot, split.t = slot, 0
