@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from sample_factory.config import Config
-from sample_factory.config.env_defaults import MUJOCO_NAMES, env_name
+from sample_factory.config.env_defaults import MUJOCO_NAMES, env_name, gym_env_name
 from sample_factory.config.extras import install_hint
 from sample_factory.envs.atari import atari_env_id, episodic_life_enabled
 from sample_factory.envs.env_group import BatchedEnvGroup, EnvError
@@ -69,7 +69,7 @@ def envpool_task(cfg: Config) -> tuple[str, str, dict[str, Any]]:
         )
         family = "atari"
     else:
-        gym_id = MUJOCO_NAMES.get(name, name)
+        gym_id = gym_env_name(cfg)
         if gym_id not in MUJOCO_NAMES.values():
             raise ValueError(
                 f"env {name!r} is not supported by --env_backend=envpool (atari_<game>, ALE/<Game>-v5 and "
