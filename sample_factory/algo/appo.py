@@ -189,6 +189,12 @@ class APPOAlgorithm(Algorithm):
             batch, fresh = self.mix_replay(batch)
         p = self.prepare(batch, policy_version, policy_id, fresh)
         step_stats = StepStats(self.device)
+        # the rate the steps use, on the device: kl_adaptive moves it after every step (reported as lr_mean)
+        rate = (
+            self.lr_t
+            if self.lr_t is not None
+            else torch.tensor(self.optimizer.param_groups[0]["lr"], device=self.device)
+        )
         rows = self.dp.global_rows(p.is_first.shape[0])  # a data-parallel rank permutes the global rows
         for epoch in range(self.cfg.num_epochs):
             if epoch > 0 and self.should_stop():  # (epoch 0: asked above)
@@ -201,12 +207,12 @@ class APPOAlgorithm(Algorithm):
                 # is skipped on the device: a step would still move the weights by Adam's momentum.
                 loss, mb_stats, has_data = self.minibatch_loss(p, mb)
                 grad_norm, ok = self.device_step(loss, self.optimizer, has_data)
+                values = torch.stack([*mb_stats.values(), grad_norm, rate.to(grad_norm.dtype)])  # [K]
+                step_stats.add([*mb_stats, "grad_norm", "lr_mean"], values, ok)
                 if self.lr_t is not None:
                     self.steer_lr(mb_stats["approx_kl"], ok)
-                step_stats.add([*mb_stats, "grad_norm"], torch.stack([*mb_stats.values(), grad_norm]), ok)  # [K]
         step_stats.average(self.dp)
-        lr = self.lr_t if self.lr_t is not None else torch.tensor(self.optimizer.param_groups[0]["lr"])
-        stats, num_steps, (lr_read,) = self.read_back(step_stats, lr)
+        stats, num_steps, (lr_read,) = self.read_back(step_stats, rate)
         stats.update(self.batch_stats(p, num_steps, fresh, lr=float(lr_read)))
         # sample counts of the whole batch (in a group the other statistics are this rank's)
         stats.update(self.dp.sum_counts({k: stats[k] for k in RANK_SUMMED}))

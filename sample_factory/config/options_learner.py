@@ -129,7 +129,8 @@ class LearnerOptions(OptionGroup, title="Learner"):
         "constant; linear_decay to 0 over --train_for_env_steps; or kl_adaptive (rl_games' adaptive schedule, "
         "APPO only): after every SGD step the rate is divided by 1.5 when the minibatch's approx_kl is above "
         "2 x --kl_threshold and multiplied by 1.5 when below half of it, within [--lr_min, --lr_max], starting "
-        "at --learning_rate. Saved in the checkpoint; reported as lr.",
+        "at --learning_rate. Saved in the checkpoint; reported as lr (after the iteration's last step) and lr_mean "
+        "(the mean over its steps).",
         choices=("constant", "linear_decay", "kl_adaptive"),
     )
 

@@ -51,6 +51,7 @@ RECORDED = {
             "sgd_steps": 4,
             "skipped_updates": 0,
             "lr": 0.0004,
+            "lr_mean": 0.0004,  # constant: the rate every step used
             "exploration_coeff": 0.0,
             "policy_lag_min": 0.0,
             "policy_lag_avg": 2.542372941970825,
@@ -79,6 +80,7 @@ RECORDED = {
             "sgd_steps": 12,
             "skipped_updates": 0,
             "lr": 0.003,
+            "lr_mean": 0.003,  # constant: the rate every step used
             "exploration_coeff": 0.0,
             "policy_lag_min": 0.0,
             "policy_lag_avg": 2.8888888359069824,
@@ -107,6 +109,7 @@ RECORDED = {
             "sgd_steps": 4,
             "skipped_updates": 0,
             "lr": 0.001,
+            "lr_mean": 0.001,  # constant: the rate every step used
             "exploration_coeff": 0.0,
             "policy_lag_min": 0.0,
             "policy_lag_avg": 2.36956524848938,
@@ -380,12 +383,16 @@ def test_kl_adaptive_schedule_steers_every_step_and_resumes():
     assert [s["sgd_steps"] for s in out["stats"]] == [12, 12]  # 4 epochs x 3 minibatches, 2 iterations
     # 12 divisions, then 24 (below --lr_min=1e-6: held there)
     assert [s["lr"] for s in out["stats"]] == pytest.approx([3e-3 / 1.5**12, 1e-6])
+    # lr_mean: the mean of the rates the iteration's steps used (the first step's is the one the iteration starts at)
+    used = [max(3e-3 / 1.5**i, 1e-6) for i in range(24)]
+    assert [s["lr_mean"] for s in out["stats"]] == pytest.approx([np.mean(used[:12]), np.mean(used[12:])], rel=1e-5)
     saved = out["algo"]["optimizer"]["param_groups"][0]["lr"]
     assert isinstance(saved, torch.Tensor) and saved.item() == pytest.approx(1e-6)
     # a KL far below the target: * 1.5 per step, up to --lr_max
     up = run_scenario("gaussian_gae_unclipped", make_algorithm, (*flags[:1], "--kl_threshold=100", "--lr_max=1"))
     assert up["stats"][0]["lr"] == pytest.approx(3e-3 * 1.5**12)
     const = run_scenario("gaussian_gae_unclipped", make_algorithm)
+    assert [s["lr_mean"] for s in const["stats"]] == pytest.approx([s["lr"] for s in const["stats"]])
     algo = _algo(*flags, "--learning_rate=3e-3", action_space=gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
     algo.load_state_dict(out["algo"])
     algo.update_learning_rate(10**6)
