@@ -323,7 +323,7 @@ SPACE_PRESETS: dict[str, Preset] = {name: PRESETS[name] for name in ("vector_dis
 GPU_PRESETS: dict[str, Preset] = {
     # rl_games' Pong recipe, run synchronously with a learning rate that keeps the KL near 0.01, in minibatches of 512:
     # Pong +18 after a median of 3.77M frames over 5 seeds, against 10.35M for Sample Factory 2's fast setup, and more
-    # reward per frame than it on Breakout, BeamRider and SpaceInvaders over 4M frames (BeamRider ends 4% lower)
+    # reward per frame than it on Breakout, BeamRider and SpaceInvaders over 4M frames (BeamRider ends 5.9% lower)
     "atari": {
         "num_envs": 64,  # rl_games': 16 workers x 4 envs x rollout 128 = one iteration of 8,192 samples
         "rollout": 128,  # rl_games' horizon

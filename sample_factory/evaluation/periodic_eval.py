@@ -7,7 +7,9 @@ frames (the run's counter: experiment/progress.py, "Units").
 Which policies (--eval_policies), sampled or most likely actions (--eval_deterministic) and env options changed for
 evaluation only (--eval_env_overrides) are passed on to enjoy. One evaluation runs at a time and a policy is queued
 at most once, so evaluations never pile up: multiples passed while a policy is queued or being evaluated are
-skipped, and the queue is served in order, so every policy gets its turn.
+skipped, and the queue is served in order, so every policy gets its turn. A resumed run goes on with its schedule
+(eval/schedule.json): the first evaluation after a resume is at the next multiple, unless one was due and not over
+when the run stopped.
 
 When training ends (`finish`), an evaluation still running is waited for, and one that is due (queued, waiting for
 its checkpoint, or a multiple passed while the policy was busy) runs on the final checkpoint, all within
@@ -39,6 +41,9 @@ from sample_factory.experiment.progress import unit_name
 CHECKPOINT_TIMEOUT_SEC = 300.0
 # The evaluations due when training ends get this long in all (a long Atari evaluation is cut off, with a log line).
 FINAL_EVAL_TIMEOUT_SEC = 300.0
+# In eval/: each policy's next due multiple once its last evaluation was over, so a resumed run goes on with its
+# schedule instead of evaluating again at once.
+SCHEDULE_NAME = "schedule.json"
 _RESULT_NAME = re.compile(r"eval_(\d+)_p(\d+)\.json")
 
 
@@ -68,6 +73,7 @@ class _Evaluation:
     result_file: Path
     proc: subprocess.Popen
     stderr: Any  # a file, not a pipe: a chatty child can never block on a full pipe
+    next_at: int  # the policy's next due multiple once this evaluation is over
 
 
 class PeriodicEvaluator:
@@ -93,6 +99,10 @@ class PeriodicEvaluator:
             log(f"--capture_video: an evaluation is recorded every {self.every} {self.unit} (--eval_every_env_steps)")
         self.policies = parse_eval_policies(cfg.eval_policies, cfg.num_policies)
         self.next_at = {p: self.every for p in self.policies}
+        self.done_next_at: dict[int, int] = {}  # what SCHEDULE_NAME holds
+        if self.enabled:
+            self.done_next_at = self._load_schedule()
+            self.next_at.update(self.done_next_at)
         self.queue: collections.deque[int] = collections.deque()  # due policies, each at most once
         self.awaiting: int | None = None  # the policy whose checkpoint was asked for
         self.awaiting_since = 0.0
@@ -102,6 +112,23 @@ class PeriodicEvaluator:
     @property
     def enabled(self) -> bool:
         return self.every > 0
+
+    def _load_schedule(self) -> dict[int, int]:
+        """A resumed run's schedule: the multiple after the last one evaluated, in today's interval (a changed
+        --eval_every_env_steps goes on from the last multiple evaluated in the old one)."""
+        try:
+            saved = json.loads((self.exp_dir / "eval" / SCHEDULE_NAME).read_text())
+            old_every, due = int(saved["every"]), {int(p): int(v) for p, v in saved["next_at"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}  # a new run, or a schedule cut off while being written: evaluate at every multiple
+        return {p: (max(v - old_every, 0) // self.every + 1) * self.every for p, v in due.items() if p in self.policies}
+
+    def _save_schedule(self, policy: int, next_at: int) -> None:
+        self.done_next_at[policy] = next_at
+        path = self.exp_dir / "eval" / SCHEDULE_NAME
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"every": self.every, "next_at": {str(p): v for p, v in self.done_next_at.items()}}))
+        tmp.replace(path)
 
     def busy_with(self, policy: int) -> bool:
         running = self.running is not None and self.running.policy == policy
@@ -150,7 +177,7 @@ class PeriodicEvaluator:
         cmd = self.command(policy, result_file)
         stderr = tempfile.TemporaryFile("w+")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
-        self.running = _Evaluation(policy, env_frames, result_file, proc, stderr)
+        self.running = _Evaluation(policy, env_frames, result_file, proc, stderr, self.next_at[policy])
 
     def command(self, policy: int, result_file: Path) -> list[str]:
         """The enjoy command line evaluating `policy`'s latest checkpoint."""
@@ -194,6 +221,7 @@ class PeriodicEvaluator:
             return None
         results = json.loads(ev.result_file.read_text())
         results["env_steps"] = ev.env_frames
+        self._save_schedule(ev.policy, ev.next_at)
         self._report(ev.policy, results)
         return results
 
@@ -234,7 +262,9 @@ class PeriodicEvaluator:
                 self.log(f"periodic evaluation of policy {p} skipped: no checkpoint")
                 continue
             frames = int(checkpoints[-1].stem.split("_")[2])
+            self.next_at[p] = max(self.next_at[p], (env_frames[p] // self.every + 1) * self.every)
             if self.evaluated.get(p) == frames:
+                self._save_schedule(p, self.next_at[p])
                 continue  # its final checkpoint is the one just evaluated
             if self.clock() >= deadline or cancel():
                 self.log(f"periodic evaluation of policy {p} at {frames} {self.unit} skipped: no time left at the end")

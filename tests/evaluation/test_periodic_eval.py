@@ -142,6 +142,38 @@ def test_lost_checkpoint_request_and_failed_evaluation(tmp_path):
     assert rec.scalars == []
 
 
+def test_resumed_run_goes_on_with_its_schedule(tmp_path):
+    """A resume evaluates at the next multiple, not at once; an evaluation that was due and not over when the run
+    stopped runs at once; a changed interval goes on from the last multiple evaluated."""
+    cfg = _cfg(tmp_path, "--eval_every_env_steps=100")
+    rec = Recorder()
+    ev = rec.evaluator(cfg)
+    ev.command = _fake_command()
+    ev.update([130])
+    ev.on_checkpoint(0, str(tmp_path / "checkpoint_000000005_98.pth"))  # below the multiple: the learner lags
+    assert _finish(ev, [130])["env_steps"] == 98
+    ev.update([260])  # due at 200; the run stops before this evaluation is over
+    ev.on_checkpoint(0, str(tmp_path / "checkpoint_000000009_255.pth"))
+    ev.stop()
+
+    resumed = rec.evaluator(cfg)
+    assert resumed.next_at == {0: 200}
+    resumed.command = _fake_command()
+    resumed.update([270])  # the lost evaluation runs at once
+    assert rec.requests == [0, 0, 0]
+    resumed.on_checkpoint(0, str(tmp_path / "checkpoint_000000010_270.pth"))
+    assert _finish(resumed, [270])["env_steps"] == 270
+
+    again = rec.evaluator(cfg)
+    assert again.next_at == {0: 300}
+    again.update([290])
+    assert rec.requests == [0, 0, 0] and not again.queue  # nothing due before 300
+    assert rec.evaluator(_cfg(tmp_path, "--eval_every_env_steps=250")).next_at == {0: 250}
+    assert rec.evaluator(_cfg(tmp_path, "--eval_every_env_steps=40")).next_at == {0: 240}
+    (tmp_path / "x" / "eval" / periodic_eval.SCHEDULE_NAME).write_text('{"every": 1')  # cut off while written
+    assert rec.evaluator(cfg).next_at == {0: 100}
+
+
 def _checkpoint(tmp_path: Path, policy: int, steps: int) -> Path:
     """An (empty) checkpoint file as the learner names it: the stand-in evaluation does not read it."""
     path = tmp_path / "x" / f"checkpoint_p{policy}" / f"checkpoint_{steps:09d}_{steps}.pth"
@@ -174,7 +206,10 @@ def test_due_evaluations_run_at_the_end_of_training(tmp_path):
         "eval_250_p0.json",
         "eval_250_p1.json",
         "eval_96_p0.json",
+        periodic_eval.SCHEDULE_NAME,
     ]
+    # Resumed, both go on at 300 (the final evaluations were at 250), not at once.
+    assert rec.evaluator(cfg).next_at == {0: 300, 1: 300}
     assert sum("an evaluation was due at the end" in line for line in rec.logs) == 2
 
 
