@@ -92,7 +92,7 @@ class PeriodicEvaluator:
         self.add_scalar = add_scalar
         self.clock = clock
         self.unit = unit_name(cfg)
-        self.every = cfg.eval_every_env_steps
+        self.every = int(cfg.eval_every_env_steps)  # 1e6 typed as a float counts whole env steps
         typed = "eval_every_env_steps" in cfg.cli_flags  # or saved: a resumed run keeps its interval
         if cfg.capture_video and self.every <= 0 and not typed and not cfg.evaluation_run:
             self.every = video_interval(cfg)
