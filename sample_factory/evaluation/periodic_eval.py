@@ -1,8 +1,9 @@
 """Evaluation during training (--eval_every_env_steps): when a policy's env frames pass its next multiple, the policy
 is queued; in turn, the runner asks that policy's learner for a fresh checkpoint and, once it is written, evaluates
 it with `python -m sample_factory.evaluation.enjoy` in a separate process (training never waits for it). The result
-goes to eval/eval_<env frames>_p<policy>.json, a log line and the policy's TensorBoard writer at the checkpoint's env
-frames (the run's counter: experiment/progress.py, "Units").
+goes to eval/eval_<env frames>_p<policy>.json, a log line and the policy's TensorBoard writer at the evaluated
+checkpoint's env frames (the run's counter: experiment/progress.py, "Units"; enjoy loads the newest checkpoint, which in
+a run that trains faster than enjoy starts is newer than the one asked for).
 
 Which policies (--eval_policies), sampled or most likely actions (--eval_deterministic) and env options changed for
 evaluation only (--eval_env_overrides) are passed on to enjoy. One evaluation runs at a time and a policy is queued
@@ -99,10 +100,9 @@ class PeriodicEvaluator:
             log(f"--capture_video: an evaluation is recorded every {self.every} {self.unit} (--eval_every_env_steps)")
         self.policies = parse_eval_policies(cfg.eval_policies, cfg.num_policies)
         self.next_at = {p: self.every for p in self.policies}
-        self.done_next_at: dict[int, int] = {}  # what SCHEDULE_NAME holds
+        self.saved_schedule: dict[int, tuple[int, int]] = {}  # policy -> (next_at, env frames evaluated), saved
         if self.enabled:
-            self.done_next_at = self._load_schedule()
-            self.next_at.update(self.done_next_at)
+            self.next_at.update(self._load_schedule())
         self.queue: collections.deque[int] = collections.deque()  # due policies, each at most once
         self.awaiting: int | None = None  # the policy whose checkpoint was asked for
         self.awaiting_since = 0.0
@@ -115,19 +115,34 @@ class PeriodicEvaluator:
 
     def _load_schedule(self) -> dict[int, int]:
         """A resumed run's schedule: the multiple after the last one evaluated, in today's interval (a changed
-        --eval_every_env_steps goes on from the last multiple evaluated in the old one)."""
+        --eval_every_env_steps goes on from the last multiple evaluated in the old one), or after the checkpoint
+        the policy resumes from where that is older than the one last evaluated; without a checkpoint, afresh."""
         try:
             saved = json.loads((self.exp_dir / "eval" / SCHEDULE_NAME).read_text())
-            old_every, due = int(saved["every"]), {int(p): int(v) for p, v in saved["next_at"].items()}
+            old_every = int(saved["every"])
+            due = {int(p): int(v) for p, v in saved["next_at"].items()}
+            evaluated = {int(p): int(v) for p, v in saved["evaluated"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}  # a new run, or a schedule cut off while being written: evaluate at every multiple
-        return {p: (max(v - old_every, 0) // self.every + 1) * self.every for p, v in due.items() if p in self.policies}
+        schedule = {}
+        for p in self.policies:
+            checkpoints = list_checkpoints(checkpoint_dir(self.cfg, p))
+            if p not in due or p not in evaluated or not checkpoints:
+                continue
+            frames = int(checkpoints[-1].stem.split("_")[2])
+            last = due[p] - old_every if frames >= evaluated[p] else frames
+            schedule[p] = (max(last, 0) // self.every + 1) * self.every
+            self.saved_schedule[p] = (schedule[p], min(evaluated[p], frames))
+        return schedule
 
-    def _save_schedule(self, policy: int, next_at: int) -> None:
-        self.done_next_at[policy] = next_at
+    def _save_schedule(self, policy: int, next_at: int, evaluated: int) -> None:
+        self.saved_schedule[policy] = (next_at, evaluated)
         path = self.exp_dir / "eval" / SCHEDULE_NAME
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"every": self.every, "next_at": {str(p): v for p, v in self.done_next_at.items()}}))
+        saved = self.saved_schedule.items()
+        content = {"every": self.every, "next_at": {str(p): v[0] for p, v in saved}}
+        content["evaluated"] = {str(p): v[1] for p, v in saved}  # checkpoints' env frames
+        tmp.write_text(json.dumps(content))
         tmp.replace(path)
 
     def busy_with(self, policy: int) -> bool:
@@ -220,8 +235,13 @@ class PeriodicEvaluator:
             )
             return None
         results = json.loads(ev.result_file.read_text())
-        results["env_steps"] = ev.env_frames
-        self._save_schedule(ev.policy, ev.next_at)
+        # enjoy loads the newest checkpoint: in a run that trains faster than enjoy starts, a newer one than asked for
+        frames = int(results.get("checkpoint_env_steps") or ev.env_frames)
+        if frames != ev.env_frames:
+            ev.result_file.replace(ev.result_file.with_name(eval_result_name(frames, ev.policy)))
+            self.evaluated[ev.policy] = frames
+        results["env_steps"] = frames
+        self._save_schedule(ev.policy, ev.next_at, frames)
         self._report(ev.policy, results)
         return results
 
@@ -264,7 +284,7 @@ class PeriodicEvaluator:
             frames = int(checkpoints[-1].stem.split("_")[2])
             self.next_at[p] = max(self.next_at[p], (env_frames[p] // self.every + 1) * self.every)
             if self.evaluated.get(p) == frames:
-                self._save_schedule(p, self.next_at[p])
+                self._save_schedule(p, self.next_at[p], frames)
                 continue  # its final checkpoint is the one just evaluated
             if self.clock() >= deadline or cancel():
                 self.log(f"periodic evaluation of policy {p} at {frames} {self.unit} skipped: no time left at the end")

@@ -56,13 +56,16 @@ def _cfg(tmp_path: Path, *flags: str):
     return parse_cfg(["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=x", "--num_workers=1", *flags])
 
 
-def _fake_command(reward: float = 1.0, fail: bool = False):
-    """A stand-in for enjoy: a tiny python process that writes the results file (or fails with a message)."""
+def _fake_command(reward: float = 1.0, fail: bool = False, loaded: int | None = None):
+    """A stand-in for enjoy: a tiny python process that writes the results file (or fails with a message);
+    `loaded`: the env frames of the checkpoint it says it loaded."""
 
     def command(policy: int, result_file: Path) -> list[str]:
         if fail:
             return [sys.executable, "-c", "import sys; sys.exit('enjoy: error: broken checkpoint')"]
         res = {"episodes": 2, "reward_mean": reward + policy, "reward_std": 0.5, "length_mean": 10.0 + policy}
+        if loaded is not None:
+            res["checkpoint_env_steps"] = loaded
         return [sys.executable, "-c", f"import json; json.dump({res!r}, open({str(result_file)!r}, 'w'))"]
 
     return command
@@ -142,18 +145,36 @@ def test_lost_checkpoint_request_and_failed_evaluation(tmp_path):
     assert rec.scalars == []
 
 
+def test_result_is_labelled_by_the_checkpoint_evaluated(tmp_path):
+    """enjoy loads the newest checkpoint: when training wrote a newer one before enjoy started, the result carries
+    the frames of the one evaluated, and that one is not evaluated again at the end."""
+    cfg = _cfg(tmp_path, "--eval_every_env_steps=100")
+    rec = Recorder()
+    ev = rec.evaluator(cfg)
+    ev.command = _fake_command(loaded=180)
+    ev.update([110])
+    ev.on_checkpoint(0, str(_checkpoint(tmp_path, 0, 96)))
+    _checkpoint(tmp_path, 0, 180)
+    assert _finish(ev, [180])["env_steps"] == 180
+    assert [f.name for f in (tmp_path / "x" / "eval").glob("eval_*")] == ["eval_180_p0.json"]
+    assert rec.scalars[0] == (0, "eval/reward_mean", 1.0, 180)
+    ev.finish([230], interrupted=False)  # due at 200, and the newest checkpoint is the one evaluated
+    assert rec.requests == [0] and len(rec.scalars) == 3
+
+
 def test_resumed_run_goes_on_with_its_schedule(tmp_path):
     """A resume evaluates at the next multiple, not at once; an evaluation that was due and not over when the run
-    stopped runs at once; a changed interval goes on from the last multiple evaluated."""
+    stopped runs at once; a changed interval goes on from the last multiple evaluated; a resume from an older
+    checkpoint, or a start without one, follows the checkpoint."""
     cfg = _cfg(tmp_path, "--eval_every_env_steps=100")
     rec = Recorder()
     ev = rec.evaluator(cfg)
     ev.command = _fake_command()
     ev.update([130])
-    ev.on_checkpoint(0, str(tmp_path / "checkpoint_000000005_98.pth"))  # below the multiple: the learner lags
+    ev.on_checkpoint(0, str(_checkpoint(tmp_path, 0, 98)))  # below the multiple: the learner lags
     assert _finish(ev, [130])["env_steps"] == 98
     ev.update([260])  # due at 200; the run stops before this evaluation is over
-    ev.on_checkpoint(0, str(tmp_path / "checkpoint_000000009_255.pth"))
+    ev.on_checkpoint(0, str(_checkpoint(tmp_path, 0, 255)))
     ev.stop()
 
     resumed = rec.evaluator(cfg)
@@ -161,7 +182,7 @@ def test_resumed_run_goes_on_with_its_schedule(tmp_path):
     resumed.command = _fake_command()
     resumed.update([270])  # the lost evaluation runs at once
     assert rec.requests == [0, 0, 0]
-    resumed.on_checkpoint(0, str(tmp_path / "checkpoint_000000010_270.pth"))
+    resumed.on_checkpoint(0, str(_checkpoint(tmp_path, 0, 270)))
     assert _finish(resumed, [270])["env_steps"] == 270
 
     again = rec.evaluator(cfg)
@@ -170,6 +191,12 @@ def test_resumed_run_goes_on_with_its_schedule(tmp_path):
     assert rec.requests == [0, 0, 0] and not again.queue  # nothing due before 300
     assert rec.evaluator(_cfg(tmp_path, "--eval_every_env_steps=250")).next_at == {0: 250}
     assert rec.evaluator(_cfg(tmp_path, "--eval_every_env_steps=40")).next_at == {0: 240}
+    for newer in (255, 270):  # e.g. moved aside as unreadable: the run resumes from 98
+        _checkpoint(tmp_path, 0, newer).unlink()
+    assert rec.evaluator(cfg).next_at == {0: 100}
+    _checkpoint(tmp_path, 0, 98).unlink()
+    assert rec.evaluator(cfg).next_at == {0: 100}  # no checkpoint: a new start
+    _checkpoint(tmp_path, 0, 270)
     (tmp_path / "x" / "eval" / periodic_eval.SCHEDULE_NAME).write_text('{"every": 1')  # cut off while written
     assert rec.evaluator(cfg).next_at == {0: 100}
 
@@ -208,8 +235,14 @@ def test_due_evaluations_run_at_the_end_of_training(tmp_path):
         "eval_96_p0.json",
         periodic_eval.SCHEDULE_NAME,
     ]
-    # Resumed, both go on at 300 (the final evaluations were at 250), not at once.
-    assert rec.evaluator(cfg).next_at == {0: 300, 1: 300}
+    # Resumed, both go on at 300 (the final evaluations were at 250), not at once; each policy's entry is kept.
+    resumed = rec.evaluator(cfg)
+    assert resumed.next_at == {0: 300, 1: 300}
+    resumed.command = _fake_command()
+    resumed.update([310, 260])
+    resumed.on_checkpoint(0, str(_checkpoint(tmp_path, 0, 305)))
+    assert _finish(resumed, [310, 260])["env_steps"] == 305
+    assert rec.evaluator(cfg).next_at == {0: 400, 1: 300}
     assert sum("an evaluation was due at the end" in line for line in rec.logs) == 2
 
 
