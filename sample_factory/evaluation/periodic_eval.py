@@ -34,7 +34,7 @@ from typing import Any
 
 from sample_factory.config import Config, parse_eval_policies
 from sample_factory.config.cfg import option_defaults
-from sample_factory.experiment.checkpoints import checkpoint_dir, list_checkpoints
+from sample_factory.experiment.checkpoints import checkpoint_dir, checkpoint_env_frames, list_checkpoints
 from sample_factory.experiment.progress import unit_name
 
 # A checkpoint asked for but not reported within this time (a learner that never answers): give up on it, so one
@@ -129,7 +129,7 @@ class PeriodicEvaluator:
             checkpoints = list_checkpoints(checkpoint_dir(self.cfg, p))
             if p not in due or p not in evaluated or not checkpoints:
                 continue
-            frames = int(checkpoints[-1].stem.split("_")[2])
+            frames = checkpoint_env_frames(checkpoints[-1])
             last = due[p] - old_every if frames >= evaluated[p] else frames
             schedule[p] = (max(last, 0) // self.every + 1) * self.every
             self.saved_schedule[p] = (schedule[p], min(evaluated[p], frames))
@@ -184,7 +184,7 @@ class PeriodicEvaluator:
         self._launch(policy, path)
 
     def _launch(self, policy: int, path: str | Path) -> None:
-        env_frames = int(Path(path).stem.split("_")[2])  # checkpoint_<version>_<env frames>.pth
+        env_frames = checkpoint_env_frames(path)
         self.evaluated[policy] = env_frames
         out_dir = self.exp_dir / "eval"
         out_dir.mkdir(exist_ok=True)
@@ -281,7 +281,7 @@ class PeriodicEvaluator:
             if not checkpoints:
                 self.log(f"periodic evaluation of policy {p} skipped: no checkpoint")
                 continue
-            frames = int(checkpoints[-1].stem.split("_")[2])
+            frames = checkpoint_env_frames(checkpoints[-1])
             self.next_at[p] = max(self.next_at[p], (env_frames[p] // self.every + 1) * self.every)
             if self.evaluated.get(p) == frames:
                 self._save_schedule(p, self.next_at[p], frames)

@@ -66,6 +66,11 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def checkpoint_env_frames(path: str | Path) -> int:
+    """The env frames in a checkpoint's name (checkpoint_<version>_<env frames>.pth)."""
+    return int(Path(path).stem.split("_")[2])
+
+
 _BEST = re.compile(r"^best_(\d+)_(\d+)_(.+)\.pth$")
 
 

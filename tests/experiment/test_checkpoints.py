@@ -5,6 +5,7 @@ import torch
 
 from sample_factory.experiment.checkpoints import (
     checkpoint_dir,
+    checkpoint_env_frames,
     list_checkpoints,
     load_latest_checkpoint,
     save_checkpoint,
@@ -29,7 +30,7 @@ def test_save_creates_directory_and_round_trips(tmp_path):
     d = tmp_path / "a" / "b"
     path = save_checkpoint(d, _state(5), version=5, env_frames=1234, keep=2)
     assert path.parent == d and path.exists()
-    assert path.name == "checkpoint_000000005_1234.pth"
+    assert path.name == "checkpoint_000000005_1234.pth" and checkpoint_env_frames(path) == 1234
     loaded, loaded_path = load_latest_checkpoint(d)
     assert loaded_path == path
     assert loaded["version"] == 5
