@@ -113,6 +113,9 @@ class PeriodicEvaluator:
     def enabled(self) -> bool:
         return self.every > 0
 
+    def _multiple_after(self, env_frames: int) -> int:
+        return (env_frames // self.every + 1) * self.every
+
     def _load_schedule(self) -> dict[int, int]:
         """A resumed run's schedule: the multiple after the last one evaluated, in today's interval (a changed
         --eval_every_env_steps goes on from the last multiple evaluated in the old one), or after the checkpoint
@@ -131,7 +134,7 @@ class PeriodicEvaluator:
                 continue
             frames = checkpoint_env_frames(checkpoints[-1])
             last = due[p] - old_every if frames >= evaluated[p] else frames
-            schedule[p] = (max(last, 0) // self.every + 1) * self.every
+            schedule[p] = self._multiple_after(max(last, 0))
             self.saved_schedule[p] = (schedule[p], min(evaluated[p], frames))
         return schedule
 
@@ -162,7 +165,7 @@ class PeriodicEvaluator:
             # A policy already queued or in evaluation is not queued again: the multiples passed meanwhile are
             # skipped, and it is due again (at once) when its evaluation is over.
             if env_frames[p] >= self.next_at[p] and not self.busy_with(p):
-                self.next_at[p] = (env_frames[p] // self.every + 1) * self.every
+                self.next_at[p] = self._multiple_after(env_frames[p])
                 self.queue.append(p)
 
     def _start_next(self) -> None:
@@ -282,7 +285,7 @@ class PeriodicEvaluator:
                 self.log(f"periodic evaluation of policy {p} skipped: no checkpoint")
                 continue
             frames = checkpoint_env_frames(checkpoints[-1])
-            self.next_at[p] = max(self.next_at[p], (env_frames[p] // self.every + 1) * self.every)
+            self.next_at[p] = max(self.next_at[p], self._multiple_after(env_frames[p]))
             if self.evaluated.get(p) == frames:
                 self._save_schedule(p, self.next_at[p], frames)
                 continue  # its final checkpoint is the one just evaluated
