@@ -103,9 +103,10 @@ scores)
   fi
   ;;
 frames)
-  # issue 50: the atari preset's GPU setup (candidate F: rl_games' Pong recipe, synchronous, minibatches of 512, 64
-  # envs; frames to +18 measured on 2 CPU cores in docs/results.md) from launch to +18, then the GPU setup it replaced
-  # (as flags: OLD_GPU_SETUP) for OLD_SECONDS: the two frames/s side by side (the issue's bound: at most 10% fewer).
+  # issue 50: the atari preset's GPU setup (H: rl_games' Pong recipe, synchronous, minibatches of 512, PPO's clip of
+  # 0.1, 64 envs; frames to +18 measured on 2 CPU cores in docs/results.md) from launch to +18, then the GPU setup
+  # before issue 50 (as flags: OLD_GPU_SETUP) for OLD_SECONDS: the two frames/s side by side (the issue's bound: at
+  # most 10% fewer).
   # FRAMES_SECONDS caps the first run (default 240).
   fs=${FRAMES_SECONDS:-240}
   step frames_to_score $((fs + 60)) $PY -m benchmarks.frames_to_score --env=atari_pong --target=18 --seeds=1 \
