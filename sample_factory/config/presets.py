@@ -322,8 +322,9 @@ SPACE_PRESETS: dict[str, Preset] = {name: PRESETS[name] for name in ("vector_dis
 # (docs/results.md#fewest-frames-to-pong-18).
 GPU_PRESETS: dict[str, Preset] = {
     # rl_games' Pong recipe, run synchronously with a learning rate that keeps the KL near 0.01, in minibatches of 512
-    # and with PPO's clip: Pong +18 after a median of 3.51M frames over 5 seeds, against 10.35M for Sample Factory 2's
-    # fast setup, and more reward than it on Breakout, BeamRider and SpaceInvaders at 4M frames (every seed)
+    # and with the 2-core table's PPO clip of 0.1 (with rl_games' 0.2 BeamRider ended at 0.73x and Pong's slowest seed
+    # took 1.38x the frames): Pong +18 after a median of 3.51M frames over 5 seeds, against 10.35M for Sample
+    # Factory 2's fast setup, and more reward than it on Breakout, BeamRider and SpaceInvaders at 4M frames (every seed)
     "atari": {
         "num_envs": 64,  # rl_games': 16 workers x 4 envs x rollout 128 = one iteration of 8,192 samples
         "rollout": 128,  # rl_games' horizon
@@ -339,7 +340,6 @@ GPU_PRESETS: dict[str, Preset] = {
         "lr_max": 1e-3,  # under rl_games' 1e-2 the rate swung to 6.7e-3 and the KL spiked (notebook, candidate B)
         "with_vtrace": False,  # GAE: a synchronous run has no off-policy samples to correct
         "gae_lambda": 0.95,  # rl_games'
-        "ppo_clip_ratio": 0.1,  # PPO's Atari clip, not rl_games' 0.2: BeamRider's end 1.38x, Pong's slowest seed 0.72x
         "ppo_clip_value": 0.0,  # rl_games' unclipped value loss
         "value_loss_coeff": 2.0,  # rl_games' critic_coef
         "normalize_returns": True,  # rl_games' normalize_value
