@@ -5,7 +5,6 @@ and the experiment lock that keeps a second run out of the folder until every pr
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import sys
@@ -14,18 +13,11 @@ import time
 import psutil
 import pytest
 
+from sample_factory.experiment.folder import _try_flock as try_flock  # noqa: PLC2701 - the lock's own probe
 from sample_factory.experiment.folder import lock_holders
 from tests.integration.conftest import REPO_ROOT
 from tests.reliability.conftest import PACE_SEC, hook_env
 from tests.reliability.test_faults import CARTPOLE, TRACEBACK, alive, finish, progress_time, wait_component
-
-
-def try_flock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
 
 
 def describe(pid: int) -> str:
